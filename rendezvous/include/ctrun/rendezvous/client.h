@@ -1,0 +1,128 @@
+// The client every other part uses to talk to ctrund.
+//   AsyncClient: lives on the caller's io_context (the agent's event loop); C++20 coroutines;
+//     requests are pipelined by id; events pushed by the daemon go to an event handler.
+//   Client: a blocking, thread-safe facade over AsyncClient on a private io_context that runs
+//     in the calling thread (the worker runtime and tests).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include "ctrun/rendezvous/clock.h"
+#include "ctrun/rendezvous/error.h"
+#include "ctrun/rendezvous/frame.h"
+#include "ctrun/rendezvous/rendezvous.h"
+
+namespace ctrun::rendezvous {
+
+template <typename T>
+using Task = boost::asio::awaitable<T>;
+
+struct ClientOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 29400;
+  std::string job = "default";         // the job (rdzv_id) whose store and rendezvous to use
+  std::optional<std::string> token;    // proves the daemon's shared token
+  Duration connect_timeout = std::chrono::seconds(60);  // keep retrying this long
+  Duration initial_backoff = std::chrono::milliseconds(50);
+  Duration max_backoff = std::chrono::seconds(2);
+  Duration handshake_timeout = std::chrono::seconds(10);
+  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
+};
+
+class AsyncClient {
+ public:
+  // Receives every frame the daemon pushes ({"event": ...}); a lost connection arrives as
+  // {"event": "connection_lost", "reason": ...}.
+  using EventHandler = std::function<void(const Json&)>;
+
+  AsyncClient(boost::asio::io_context& io, ClientOptions options);
+  ~AsyncClient();
+  AsyncClient(const AsyncClient&) = delete;
+  AsyncClient& operator=(const AsyncClient&) = delete;
+
+  // Connects with retry and backoff until connect_timeout, then says hello (proving the token
+  // and checking the daemon's proof when there is one).
+  Task<Status> connect();
+  bool connected() const;
+  void close();
+  void set_event_handler(EventHandler handler);
+
+  // Sends one request (an "id" is added) and returns the response, or its error. `timeout`
+  // bounds the wait on this side; absent, the daemon's own deadlines apply.
+  Task<Result<Json>> call(Json request, std::optional<Duration> timeout = std::nullopt);
+
+  // Store operations (c10d TCPStore's set). For get/wait/multi_get, `timeout` absent waits as
+  // long as the connection lives, zero does not wait, positive is a deadline.
+  Task<Status> set(const std::string& key, const std::string& value);
+  Task<Result<std::string>> get(const std::string& key, std::optional<Duration> timeout = {});
+  Task<Result<std::int64_t>> add(const std::string& key, std::int64_t delta);
+  Task<Result<std::string>> compare_set(const std::string& key, const std::string& expected,
+                                        const std::string& desired);
+  Task<Result<bool>> check(const std::vector<std::string>& keys);
+  Task<Status> wait(const std::vector<std::string>& keys, std::optional<Duration> timeout = {});
+  Task<Result<bool>> erase(const std::string& key);
+  Task<Result<std::int64_t>> num_keys();
+  Task<Result<std::vector<std::string>>> multi_get(const std::vector<std::string>& keys,
+                                                   std::optional<Duration> timeout = {});
+  Task<Status> multi_set(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values);
+  Task<Status> ping();
+
+  // Rendezvous. join() returns when the round forms (or fails); while it waits, keep-alives
+  // must flow: start_keep_alive() sends one every `interval` until close().
+  Task<Result<RoundAssignment>> join(const NodeInfo& node, const RendezvousConfig& config);
+  Task<Status> leave();
+  Task<Status> report(bool succeeded, const std::string& message);
+  Task<Status> close_job();
+  Task<Result<Json>> status();
+  void start_keep_alive(Duration interval);
+
+ private:
+  class Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+class Client {
+ public:
+  // Connects (with retry) and says hello.
+  static Result<std::unique_ptr<Client>> connect(ClientOptions options);
+  ~Client();
+
+  Result<Json> call(Json request, std::optional<Duration> timeout = std::nullopt);
+  Status set(const std::string& key, const std::string& value);
+  Result<std::string> get(const std::string& key, std::optional<Duration> timeout = {});
+  Result<std::int64_t> add(const std::string& key, std::int64_t delta);
+  Result<std::string> compare_set(const std::string& key, const std::string& expected,
+                                  const std::string& desired);
+  Result<bool> check(const std::vector<std::string>& keys);
+  Status wait(const std::vector<std::string>& keys, std::optional<Duration> timeout = {});
+  Result<bool> erase(const std::string& key);
+  Result<std::int64_t> num_keys();
+  Result<std::vector<std::string>> multi_get(const std::vector<std::string>& keys,
+                                             std::optional<Duration> timeout = {});
+  Status multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+  Status ping();
+  Result<Json> status();
+
+ private:
+  explicit Client(ClientOptions options);
+  template <typename T>
+  T run(Task<T> task);
+
+  std::mutex mu_;
+  boost::asio::io_context io_;
+  AsyncClient async_;
+};
+
+}  // namespace ctrun::rendezvous

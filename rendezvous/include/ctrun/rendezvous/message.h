@@ -1,0 +1,31 @@
+// Typed access to the fields of a decoded frame, with errors that name the field. Shared by the
+// daemon (reading requests) and the client (reading responses and events).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ctrun/rendezvous/error.h"
+#include "ctrun/rendezvous/frame.h"
+
+namespace ctrun::rendezvous {
+
+// Byte strings travel as MessagePack bin; std::string holds them (binary-safe).
+Json to_binary(const std::string& bytes);
+
+Result<std::string> get_string(const Json& msg, const char* field);
+Result<std::string> get_bytes(const Json& msg, const char* field);
+Result<std::int64_t> get_int(const Json& msg, const char* field);
+Result<std::vector<std::string>> get_string_list(const Json& msg, const char* field);
+Result<std::vector<std::string>> get_bytes_list(const Json& msg, const char* field);
+// Optional fields: `fallback` when absent, an error when present with the wrong type.
+Result<std::int64_t> get_int_or(const Json& msg, const char* field, std::int64_t fallback);
+Result<std::string> get_string_or(const Json& msg, const char* field, std::string fallback);
+
+// {"id": id, "error": {"code": name, "message": text}}
+Json error_response(std::uint64_t id, const Error& error);
+// Turns a response frame into its payload, or into the Error it carries.
+Result<Json> response_payload(Json response);
+
+}  // namespace ctrun::rendezvous

@@ -1,0 +1,148 @@
+// The rendezvous of one job: which nodes form each round, their ranks, when a round reopens,
+// and how the job ends. A plain class: no sockets, time only through the injected Clock, and
+// every outcome returned as Notices for the caller to deliver.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctrun/rendezvous/clock.h"
+#include "ctrun/rendezvous/error.h"
+#include "ctrun/rendezvous/frame.h"
+
+namespace ctrun::rendezvous {
+
+// Defaults are torchrun's --rdzv_conf defaults.
+struct RendezvousConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  Duration join_timeout = std::chrono::seconds(600);
+  Duration last_call_timeout = std::chrono::seconds(30);
+  // How long an ended job (and its store) stays readable after its last node leaves.
+  Duration close_timeout = std::chrono::seconds(30);
+  Duration keep_alive_interval = std::chrono::seconds(5);
+  int keep_alive_max_attempt = 3;
+};
+Status validate(const RendezvousConfig& config);
+
+struct NodeInfo {
+  std::string node_id;      // unique per agent process
+  std::string host;         // where this node's workers are reached (MASTER_ADDR if rank 0)
+  int local_world_size = 1;
+  int master_port = 0;      // a free port on `host`, offered for MASTER_PORT
+  int requested_rank = -1;  // a static --node_rank, or -1 for any
+};
+
+struct RoundMember {
+  std::string node_id;
+  std::string host;
+  int group_rank = 0;
+  int local_world_size = 0;
+  int rank_offset = 0;  // global rank of this node's local rank 0
+};
+
+struct RoundAssignment {
+  int round = 0;
+  int group_rank = 0;
+  int group_world_size = 0;
+  int rank_offset = 0;
+  int world_size = 0;
+  std::string master_addr;
+  int master_port = 0;
+  std::string store_prefix;  // per-round key prefix so a new round never sees old keys
+  std::vector<RoundMember> members;  // by group rank
+};
+Json to_json(const RoundAssignment& a);
+Result<RoundAssignment> round_assignment_from_json(const Json& j);
+
+enum class JobState { kRunning, kSucceeded, kFailed, kClosed };
+std::string_view job_state_name(JobState state);
+
+struct Notice {
+  enum class Kind {
+    kRoundFormed,    // answer to a join: `assignment`
+    kJoinFailed,     // answer to a join: `error`
+    kRoundReopened,  // to a running member: stop workers and join round `round`
+    kJobEnded,       // to a member: the job is over with `state`
+  };
+  Kind kind = Kind::kJobEnded;
+  std::string node_id{};
+  RoundAssignment assignment{};
+  Error error{ErrorCode::kInternal, ""};
+  int round = 0;
+  std::string reason{};
+  JobState state = JobState::kRunning;
+};
+
+class Rendezvous {
+ public:
+  using Logger = std::function<void(const std::string&)>;
+
+  // `generation` tells apart successive jobs under one id: it is part of every store prefix.
+  Rendezvous(std::string job_id, RendezvousConfig config, const Clock& clock, Logger log = {},
+             int generation = 0);
+
+  // Enters the round being gathered, or waits for the next one when the formed round is full.
+  // The answer comes later as a kRoundFormed or kJoinFailed notice for the node; a refusal is
+  // returned at once. A member of the formed round that joins again asks for a new round.
+  Result<std::vector<Notice>> join(const NodeInfo& node);
+  // A node that left on purpose, or whose connection or keep-alives were lost.
+  std::vector<Notice> remove_node(const std::string& node_id, const std::string& reason);
+  void keep_alive(const std::string& node_id);
+  // The final result of a member's workers: failed ends the job; the job succeeds when every
+  // member of the formed round has succeeded.
+  Result<std::vector<Notice>> report(const std::string& node_id, bool succeeded,
+                                     const std::string& message);
+  std::vector<Notice> close(const std::string& reason);
+  // Applies deadlines: keep-alives, join timeouts, the last call.
+  std::vector<Notice> tick();
+
+  const std::string& job_id() const { return job_id_; }
+  const RendezvousConfig& config() const { return config_; }
+  JobState state() const { return state_; }
+  bool formed() const { return formed_; }
+  int round() const { return round_; }  // the formed round, or the one being gathered
+  int nodes_waiting() const;            // joined but not in the formed round
+  bool has_node(const std::string& node_id) const { return nodes_.count(node_id) != 0; }
+  std::size_t num_nodes() const { return nodes_.size(); }
+  Json describe() const;
+
+ private:
+  enum class Place { kPending, kWaiting, kMember, kStale };
+  struct Node {
+    NodeInfo info;
+    Place place = Place::kPending;
+    TimePoint joined_at;
+    TimePoint last_seen;
+    std::uint64_t join_seq = 0;
+    bool succeeded = false;
+  };
+
+  void log(const std::string& line) const;
+  void reopen(const std::string& reason, const std::string& except, std::vector<Notice>& out);
+  void maybe_form(std::vector<Notice>& out);
+  void form(std::vector<Notice>& out);
+  void end(JobState state, const std::string& reason, std::vector<Notice>& out);
+  int count(Place place) const;
+
+  std::string job_id_;
+  RendezvousConfig config_;
+  int generation_;
+  const Clock& clock_;
+  Logger log_;
+  std::map<std::string, Node> nodes_;
+  std::map<std::string, int> last_rank_;  // group ranks of the last formed round
+  std::vector<std::string> members_;      // the formed round, by group rank
+  int round_ = 0;
+  bool formed_ = false;
+  std::optional<TimePoint> last_call_deadline_;
+  JobState state_ = JobState::kRunning;
+  std::string end_reason_;
+  std::uint64_t next_join_seq_ = 0;
+};
+
+}  // namespace ctrun::rendezvous

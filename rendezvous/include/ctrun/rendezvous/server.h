@@ -1,0 +1,50 @@
+// The daemon's network shell: accepts TCP connections on one io_context and moves bytes between
+// them and a Service. Embeddable: ctrund runs one, and so does an agent that hosts the rendezvous.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ctrun/rendezvous/error.h"
+#include "ctrun/rendezvous/service.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace ctrun::rendezvous {
+
+inline constexpr std::uint16_t kDefaultPort = 29400;
+
+struct ServerOptions {
+  std::string host;  // empty: every interface (IPv6 and IPv4 where the host has both)
+  std::uint16_t port = kDefaultPort;  // 0: an ephemeral port, see Server::port()
+  ServiceOptions service;
+  Duration tick_interval = std::chrono::milliseconds(50);
+  std::size_t max_pending_write_bytes = 64u << 20;  // per connection: a reader that stalls is cut
+};
+
+class Server {
+ public:
+  // Binds and listens at once, so the caller learns a bind error, or the ephemeral port, here.
+  static Result<std::unique_ptr<Server>> create(boost::asio::io_context& io, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  std::uint16_t port() const;
+  const std::string& address() const;  // the bound address, e.g. "127.0.0.1"
+  // Starts accepting and ticking; everything runs on the io_context given to create().
+  void start();
+  // Stops accepting and closes every connection. Safe to call twice.
+  void stop();
+
+ private:
+  class Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ctrun::rendezvous

@@ -1,0 +1,111 @@
+// Everything the daemon does, without sockets: it is fed the bytes each connection receives and
+// answers through a Transport. The Asio server is a thin shell that moves bytes in and out.
+// Single-threaded: call it from one thread (the server's event loop).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ctrun/rendezvous/clock.h"
+#include "ctrun/rendezvous/frame.h"
+#include "ctrun/rendezvous/rendezvous.h"
+#include "ctrun/rendezvous/store.h"
+
+namespace ctrun::rendezvous {
+
+using ConnectionId = std::uint64_t;
+
+// What the service needs from the network: queue bytes for a connection, close it (after what
+// is queued is sent). The service never calls either for a connection it has closed.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual void send(ConnectionId id, std::string bytes) = 0;
+  virtual void close(ConnectionId id) = 0;
+};
+
+struct ServiceOptions {
+  std::optional<std::string> token;  // when set, every hello must prove it
+  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  std::size_t max_connections = 16384;
+  std::size_t max_waiters_per_connection = 4096;
+  std::size_t max_job_bytes = 256;  // length of a job id
+  StoreLimits store_limits;
+  Duration hello_timeout = std::chrono::seconds(10);  // connect to hello
+  Duration frame_timeout = std::chrono::seconds(10);  // first to last byte of a frame
+  Duration idle_job_timeout = std::chrono::minutes(5);  // a job with no connections is dropped
+  std::function<std::string(std::size_t)> random = nullptr;  // nonce source; OpenSSL when null
+  std::function<void(const std::string&)> log = nullptr;
+};
+
+class Service {
+ public:
+  Service(ServiceOptions options, const Clock& clock, Transport& transport);
+  ~Service();
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  void on_connect(ConnectionId id, std::string peer);
+  void on_data(ConnectionId id, const char* data, std::size_t size);
+  void on_disconnect(ConnectionId id);
+  // Applies every deadline: store waits, rendezvous timers, slow or silent connections.
+  void tick();
+
+  std::size_t num_connections() const { return connections_.size(); }
+  std::size_t num_jobs() const { return jobs_.size(); }
+
+ private:
+  struct Connection;
+  struct Job;
+  using Handler = void (Service::*)(Connection&, std::uint64_t, const Json&);
+
+  void log(const std::string& line) const;
+  void handle_frame(Connection& c, Json frame);
+  void reply(const Connection& c, std::uint64_t id, Json body);
+  void fail(const Connection& c, std::uint64_t id, const Error& e);
+  // Sends an error and closes: for protocol violations.
+  void reject(Connection& c, std::uint64_t id, const Error& e);
+  void drop(ConnectionId id, const std::string& why);
+  void deliver(Job& job, std::vector<Notice> notices);
+  Job& job_of(Connection& c);
+  void gc_jobs();
+
+  void op_hello(Connection& c, std::uint64_t id, const Json& req);
+  void op_ping(Connection& c, std::uint64_t id, const Json& req);
+  void op_set(Connection& c, std::uint64_t id, const Json& req);
+  void op_get(Connection& c, std::uint64_t id, const Json& req);
+  void op_add(Connection& c, std::uint64_t id, const Json& req);
+  void op_compare_set(Connection& c, std::uint64_t id, const Json& req);
+  void op_check(Connection& c, std::uint64_t id, const Json& req);
+  void op_wait(Connection& c, std::uint64_t id, const Json& req);
+  void op_delete(Connection& c, std::uint64_t id, const Json& req);
+  void op_num_keys(Connection& c, std::uint64_t id, const Json& req);
+  void op_multi_get(Connection& c, std::uint64_t id, const Json& req);
+  void op_multi_set(Connection& c, std::uint64_t id, const Json& req);
+  void op_join(Connection& c, std::uint64_t id, const Json& req);
+  void op_leave(Connection& c, std::uint64_t id, const Json& req);
+  void op_keep_alive(Connection& c, std::uint64_t id, const Json& req);
+  void op_report(Connection& c, std::uint64_t id, const Json& req);
+  void op_close(Connection& c, std::uint64_t id, const Json& req);
+  void op_status(Connection& c, std::uint64_t id, const Json& req);
+  void op_jobs(Connection& c, std::uint64_t id, const Json& req);
+  // get, wait and multi_get: answer when every key exists, or time out.
+  void wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bool with_values);
+
+  ServiceOptions options_;
+  const Clock& clock_;
+  Transport& transport_;
+  std::unordered_map<ConnectionId, std::unique_ptr<Connection>> connections_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;
+  static const std::unordered_map<std::string_view, Handler> kHandlers;
+};
+
+}  // namespace ctrun::rendezvous

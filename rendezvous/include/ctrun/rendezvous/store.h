@@ -1,0 +1,80 @@
+// The key-value store of one job: c10d TCPStore's operations on plain memory, plus the blocking
+// side (wait/get until keys exist) as callbacks with deadlines. No sockets, no clock of its own:
+// deadlines are TimePoints and expire() is told what time it is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ctrun/rendezvous/clock.h"
+#include "ctrun/rendezvous/error.h"
+
+namespace ctrun::rendezvous {
+
+struct StoreLimits {
+  std::size_t max_key_bytes = 4096;
+  std::size_t max_value_bytes = 16u << 20;
+  std::size_t max_keys = 1u << 20;
+  std::size_t max_total_bytes = std::size_t{1} << 30;  // keys plus values
+};
+
+class KeyValueStore {
+ public:
+  using WaiterId = std::uint64_t;
+  // Runs exactly once: ok when every key exists, a kTimeout error at its deadline. It runs inside
+  // the call that made the keys exist (or inside wait() when they already do) and must not
+  // modify the store.
+  using WaitCallback = std::function<void(Status)>;
+
+  explicit KeyValueStore(StoreLimits limits = {});
+
+  Status set(const std::string& key, std::string value);
+  Status multi_set(const std::vector<std::string>& keys, std::vector<std::string> values);
+  const std::string* find(const std::string& key) const;
+  // The counter is stored as decimal text, as TCPStore does, so get() on it reads "42".
+  Result<std::int64_t> add(const std::string& key, std::int64_t delta);
+  // TCPStore semantics: sets `desired` when the key holds `expected` (or is absent and `expected`
+  // is empty); returns the value the key holds afterwards (or `expected` when absent).
+  Result<std::string> compare_set(const std::string& key, const std::string& expected,
+                                  std::string desired);
+  bool check(const std::vector<std::string>& keys) const;
+  bool erase(const std::string& key);
+  std::size_t num_keys() const { return data_.size(); }
+  std::size_t total_bytes() const { return total_bytes_; }
+
+  // Returns 0 when the callback already ran (all keys present).
+  WaiterId wait(std::vector<std::string> keys, TimePoint deadline, WaitCallback done);
+  void cancel(WaiterId id);  // drops the waiter without running its callback
+  void expire(TimePoint now);
+  std::optional<TimePoint> next_deadline() const;
+  std::size_t num_waiters() const { return waiters_.size(); }
+
+ private:
+  struct Waiter {
+    std::vector<std::string> keys;
+    TimePoint deadline;
+    WaitCallback done;
+  };
+  Status check_key(const std::string& key) const;
+  Status put(const std::string& key, std::string value);
+  void remove_waiter(WaiterId id);
+  void wake_watchers(const std::string& key);
+
+  StoreLimits limits_;
+  std::unordered_map<std::string, std::string> data_;
+  std::size_t total_bytes_ = 0;
+  std::unordered_map<std::string, std::vector<WaiterId>> watchers_;
+  std::map<WaiterId, Waiter> waiters_;
+  std::set<std::pair<TimePoint, WaiterId>> deadlines_;
+  WaiterId next_waiter_ = 1;
+};
+
+}  // namespace ctrun::rendezvous

@@ -1,0 +1,83 @@
+// ctrund: the rendezvous daemon. Serves many jobs at once on one address.
+#include <boost/asio.hpp>
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include "ctrun/rendezvous/auth.h"
+#include "ctrun/rendezvous/log.h"
+#include "ctrun/rendezvous/server.h"
+
+namespace rdzv = ctrun::rendezvous;
+
+int main(int argc, char** argv) {
+  CLI::App app{"ctrund: rendezvous and key-value store daemon for ctrun jobs"};
+  rdzv::ServerOptions options;
+  std::string token_file;
+  std::string port_file;
+  std::size_t max_frame_bytes = rdzv::kDefaultMaxFrameBytes;
+  std::size_t max_connections = options.service.max_connections;
+  app.add_option("--host", options.host, "address to listen on (default: every interface)");
+  app.add_option("--port", options.port, "port to listen on; 0 picks a free one")
+      ->default_val(rdzv::kDefaultPort);
+  app.add_option("--token_file", token_file,
+                 "file holding the shared token clients must prove (else $CTRUN_RDZV_TOKEN)");
+  app.add_option("--max_frame_bytes", max_frame_bytes, "largest frame accepted")
+      ->default_val(rdzv::kDefaultMaxFrameBytes)
+      ->check(CLI::Range(std::size_t{64}, std::size_t{1} << 30));
+  app.add_option("--max_connections", max_connections, "connections served at once")
+      ->default_val(options.service.max_connections)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--port_file", port_file, "write the bound port to this file once listening");
+  app.set_version_flag("--version", "ctrund " CTRUN_VERSION);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "ctrund: error: " << e.what() << "\n";
+    return 2;
+  }
+
+  if (!token_file.empty()) {
+    auto token = rdzv::read_token_file(token_file);
+    if (!token) {
+      std::cerr << "ctrund: error: " << token.error().message << "\n";
+      return 2;
+    }
+    options.service.token = token.value();
+  } else if (const char* env = std::getenv("CTRUN_RDZV_TOKEN"); env && *env) {
+    options.service.token = std::string(env);
+  }
+  options.service.max_frame_bytes = max_frame_bytes;
+  options.service.store_limits.max_value_bytes = max_frame_bytes;
+  options.service.max_connections = max_connections;
+  options.service.log = [](const std::string& line) { rdzv::log_line("ctrund", line); };
+
+  boost::asio::io_context io;
+  auto server = rdzv::Server::create(io, options);
+  if (!server) {
+    std::cerr << "ctrund: error: " << server.error().message << "\n";
+    return 1;
+  }
+  server.value()->start();
+  rdzv::log_line("ctrund", "listening on " + server.value()->address() + ":" +
+                               std::to_string(server.value()->port()) + " (token " +
+                               (options.service.token ? "required" : "not required") + ")");
+  if (!port_file.empty()) {
+    std::ofstream(port_file) << server.value()->port() << "\n";
+  }
+
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](boost::system::error_code ec, int signo) {
+    if (ec) return;
+    rdzv::log_line("ctrund", std::string("stopping on ") + (signo == SIGINT ? "SIGINT" : "SIGTERM"));
+    server.value()->stop();
+    io.stop();
+  });
+  std::signal(SIGPIPE, SIG_IGN);
+  io.run();
+  return 0;
+}

@@ -1,0 +1,449 @@
+#include "ctrun/rendezvous/rendezvous.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "ctrun/rendezvous/message.h"
+
+namespace ctrun::rendezvous {
+namespace {
+
+std::int64_t millis(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+}  // namespace
+
+Status validate(const RendezvousConfig& c) {
+  if (c.min_nodes < 1) return Error{ErrorCode::kBadRequest, "min_nodes must be at least 1"};
+  if (c.max_nodes < c.min_nodes) {
+    return Error{ErrorCode::kBadRequest, "max_nodes (" + std::to_string(c.max_nodes) +
+                                             ") is below min_nodes (" +
+                                             std::to_string(c.min_nodes) + ")"};
+  }
+  if (c.join_timeout <= Duration::zero()) {
+    return Error{ErrorCode::kBadRequest, "join_timeout must be positive"};
+  }
+  if (c.last_call_timeout < Duration::zero() || c.close_timeout < Duration::zero()) {
+    return Error{ErrorCode::kBadRequest, "last_call_timeout and close_timeout must not be negative"};
+  }
+  if (c.keep_alive_interval <= Duration::zero() || c.keep_alive_max_attempt < 1) {
+    return Error{ErrorCode::kBadRequest,
+                 "keep_alive_interval must be positive and keep_alive_max_attempt at least 1"};
+  }
+  return ok_status();
+}
+
+std::string_view job_state_name(JobState state) {
+  switch (state) {
+    case JobState::kRunning: return "running";
+    case JobState::kSucceeded: return "succeeded";
+    case JobState::kFailed: return "failed";
+    case JobState::kClosed: return "closed";
+  }
+  return "unknown";
+}
+
+Json to_json(const RoundAssignment& a) {
+  Json members = Json::array();
+  for (const auto& m : a.members) {
+    members.push_back({{"node", m.node_id},
+                       {"host", m.host},
+                       {"group_rank", m.group_rank},
+                       {"local_world_size", m.local_world_size},
+                       {"rank_offset", m.rank_offset}});
+  }
+  return Json{{"round", a.round},
+              {"group_rank", a.group_rank},
+              {"group_world_size", a.group_world_size},
+              {"rank_offset", a.rank_offset},
+              {"world_size", a.world_size},
+              {"master_addr", a.master_addr},
+              {"master_port", a.master_port},
+              {"store_prefix", a.store_prefix},
+              {"members", std::move(members)}};
+}
+
+Result<RoundAssignment> round_assignment_from_json(const Json& j) {
+  RoundAssignment a;
+  auto int_field = [&j](const char* name, int& out) -> Status {
+    auto v = get_int(j, name);
+    if (!v) return v.error();
+    out = static_cast<int>(v.value());
+    return ok_status();
+  };
+  for (auto [name, out] : {std::pair{"round", &a.round}, std::pair{"group_rank", &a.group_rank},
+                           std::pair{"group_world_size", &a.group_world_size},
+                           std::pair{"rank_offset", &a.rank_offset},
+                           std::pair{"world_size", &a.world_size},
+                           std::pair{"master_port", &a.master_port}}) {
+    if (auto s = int_field(name, *out); !s) return s.error();
+  }
+  auto addr = get_string(j, "master_addr");
+  if (!addr) return addr.error();
+  a.master_addr = addr.value();
+  auto prefix = get_string(j, "store_prefix");
+  if (!prefix) return prefix.error();
+  a.store_prefix = prefix.value();
+  auto members = j.find("members");
+  if (members == j.end() || !members->is_array()) {
+    return Error{ErrorCode::kBadRequest, "field 'members' missing or not a list"};
+  }
+  for (const auto& m : *members) {
+    if (!m.is_object()) return Error{ErrorCode::kBadRequest, "a member is not a map"};
+    RoundMember rm;
+    auto node = get_string(m, "node");
+    auto host = get_string(m, "host");
+    if (!node) return node.error();
+    if (!host) return host.error();
+    rm.node_id = node.value();
+    rm.host = host.value();
+    for (auto [name, out] : {std::pair{"group_rank", &rm.group_rank},
+                             std::pair{"local_world_size", &rm.local_world_size},
+                             std::pair{"rank_offset", &rm.rank_offset}}) {
+      auto v = get_int(m, name);
+      if (!v) return v.error();
+      *out = static_cast<int>(v.value());
+    }
+    a.members.push_back(std::move(rm));
+  }
+  return a;
+}
+
+Rendezvous::Rendezvous(std::string job_id, RendezvousConfig config, const Clock& clock,
+                       Logger log, int generation)
+    : job_id_(std::move(job_id)),
+      config_(config),
+      generation_(generation),
+      clock_(clock),
+      log_(std::move(log)) {}
+
+void Rendezvous::log(const std::string& line) const {
+  if (log_) log_("job '" + job_id_ + "': " + line);
+}
+
+int Rendezvous::count(Place place) const {
+  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(),
+                                        [place](const auto& kv) { return kv.second.place == place; }));
+}
+
+int Rendezvous::nodes_waiting() const {
+  return formed_ ? count(Place::kWaiting) : count(Place::kPending) + count(Place::kWaiting);
+}
+
+Result<std::vector<Notice>> Rendezvous::join(const NodeInfo& info) {
+  if (state_ != JobState::kRunning) {
+    return Error{ErrorCode::kClosed, "job '" + job_id_ + "' has ended (" +
+                                         std::string(job_state_name(state_)) + ": " +
+                                         end_reason_ + ")"};
+  }
+  if (info.node_id.empty()) return Error{ErrorCode::kBadRequest, "join needs a node id"};
+  if (info.local_world_size < 1) {
+    return Error{ErrorCode::kBadRequest, "local_world_size must be at least 1"};
+  }
+  if (info.master_port < 0 || info.master_port > 65535) {
+    return Error{ErrorCode::kBadRequest, "master_port must be in 0..65535"};
+  }
+  if (info.requested_rank >= config_.max_nodes) {
+    return Error{ErrorCode::kConflict, "node rank " + std::to_string(info.requested_rank) +
+                                           " is not below max_nodes " +
+                                           std::to_string(config_.max_nodes)};
+  }
+  if (info.requested_rank >= 0) {
+    for (const auto& [id, n] : nodes_) {
+      if (id != info.node_id && n.info.requested_rank == info.requested_rank) {
+        return Error{ErrorCode::kConflict, "node rank " + std::to_string(info.requested_rank) +
+                                               " is already taken by node '" + id + "'"};
+      }
+    }
+  }
+
+  std::vector<Notice> out;
+  const TimePoint now = clock_.now();
+  auto it = nodes_.find(info.node_id);
+  if (it != nodes_.end() && it->second.place == Place::kMember && it->second.succeeded) {
+    return Error{ErrorCode::kConflict,
+                 "node '" + info.node_id + "' already reported success in this job"};
+  }
+  const bool restarting_member = it != nodes_.end() && it->second.place == Place::kMember;
+  const bool newcomer = it == nodes_.end();
+  if (restarting_member) {
+    reopen("node '" + info.node_id + "' asked for a new round", info.node_id, out);
+  }
+  Node& node = nodes_[info.node_id];
+  const bool already_joined =
+      !newcomer && (node.place == Place::kPending || node.place == Place::kWaiting);
+  node.info = info;
+  node.last_seen = now;
+  if (already_joined) return out;  // a repeated join keeps its place in line
+  node.joined_at = now;
+  node.join_seq = next_join_seq_++;
+  node.succeeded = false;
+
+  if (formed_) {
+    if (static_cast<int>(members_.size()) < config_.max_nodes) {
+      node.place = Place::kPending;
+      reopen("new node '" + info.node_id + "' is waiting", info.node_id, out);
+    } else {
+      node.place = Place::kWaiting;
+      log("node '" + info.node_id + "' waits: round " + std::to_string(round_) + " is full");
+      return out;
+    }
+  } else {
+    node.place = Place::kPending;
+  }
+  log("node '" + info.node_id + "' (" + info.host + ", " + std::to_string(info.local_world_size) +
+      " workers) joined round " + std::to_string(round_) + " (" +
+      std::to_string(count(Place::kPending)) + " of " + std::to_string(config_.min_nodes) + ".." +
+      std::to_string(config_.max_nodes) + ")");
+  maybe_form(out);
+  return out;
+}
+
+void Rendezvous::reopen(const std::string& reason, const std::string& except,
+                        std::vector<Notice>& out) {
+  ++round_;
+  formed_ = false;
+  last_call_deadline_.reset();
+  log("round " + std::to_string(round_) + " opens: " + reason);
+  for (const auto& id : members_) {
+    Node& n = nodes_.at(id);
+    n.place = Place::kStale;
+    if (id != except) {
+      out.push_back(Notice{.kind = Notice::Kind::kRoundReopened,
+                           .node_id = id,
+                           .round = round_,
+                           .reason = reason});
+    }
+  }
+  members_.clear();
+  for (auto& [id, n] : nodes_) {
+    if (n.place == Place::kWaiting) n.place = Place::kPending;
+  }
+}
+
+void Rendezvous::maybe_form(std::vector<Notice>& out) {
+  if (formed_ || state_ != JobState::kRunning) return;
+  const int pending = count(Place::kPending);
+  if (pending >= config_.max_nodes) return form(out);
+  if (pending < config_.min_nodes) {
+    last_call_deadline_.reset();
+    return;
+  }
+  // A reopened round need not wait for strangers once every survivor is back: newcomers that
+  // show up later open another round themselves.
+  const bool survivor_pending = std::any_of(nodes_.begin(), nodes_.end(), [this](const auto& kv) {
+    return kv.second.place == Place::kPending && last_rank_.count(kv.first) != 0;
+  });
+  const bool survivors_back = round_ > 0 && survivor_pending && count(Place::kStale) == 0;
+  if (survivors_back || config_.last_call_timeout == Duration::zero()) return form(out);
+  if (!last_call_deadline_) last_call_deadline_ = clock_.now() + config_.last_call_timeout;
+}
+
+void Rendezvous::form(std::vector<Notice>& out) {
+  std::vector<std::string> candidates;
+  for (const auto& [id, n] : nodes_) {
+    if (n.place == Place::kPending) candidates.push_back(id);
+  }
+  // Priority for a seat: a static rank, then survivors by their old rank, then join order.
+  auto priority = [this](const std::string& id) {
+    const Node& n = nodes_.at(id);
+    auto last = last_rank_.find(id);
+    return std::tuple(n.info.requested_rank >= 0 ? 0 : 1,
+                      last == last_rank_.end() ? config_.max_nodes : last->second, n.join_seq);
+  };
+  std::sort(candidates.begin(), candidates.end(),
+            [&](const auto& a, const auto& b) { return priority(a) < priority(b); });
+  const std::size_t seats = std::min<std::size_t>(candidates.size(), config_.max_nodes);
+  const int n = static_cast<int>(seats);
+  std::vector<std::string> by_rank(seats);
+  std::vector<bool> placed(seats, false);
+  auto try_place = [&](std::size_t i, int rank) {
+    if (placed[i] || rank < 0 || rank >= n || !by_rank[rank].empty()) return;
+    by_rank[rank] = candidates[i];
+    placed[i] = true;
+  };
+  for (std::size_t i = 0; i < seats; ++i) try_place(i, nodes_.at(candidates[i]).info.requested_rank);
+  for (std::size_t i = 0; i < seats; ++i) {
+    auto last = last_rank_.find(candidates[i]);
+    if (last != last_rank_.end()) try_place(i, last->second);
+  }
+  int next_free = 0;
+  for (std::size_t i = 0; i < seats; ++i) {
+    while (next_free < n && !by_rank[next_free].empty()) ++next_free;
+    try_place(i, next_free);
+  }
+  for (std::size_t i = seats; i < candidates.size(); ++i) {
+    nodes_.at(candidates[i]).place = Place::kWaiting;
+  }
+
+  RoundAssignment base;
+  base.round = round_;
+  base.group_world_size = n;
+  base.store_prefix =
+      "rdzv/" + std::to_string(generation_) + "/" + std::to_string(round_) + "/";
+  for (int r = 0; r < n; ++r) {
+    Node& node = nodes_.at(by_rank[r]);
+    node.place = Place::kMember;
+    base.members.push_back(RoundMember{node.info.node_id, node.info.host, r,
+                                       node.info.local_world_size, base.world_size});
+    base.world_size += node.info.local_world_size;
+  }
+  const Node& first = nodes_.at(by_rank[0]);
+  base.master_addr = first.info.host;
+  base.master_port = first.info.master_port;
+
+  members_ = by_rank;
+  last_rank_.clear();
+  formed_ = true;
+  last_call_deadline_.reset();
+  std::string roster;
+  for (const auto& m : base.members) {
+    roster += (roster.empty() ? "" : ", ") + m.node_id + "=" + std::to_string(m.group_rank);
+  }
+  log("round " + std::to_string(round_) + " formed: " + std::to_string(n) + " nodes, world size " +
+      std::to_string(base.world_size) + " [" + roster + "]");
+  for (int r = 0; r < n; ++r) {
+    last_rank_[by_rank[r]] = r;
+    Notice notice{.kind = Notice::Kind::kRoundFormed, .node_id = by_rank[r], .assignment = base};
+    notice.assignment.group_rank = r;
+    notice.assignment.rank_offset = base.members[r].rank_offset;
+    out.push_back(std::move(notice));
+  }
+}
+
+std::vector<Notice> Rendezvous::remove_node(const std::string& node_id, const std::string& reason) {
+  std::vector<Notice> out;
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return out;
+  const Place place = it->second.place;
+  if (place == Place::kMember && it->second.succeeded) return out;  // done; its result stands
+  log("node '" + node_id + "' left: " + reason);
+  if (place == Place::kMember && state_ == JobState::kRunning) {
+    reopen("node '" + node_id + "' left (" + reason + ")", node_id, out);
+  }
+  std::erase(members_, node_id);
+  nodes_.erase(node_id);
+  maybe_form(out);
+  return out;
+}
+
+void Rendezvous::keep_alive(const std::string& node_id) {
+  auto it = nodes_.find(node_id);
+  if (it != nodes_.end()) it->second.last_seen = clock_.now();
+}
+
+Result<std::vector<Notice>> Rendezvous::report(const std::string& node_id, bool succeeded,
+                                               const std::string& message) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || (it->second.place != Place::kMember && it->second.place != Place::kStale)) {
+    return Error{ErrorCode::kConflict,
+                 "node '" + node_id + "' is not a member of job '" + job_id_ + "'"};
+  }
+  std::vector<Notice> out;
+  if (state_ != JobState::kRunning) return out;
+  if (!succeeded) {
+    end(JobState::kFailed, "node '" + node_id + "' failed: " + message, out);
+    return out;
+  }
+  it->second.succeeded = true;
+  log("node '" + node_id + "' succeeded");
+  const bool all = formed_ && std::all_of(members_.begin(), members_.end(), [this](const auto& id) {
+                     return nodes_.at(id).succeeded;
+                   });
+  if (all) end(JobState::kSucceeded, "every node succeeded", out);
+  return out;
+}
+
+std::vector<Notice> Rendezvous::close(const std::string& reason) {
+  std::vector<Notice> out;
+  if (state_ == JobState::kRunning) end(JobState::kClosed, reason, out);
+  return out;
+}
+
+void Rendezvous::end(JobState state, const std::string& reason, std::vector<Notice>& out) {
+  state_ = state;
+  end_reason_ = reason;
+  last_call_deadline_.reset();
+  log(std::string(job_state_name(state)) + ": " + reason);
+  for (const auto& [id, n] : nodes_) {
+    if (n.place == Place::kPending || n.place == Place::kWaiting) {
+      out.push_back(Notice{.kind = Notice::Kind::kJoinFailed,
+                           .node_id = id,
+                           .error = Error{ErrorCode::kClosed, "job '" + job_id_ + "' ended (" +
+                                                                  std::string(job_state_name(state)) +
+                                                                  "): " + reason}});
+    } else {
+      out.push_back(
+          Notice{.kind = Notice::Kind::kJobEnded, .node_id = id, .reason = reason, .state = state});
+    }
+  }
+}
+
+std::vector<Notice> Rendezvous::tick() {
+  std::vector<Notice> out;
+  const TimePoint now = clock_.now();
+  const Duration silence_limit = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  std::vector<std::string> silent;
+  std::vector<std::string> timed_out;
+  for (const auto& [id, n] : nodes_) {
+    if (n.place == Place::kMember && n.succeeded) continue;
+    if (now - n.last_seen > silence_limit) {
+      silent.push_back(id);
+    } else if ((n.place == Place::kPending || n.place == Place::kWaiting) &&
+               now - n.joined_at >= config_.join_timeout) {
+      timed_out.push_back(id);
+    }
+  }
+  for (const auto& id : silent) {
+    auto more = remove_node(id, "no keep-alive for " + std::to_string(millis(silence_limit)) + " ms");
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  for (const auto& id : timed_out) {
+    if (!nodes_.count(id)) continue;
+    const int pending = count(Place::kPending);
+    out.push_back(Notice{
+        .kind = Notice::Kind::kJoinFailed,
+        .node_id = id,
+        .error = Error{ErrorCode::kTimeout,
+                       "round " + std::to_string(round_) + " of job '" + job_id_ +
+                           "' did not form within join_timeout (" +
+                           std::to_string(millis(config_.join_timeout)) + " ms): " +
+                           std::to_string(pending) + " of min " +
+                           std::to_string(config_.min_nodes) + " nodes joined"}});
+    auto more = remove_node(id, "join timed out");
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  if (last_call_deadline_ && now >= *last_call_deadline_ && !formed_ &&
+      state_ == JobState::kRunning && count(Place::kPending) >= config_.min_nodes) {
+    form(out);
+  }
+  return out;
+}
+
+Json Rendezvous::describe() const {
+  Json nodes = Json::array();
+  const TimePoint now = clock_.now();
+  for (const auto& [id, n] : nodes_) {
+    static constexpr const char* kPlaces[] = {"pending", "waiting", "member", "stale"};
+    auto rank = std::find(members_.begin(), members_.end(), id);
+    nodes.push_back({{"node", id},
+                     {"host", n.info.host},
+                     {"local_world_size", n.info.local_world_size},
+                     {"place", kPlaces[static_cast<int>(n.place)]},
+                     {"group_rank", rank == members_.end() ? -1 : rank - members_.begin()},
+                     {"succeeded", n.succeeded},
+                     {"last_seen_ms_ago", millis(now - n.last_seen)}});
+  }
+  return Json{{"job", job_id_},
+              {"state", job_state_name(state_)},
+              {"round", round_},
+              {"formed", formed_},
+              {"min_nodes", config_.min_nodes},
+              {"max_nodes", config_.max_nodes},
+              {"nodes_waiting", nodes_waiting()},
+              {"end_reason", end_reason_},
+              {"nodes", std::move(nodes)}};
+}
+
+}  // namespace ctrun::rendezvous

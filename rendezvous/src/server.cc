@@ -1,0 +1,273 @@
+#include "ctrun/rendezvous/server.h"
+
+#include <boost/asio.hpp>
+
+#include <array>
+#include <unordered_map>
+
+namespace ctrun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+// One TCP connection. Reads go straight into the Service; writes queue in `pending_` and go out
+// in one async_write per batch. Owned by Server::Impl's map; handlers hold a shared_ptr.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, ConnectionId id, Service& service, std::size_t max_pending,
+          std::function<void(ConnectionId)> on_gone, std::weak_ptr<int> server_alive)
+      : socket_(std::move(socket)),
+        id_(id),
+        server_alive_(std::move(server_alive)),
+        service_(service),
+        max_pending_(max_pending),
+        on_gone_(std::move(on_gone)) {}
+
+  void start() { read(); }
+
+  void send(std::string bytes) {
+    if (closed_) return;
+    if (pending_.size() + bytes.size() > max_pending_) {
+      // The peer does not read what it asked for: cut it rather than buffer without bound.
+      abort();
+      return;
+    }
+    if (pending_.empty()) {
+      pending_ = std::move(bytes);
+    } else {
+      pending_ += bytes;
+    }
+    if (!writing_) write();
+  }
+
+  // Closes after what is queued has been written (the service asked for it).
+  void close_after_flush() {
+    closing_ = true;
+    if (!writing_) shutdown();
+  }
+
+  // Closes now; the service hears of it as a disconnect.
+  void abort() {
+    if (closed_) return;
+    boost::system::error_code ignored;
+    socket_.cancel(ignored);
+    socket_.close(ignored);
+  }
+
+ private:
+  void read() {
+    socket_.async_read_some(asio::buffer(buffer_),
+                            [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                              self->on_read(ec, n);
+                            });
+  }
+
+  void on_read(boost::system::error_code ec, std::size_t n) {
+    if (closed_ || server_alive_.expired()) return;
+    if (ec) {
+      gone();
+      service_.on_disconnect(id_);
+      return;
+    }
+    if (!closing_) service_.on_data(id_, buffer_.data(), n);
+    if (!closed_) read();
+  }
+
+  void write() {
+    writing_ = true;
+    in_flight_ = std::move(pending_);
+    pending_.clear();
+    asio::async_write(socket_, asio::buffer(in_flight_),
+                      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                        self->on_written(ec);
+                      });
+  }
+
+  void on_written(boost::system::error_code ec) {
+    writing_ = false;
+    if (closed_ || server_alive_.expired()) return;
+    if (ec) return abort();  // the read side reports the disconnect
+    if (!pending_.empty()) return write();
+    if (closing_) shutdown();
+  }
+
+  void shutdown() {
+    boost::system::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    gone();
+  }
+
+  void gone() {
+    if (closed_) return;
+    closed_ = true;
+    on_gone_(id_);
+  }
+
+  tcp::socket socket_;
+  ConnectionId id_;
+  // Handlers may run after the server is gone (stop() then destruction while the loop still
+  // runs): they touch nothing of it then.
+  std::weak_ptr<int> server_alive_;
+  Service& service_;
+  std::size_t max_pending_;
+  std::function<void(ConnectionId)> on_gone_;
+  std::array<char, 64 * 1024> buffer_;
+  std::string pending_;
+  std::string in_flight_;
+  bool writing_ = false;
+  bool closing_ = false;
+  bool closed_ = false;
+};
+
+class Server::Impl final : public Transport {
+ public:
+  Impl(asio::io_context& io, ServerOptions options)
+      : io_(io),
+        options_(std::move(options)),
+        acceptor_(io),
+        timer_(io),
+        service_(options_.service, clock_, *this) {}
+
+  Status bind() {
+    boost::system::error_code ec;
+    std::vector<tcp::endpoint> candidates;
+    if (options_.host.empty()) {
+      candidates = {tcp::endpoint(asio::ip::address_v6::any(), options_.port),
+                    tcp::endpoint(asio::ip::address_v4::any(), options_.port)};
+    } else {
+      tcp::resolver resolver(io_);
+      auto results = resolver.resolve(options_.host, std::to_string(options_.port),
+                                      tcp::resolver::numeric_service, ec);
+      if (ec) {
+        return Error{ErrorCode::kConnection,
+                     "cannot resolve listen address '" + options_.host + "': " + ec.message()};
+      }
+      for (const auto& r : results) candidates.push_back(r.endpoint());
+    }
+    std::string last_error = "no address";
+    for (const auto& ep : candidates) {
+      acceptor_.close(ec);
+      if (acceptor_.open(ep.protocol(), ec)) {
+        last_error = ec.message();
+        continue;
+      }
+      acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+      if (ep.address().is_v6() && options_.host.empty()) {
+        acceptor_.set_option(asio::ip::v6_only(false), ec);
+      }
+      if (acceptor_.bind(ep, ec) || acceptor_.listen(asio::socket_base::max_listen_connections, ec)) {
+        last_error = ec.message();
+        continue;
+      }
+      const auto local = acceptor_.local_endpoint();
+      port_ = local.port();
+      address_ = local.address().to_string();
+      return ok_status();
+    }
+    return Error{ErrorCode::kConnection, "cannot listen on " +
+                                             (options_.host.empty() ? "*" : options_.host) + ":" +
+                                             std::to_string(options_.port) + ": " + last_error};
+  }
+
+  void start() {
+    accept();
+    arm_timer();
+  }
+
+  void stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    timer_.cancel();
+    auto sessions = sessions_;
+    for (auto& [id, s] : sessions) s->abort();
+  }
+
+  // Transport
+  void send(ConnectionId id, std::string bytes) override {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    auto session = it->second;  // may leave the map during the call
+    session->send(std::move(bytes));
+  }
+  void close(ConnectionId id) override {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    auto session = it->second;
+    session->close_after_flush();
+  }
+
+  std::uint16_t port_ = 0;
+  std::string address_;
+
+ private:
+  void accept() {
+    acceptor_.async_accept([this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec,
+                                                                      tcp::socket socket) {
+      if (alive.expired() || stopped_) return;
+      if (ec) {
+        // Out of descriptors or a transient error: back off briefly instead of spinning.
+        log("accept failed: " + ec.message());
+        auto retry = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+        retry->async_wait([this, retry, alive](boost::system::error_code) {
+          if (!alive.expired() && !stopped_) accept();
+        });
+        return;
+      }
+      boost::system::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      auto remote = socket.remote_endpoint(ignored);
+      std::string peer = remote.address().to_string() + ":" + std::to_string(remote.port());
+      const ConnectionId id = next_id_++;
+      auto session = std::make_shared<Session>(std::move(socket), id, service_,
+                                               options_.max_pending_write_bytes,
+                                               [this](ConnectionId gone) { sessions_.erase(gone); },
+                                               alive_);
+      sessions_.emplace(id, session);
+      service_.on_connect(id, std::move(peer));
+      session->start();
+      accept();
+    });
+  }
+
+  void arm_timer() {
+    timer_.expires_after(options_.tick_interval);
+    timer_.async_wait([this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
+      if (ec || alive.expired() || stopped_) return;
+      service_.tick();
+      arm_timer();
+    });
+  }
+
+  void log(const std::string& line) {
+    if (options_.service.log) options_.service.log(line);
+  }
+
+  asio::io_context& io_;
+  ServerOptions options_;
+  SteadyClock clock_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer timer_;
+  Service service_;
+  std::unordered_map<ConnectionId, std::shared_ptr<Session>> sessions_;
+  ConnectionId next_id_ = 1;
+  bool stopped_ = false;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
+};
+
+Result<std::unique_ptr<Server>> Server::create(asio::io_context& io, ServerOptions options) {
+  auto impl = std::make_unique<Impl>(io, std::move(options));
+  if (auto s = impl->bind(); !s) return s.error();
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() { impl_->stop(); }
+std::uint16_t Server::port() const { return impl_->port_; }
+const std::string& Server::address() const { return impl_->address_; }
+void Server::start() { impl_->start(); }
+void Server::stop() { impl_->stop(); }
+
+}  // namespace ctrun::rendezvous

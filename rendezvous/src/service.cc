@@ -1,0 +1,603 @@
+#include "ctrun/rendezvous/service.h"
+
+#include <unordered_set>
+#include <utility>
+
+#include "ctrun/rendezvous/auth.h"
+#include "ctrun/rendezvous/message.h"
+
+namespace ctrun::rendezvous {
+
+struct Service::Connection {
+  ConnectionId id = 0;
+  std::string peer;
+  FrameDecoder decoder;
+  TimePoint opened_at;
+  std::optional<TimePoint> mid_frame_since;
+  std::string nonce;
+  bool authenticated = false;
+  std::string job;
+  std::string node;  // the rendezvous node this connection speaks for, once it joined
+  std::optional<std::uint64_t> join_request;
+  std::unordered_set<KeyValueStore::WaiterId> waiters;
+};
+
+struct Service::Job {
+  explicit Job(const StoreLimits& limits) : store(limits) {}
+  KeyValueStore store;
+  std::unique_ptr<Rendezvous> rendezvous;
+  int generation = 0;
+  std::unordered_map<std::string, ConnectionId> node_connections;
+  std::size_t connections = 0;
+  TimePoint idle_since;
+};
+
+const std::unordered_map<std::string_view, Service::Handler> Service::kHandlers = {
+    {"hello", &Service::op_hello},
+    {"ping", &Service::op_ping},
+    {"set", &Service::op_set},
+    {"get", &Service::op_get},
+    {"add", &Service::op_add},
+    {"compare_set", &Service::op_compare_set},
+    {"check", &Service::op_check},
+    {"wait", &Service::op_wait},
+    {"delete", &Service::op_delete},
+    {"num_keys", &Service::op_num_keys},
+    {"multi_get", &Service::op_multi_get},
+    {"multi_set", &Service::op_multi_set},
+    {"join", &Service::op_join},
+    {"leave", &Service::op_leave},
+    {"keep_alive", &Service::op_keep_alive},
+    {"report", &Service::op_report},
+    {"close", &Service::op_close},
+    {"status", &Service::op_status},
+    {"jobs", &Service::op_jobs},
+};
+
+namespace {
+
+std::int64_t millis(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+}  // namespace
+
+Service::Service(ServiceOptions options, const Clock& clock, Transport& transport)
+    : options_(std::move(options)), clock_(clock), transport_(transport) {
+  if (!options_.random) options_.random = random_bytes;
+}
+
+Service::~Service() = default;
+
+void Service::log(const std::string& line) const {
+  if (options_.log) options_.log(line);
+}
+
+void Service::on_connect(ConnectionId id, std::string peer) {
+  if (connections_.size() >= options_.max_connections) {
+    log(peer + " refused: " + std::to_string(connections_.size()) + " connections already open");
+    transport_.send(id, encode_frame(error_response(
+                            0, Error{ErrorCode::kLimit, "daemon is at its connection limit"})));
+    transport_.close(id);
+    return;
+  }
+  auto c = std::make_unique<Connection>();
+  c->id = id;
+  c->peer = std::move(peer);
+  c->decoder = FrameDecoder(options_.max_frame_bytes);
+  c->opened_at = clock_.now();
+  c->nonce = options_.random(kNonceBytes);
+  transport_.send(id, encode_frame(Json{{"event", "challenge"},
+                                        {"version", kProtocolVersion},
+                                        {"nonce", to_binary(c->nonce)},
+                                        {"auth", options_.token.has_value()}}));
+  connections_.emplace(id, std::move(c));
+}
+
+void Service::on_data(ConnectionId id, const char* data, std::size_t size) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  it->second->decoder.feed(data, size);
+  while (true) {
+    it = connections_.find(id);  // a handler may have closed it
+    if (it == connections_.end()) return;
+    Connection& c = *it->second;
+    auto frame = c.decoder.next();
+    if (!frame) return reject(c, 0, frame.error());
+    if (!frame.value()) break;
+    handle_frame(c, std::move(*frame.value()));
+  }
+  Connection& c = *it->second;
+  if (!c.decoder.mid_frame()) {
+    c.mid_frame_since.reset();
+  } else if (!c.mid_frame_since) {
+    c.mid_frame_since = clock_.now();
+  }
+}
+
+void Service::on_disconnect(ConnectionId id) {
+  if (connections_.count(id)) drop(id, "connection closed by peer");
+}
+
+void Service::drop(ConnectionId id, const std::string& why) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  std::unique_ptr<Connection> c = std::move(it->second);
+  connections_.erase(it);
+  if (c->authenticated) {
+    Job& job = *jobs_.at(c->job);
+    for (auto w : c->waiters) job.store.cancel(w);
+    if (--job.connections == 0) job.idle_since = clock_.now();
+    auto bound = c->node.empty() ? job.node_connections.end() : job.node_connections.find(c->node);
+    if (bound != job.node_connections.end() && bound->second == id) {
+      job.node_connections.erase(bound);
+      if (job.rendezvous) deliver(job, job.rendezvous->remove_node(c->node, why));
+    }
+  }
+}
+
+void Service::reply(const Connection& c, std::uint64_t id, Json body) {
+  body["id"] = id;
+  body["ok"] = true;
+  transport_.send(c.id, encode_frame(body));
+}
+
+void Service::fail(const Connection& c, std::uint64_t id, const Error& e) {
+  transport_.send(c.id, encode_frame(error_response(id, e)));
+}
+
+void Service::reject(Connection& c, std::uint64_t id, const Error& e) {
+  log(c.peer + " closed: " + std::string(error_code_name(e.code)) + ": " + e.message);
+  fail(c, id, e);
+  const ConnectionId cid = c.id;
+  drop(cid, std::string(error_code_name(e.code)));
+  transport_.close(cid);
+}
+
+Service::Job& Service::job_of(Connection& c) { return *jobs_.at(c.job); }
+
+void Service::handle_frame(Connection& c, Json frame) {
+  auto id_field = frame.find("id");
+  if (id_field == frame.end() || !id_field->is_number_unsigned()) {
+    return reject(c, 0, Error{ErrorCode::kBadRequest, "request has no unsigned integer 'id'"});
+  }
+  const auto id = id_field->get<std::uint64_t>();
+  auto op = frame.find("op");
+  if (op == frame.end() || !op->is_string()) {
+    return reject(c, id, Error{ErrorCode::kBadRequest, "request has no string 'op'"});
+  }
+  const auto& name = op->get_ref<const std::string&>();
+  auto handler = kHandlers.find(name);
+  if (handler == kHandlers.end()) {
+    return reject(c, id, Error{ErrorCode::kUnknownOp, "unknown op '" + name.substr(0, 64) + "'"});
+  }
+  if (!c.authenticated && name != "hello") {
+    return reject(c, id, Error{ErrorCode::kNotAuthenticated, "'" + name + "' before hello"});
+  }
+  if (c.authenticated && !c.node.empty()) {
+    Job& job = job_of(c);
+    if (job.rendezvous) job.rendezvous->keep_alive(c.node);
+  }
+  (this->*handler->second)(c, id, frame);
+}
+
+// ---- handshake -------------------------------------------------------------------------------
+
+void Service::op_hello(Connection& c, std::uint64_t id, const Json& req) {
+  if (c.authenticated) return fail(c, id, Error{ErrorCode::kBadRequest, "hello was already said"});
+  auto version = get_int(req, "version");
+  if (!version) return reject(c, id, version.error());
+  if (version.value() != kProtocolVersion) {
+    return reject(c, id, Error{ErrorCode::kBadVersion,
+                               "protocol version " + std::to_string(version.value()) +
+                                   " is not supported; this daemon speaks version " +
+                                   std::to_string(kProtocolVersion)});
+  }
+  auto job = get_string(req, "job");
+  if (!job) return reject(c, id, job.error());
+  if (job.value().empty() || job.value().size() > options_.max_job_bytes) {
+    return reject(c, id, Error{ErrorCode::kBadRequest,
+                               "job id must be 1.." + std::to_string(options_.max_job_bytes) +
+                                   " bytes"});
+  }
+  Json body = Json::object();
+  if (options_.token) {
+    auto proof = get_bytes(req, "proof");
+    if (!proof) {
+      return reject(c, id, Error{ErrorCode::kAuthFailed, "this daemon requires a token"});
+    }
+    if (!constant_time_equal(proof.value(), client_proof(*options_.token, c.nonce, job.value()))) {
+      return reject(c, id, Error{ErrorCode::kAuthFailed, "token proof does not match"});
+    }
+    if (auto client_nonce = get_bytes(req, "nonce")) {
+      body["proof"] = to_binary(server_proof(*options_.token, client_nonce.value(), c.nonce));
+    }
+  }
+  c.authenticated = true;
+  c.job = job.value();
+  auto [it, created] = jobs_.try_emplace(c.job, nullptr);
+  if (created) it->second = std::make_unique<Job>(options_.store_limits);
+  ++it->second->connections;
+  body["version"] = kProtocolVersion;
+  reply(c, id, std::move(body));
+}
+
+void Service::op_ping(Connection& c, std::uint64_t id, const Json&) { reply(c, id, Json::object()); }
+
+// ---- store -----------------------------------------------------------------------------------
+
+void Service::op_set(Connection& c, std::uint64_t id, const Json& req) {
+  auto key = get_string(req, "key");
+  if (!key) return reject(c, id, key.error());
+  auto value = get_bytes(req, "value");
+  if (!value) return reject(c, id, value.error());
+  auto s = job_of(c).store.set(key.value(), std::move(value).value());
+  if (!s) return fail(c, id, s.error());
+  reply(c, id, Json::object());
+}
+
+void Service::op_get(Connection& c, std::uint64_t id, const Json& req) {
+  wait_for_keys(c, id, req, /*with_values=*/true);
+}
+
+void Service::op_wait(Connection& c, std::uint64_t id, const Json& req) {
+  wait_for_keys(c, id, req, /*with_values=*/false);
+}
+
+void Service::op_multi_get(Connection& c, std::uint64_t id, const Json& req) {
+  wait_for_keys(c, id, req, /*with_values=*/true);
+}
+
+void Service::wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bool with_values) {
+  // get names one "key" and answers "value"; wait and multi_get name "keys".
+  const bool single = req.contains("key");
+  std::vector<std::string> keys;
+  if (single) {
+    auto key = get_string(req, "key");
+    if (!key) return reject(c, id, key.error());
+    keys.push_back(std::move(key).value());
+  } else {
+    auto list = get_string_list(req, "keys");
+    if (!list) return reject(c, id, list.error());
+    keys = std::move(list).value();
+  }
+  // timeout_ms: absent = wait as long as the connection lives, 0 = do not wait, > 0 = deadline.
+  auto timeout = get_int_or(req, "timeout_ms", -1);
+  if (!timeout) return reject(c, id, timeout.error());
+  Job& job = job_of(c);
+  if (timeout.value() == 0 && !job.store.check(keys)) {
+    for (const auto& k : keys) {
+      if (!job.store.find(k)) return fail(c, id, Error{ErrorCode::kNotFound, "key '" + k + "' not found"});
+    }
+  }
+  if (c.waiters.size() >= options_.max_waiters_per_connection) {
+    return fail(c, id, Error{ErrorCode::kLimit, "too many waits outstanding on this connection"});
+  }
+  const TimePoint deadline = timeout.value() < 0 ? TimePoint::max()
+                                                 : clock_.now() + std::chrono::milliseconds(timeout.value());
+  auto slot = std::make_shared<KeyValueStore::WaiterId>(0);
+  const ConnectionId cid = c.id;
+  const std::string job_name = c.job;
+  auto done = [this, cid, id, job_name, keys, single, with_values, slot](Status s) {
+    auto it = connections_.find(cid);
+    if (it == connections_.end()) return;
+    Connection& conn = *it->second;
+    conn.waiters.erase(*slot);
+    if (!s) {
+      return fail(conn, id, Error{ErrorCode::kTimeout, "timed out waiting for " +
+                                                           std::to_string(keys.size()) +
+                                                           " key(s), first '" + keys.front() + "'"});
+    }
+    Json body = Json::object();
+    if (with_values) {
+      const KeyValueStore& store = jobs_.at(job_name)->store;
+      if (single) {
+        body["value"] = to_binary(*store.find(keys.front()));
+      } else {
+        Json values = Json::array();
+        for (const auto& k : keys) values.push_back(to_binary(*store.find(k)));
+        body["values"] = std::move(values);
+      }
+    }
+    reply(conn, id, std::move(body));
+  };
+  *slot = job.store.wait(keys, deadline, std::move(done));
+  if (*slot != 0) c.waiters.insert(*slot);
+}
+
+void Service::op_add(Connection& c, std::uint64_t id, const Json& req) {
+  auto key = get_string(req, "key");
+  if (!key) return reject(c, id, key.error());
+  auto delta = get_int(req, "delta");
+  if (!delta) return reject(c, id, delta.error());
+  auto v = job_of(c).store.add(key.value(), delta.value());
+  if (!v) return fail(c, id, v.error());
+  reply(c, id, Json{{"value", v.value()}});
+}
+
+void Service::op_compare_set(Connection& c, std::uint64_t id, const Json& req) {
+  auto key = get_string(req, "key");
+  if (!key) return reject(c, id, key.error());
+  auto expected = get_bytes(req, "expected");
+  if (!expected) return reject(c, id, expected.error());
+  auto desired = get_bytes(req, "desired");
+  if (!desired) return reject(c, id, desired.error());
+  auto v = job_of(c).store.compare_set(key.value(), expected.value(), std::move(desired).value());
+  if (!v) return fail(c, id, v.error());
+  reply(c, id, Json{{"value", to_binary(v.value())}});
+}
+
+void Service::op_check(Connection& c, std::uint64_t id, const Json& req) {
+  auto keys = get_string_list(req, "keys");
+  if (!keys) return reject(c, id, keys.error());
+  reply(c, id, Json{{"ready", job_of(c).store.check(keys.value())}});
+}
+
+void Service::op_delete(Connection& c, std::uint64_t id, const Json& req) {
+  auto key = get_string(req, "key");
+  if (!key) return reject(c, id, key.error());
+  reply(c, id, Json{{"deleted", job_of(c).store.erase(key.value())}});
+}
+
+void Service::op_num_keys(Connection& c, std::uint64_t id, const Json&) {
+  reply(c, id, Json{{"count", job_of(c).store.num_keys()}});
+}
+
+void Service::op_multi_set(Connection& c, std::uint64_t id, const Json& req) {
+  auto keys = get_string_list(req, "keys");
+  if (!keys) return reject(c, id, keys.error());
+  auto values = get_bytes_list(req, "values");
+  if (!values) return reject(c, id, values.error());
+  auto s = job_of(c).store.multi_set(keys.value(), std::move(values).value());
+  if (!s) return fail(c, id, s.error());
+  reply(c, id, Json::object());
+}
+
+// ---- rendezvous ------------------------------------------------------------------------------
+
+void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
+  NodeInfo info;
+  RendezvousConfig config;
+  {
+    auto node = get_string(req, "node");
+    if (!node) return reject(c, id, node.error());
+    auto host = get_string(req, "host");
+    if (!host) return reject(c, id, host.error());
+    info.node_id = node.value();
+    info.host = host.value();
+    // Bounds keep every narrowing below exact and rank sums within int; validate() checks
+    // the meaning.
+    constexpr std::int64_t kMaxMillis = std::int64_t{1} << 40;
+    struct IntField {
+      const char* name;
+      bool required;
+      std::int64_t fallback;
+      std::int64_t max;
+      std::int64_t value = 0;
+    };
+    IntField fields[] = {
+        {"local_world_size", true, 0, 4096},
+        {"master_port", false, 0, 65535},
+        {"requested_rank", false, -1, 1 << 18},
+        {"min_nodes", true, 0, 1 << 18},
+        {"max_nodes", true, 0, 1 << 18},
+        {"join_timeout_ms", false, millis(config.join_timeout), kMaxMillis},
+        {"last_call_timeout_ms", false, millis(config.last_call_timeout), kMaxMillis},
+        {"close_timeout_ms", false, millis(config.close_timeout), kMaxMillis},
+        {"keep_alive_interval_ms", false, millis(config.keep_alive_interval), kMaxMillis},
+        {"keep_alive_max_attempt", false, config.keep_alive_max_attempt, 1 << 20}};
+    for (auto& f : fields) {
+      auto v = f.required ? get_int(req, f.name) : get_int_or(req, f.name, f.fallback);
+      if (!v) return reject(c, id, v.error());
+      if (v.value() < -1 || v.value() > f.max) {
+        return reject(c, id, Error{ErrorCode::kBadRequest, std::string("field '") + f.name +
+                                                               "' is outside -1.." +
+                                                               std::to_string(f.max)});
+      }
+      f.value = v.value();
+    }
+    info.local_world_size = static_cast<int>(fields[0].value);
+    info.master_port = static_cast<int>(fields[1].value);
+    info.requested_rank = static_cast<int>(fields[2].value);
+    config.min_nodes = static_cast<int>(fields[3].value);
+    config.max_nodes = static_cast<int>(fields[4].value);
+    config.join_timeout = std::chrono::milliseconds(fields[5].value);
+    config.last_call_timeout = std::chrono::milliseconds(fields[6].value);
+    config.close_timeout = std::chrono::milliseconds(fields[7].value);
+    config.keep_alive_interval = std::chrono::milliseconds(fields[8].value);
+    config.keep_alive_max_attempt = static_cast<int>(fields[9].value);
+  }
+  if (auto s = validate(config); !s) return fail(c, id, s.error());
+  if (!c.node.empty() && c.node != info.node_id) {
+    return fail(c, id, Error{ErrorCode::kConflict, "this connection already speaks for node '" +
+                                                       c.node + "'"});
+  }
+  Job& job = job_of(c);
+  if (job.rendezvous && job.rendezvous->state() != JobState::kRunning &&
+      job.node_connections.empty()) {
+    // Every node of the ended job is gone: the same id starts a new job (torchrun's default
+    // run id is "none", so a long-lived daemon sees the same id again and again).
+    log("job '" + c.job + "': ended job replaced by a new one");
+    job.rendezvous.reset();
+    ++job.generation;
+  }
+  if (!job.rendezvous) {
+    job.rendezvous = std::make_unique<Rendezvous>(c.job, config, clock_, options_.log, job.generation);
+  } else if (job.rendezvous->config().min_nodes != config.min_nodes ||
+             job.rendezvous->config().max_nodes != config.max_nodes) {
+    const auto& have = job.rendezvous->config();
+    return fail(c, id, Error{ErrorCode::kConflict,
+                             "job '" + c.job + "' runs with nnodes " +
+                                 std::to_string(have.min_nodes) + ":" +
+                                 std::to_string(have.max_nodes) + ", this node asked for " +
+                                 std::to_string(config.min_nodes) + ":" +
+                                 std::to_string(config.max_nodes)});
+  }
+  // A node that reconnects on a new connection takes its binding along.
+  if (auto bound = job.node_connections.find(info.node_id);
+      bound != job.node_connections.end() && bound->second != c.id) {
+    auto old = connections_.find(bound->second);
+    if (old != connections_.end()) {
+      Connection& o = *old->second;
+      if (o.join_request) {
+        fail(o, *o.join_request, Error{ErrorCode::kConflict, "superseded by a join on another connection"});
+      }
+      o.join_request.reset();
+      o.node.clear();
+    }
+  }
+  if (c.join_request) {
+    fail(c, *c.join_request, Error{ErrorCode::kConflict, "superseded by a newer join"});
+  }
+  c.node = info.node_id;
+  c.join_request = id;
+  job.node_connections[info.node_id] = c.id;
+  auto notices = job.rendezvous->join(info);
+  if (!notices) {
+    c.join_request.reset();
+    return fail(c, id, notices.error());
+  }
+  deliver(job, std::move(notices).value());
+}
+
+void Service::deliver(Job& job, std::vector<Notice> notices) {
+  for (auto& n : notices) {
+    auto bound = job.node_connections.find(n.node_id);
+    if (bound == job.node_connections.end()) continue;
+    auto it = connections_.find(bound->second);
+    if (it == connections_.end()) continue;
+    Connection& c = *it->second;
+    switch (n.kind) {
+      case Notice::Kind::kRoundFormed:
+        if (c.join_request) reply(c, *c.join_request, to_json(n.assignment));
+        c.join_request.reset();
+        break;
+      case Notice::Kind::kJoinFailed:
+        if (c.join_request) fail(c, *c.join_request, n.error);
+        c.join_request.reset();
+        break;
+      case Notice::Kind::kRoundReopened:
+        transport_.send(c.id, encode_frame(Json{{"event", "round_reopened"},
+                                                {"job", c.job},
+                                                {"round", n.round},
+                                                {"reason", n.reason}}));
+        break;
+      case Notice::Kind::kJobEnded:
+        transport_.send(c.id, encode_frame(Json{{"event", "job_ended"},
+                                                {"job", c.job},
+                                                {"state", job_state_name(n.state)},
+                                                {"reason", n.reason}}));
+        break;
+    }
+  }
+}
+
+void Service::op_leave(Connection& c, std::uint64_t id, const Json&) {
+  Job& job = job_of(c);
+  if (c.node.empty() || !job.rendezvous) {
+    return fail(c, id, Error{ErrorCode::kConflict, "this connection has not joined"});
+  }
+  const std::string node = c.node;
+  if (c.join_request) fail(c, *c.join_request, Error{ErrorCode::kClosed, "left before the round formed"});
+  c.join_request.reset();
+  c.node.clear();
+  job.node_connections.erase(node);
+  deliver(job, job.rendezvous->remove_node(node, "left"));
+  reply(c, id, Json::object());
+}
+
+void Service::op_keep_alive(Connection& c, std::uint64_t id, const Json&) {
+  reply(c, id, Json::object());  // handle_frame already refreshed the node
+}
+
+void Service::op_report(Connection& c, std::uint64_t id, const Json& req) {
+  Job& job = job_of(c);
+  if (c.node.empty() || !job.rendezvous) {
+    return fail(c, id, Error{ErrorCode::kConflict, "this connection has not joined"});
+  }
+  auto result = get_string(req, "result");
+  if (!result) return reject(c, id, result.error());
+  if (result.value() != "succeeded" && result.value() != "failed") {
+    return reject(c, id, Error{ErrorCode::kBadRequest, "result must be 'succeeded' or 'failed'"});
+  }
+  auto message = get_string_or(req, "message", "");
+  if (!message) return reject(c, id, message.error());
+  auto notices = job.rendezvous->report(c.node, result.value() == "succeeded", message.value());
+  if (!notices) return fail(c, id, notices.error());
+  reply(c, id, Json::object());
+  deliver(job, std::move(notices).value());
+}
+
+void Service::op_close(Connection& c, std::uint64_t id, const Json&) {
+  Job& job = job_of(c);
+  if (job.rendezvous) {
+    const std::string by = c.node.empty() ? c.peer : "node '" + c.node + "'";
+    deliver(job, job.rendezvous->close("closed by " + by));
+  }
+  reply(c, id, Json::object());
+}
+
+void Service::op_status(Connection& c, std::uint64_t id, const Json&) {
+  Job& job = job_of(c);
+  Json body{{"job", c.job},
+            {"keys", job.store.num_keys()},
+            {"connections", job.connections},
+            {"rendezvous", job.rendezvous ? job.rendezvous->describe() : Json()}};
+  reply(c, id, std::move(body));
+}
+
+void Service::op_jobs(Connection& c, std::uint64_t id, const Json&) {
+  Json list = Json::array();
+  for (const auto& [name, job] : jobs_) {
+    list.push_back({{"job", name},
+                    {"keys", job->store.num_keys()},
+                    {"connections", job->connections},
+                    {"state", job->rendezvous ? job_state_name(job->rendezvous->state()) : "store"},
+                    {"round", job->rendezvous ? job->rendezvous->round() : 0},
+                    {"nodes", job->rendezvous ? job->rendezvous->num_nodes() : 0}});
+  }
+  reply(c, id, Json{{"jobs", std::move(list)}});
+}
+
+// ---- time ------------------------------------------------------------------------------------
+
+void Service::tick() {
+  const TimePoint now = clock_.now();
+  std::vector<std::pair<ConnectionId, std::string>> late;
+  for (const auto& [id, c] : connections_) {
+    if (!c->authenticated && now - c->opened_at >= options_.hello_timeout) {
+      late.emplace_back(id, "no hello within " + std::to_string(millis(options_.hello_timeout)) + " ms");
+    } else if (c->mid_frame_since && now - *c->mid_frame_since >= options_.frame_timeout) {
+      late.emplace_back(id, "frame incomplete after " +
+                                std::to_string(millis(options_.frame_timeout)) + " ms");
+    }
+  }
+  for (const auto& [id, why] : late) {
+    auto it = connections_.find(id);
+    if (it != connections_.end()) reject(*it->second, 0, Error{ErrorCode::kTimeout, why});
+  }
+  for (auto& [name, job] : jobs_) {
+    job->store.expire(now);
+    if (job->rendezvous) deliver(*job, job->rendezvous->tick());
+  }
+  gc_jobs();
+}
+
+void Service::gc_jobs() {
+  const TimePoint now = clock_.now();
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const Job& job = *it->second;
+    Duration keep = options_.idle_job_timeout;
+    if (job.rendezvous && job.rendezvous->state() != JobState::kRunning) {
+      keep = job.rendezvous->config().close_timeout;
+    }
+    if (job.connections == 0 && now - job.idle_since >= keep) {
+      log("job '" + it->first + "' dropped: no connections for " + std::to_string(millis(keep)) + " ms");
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace ctrun::rendezvous

@@ -1,0 +1,193 @@
+#include "ctrun/rendezvous/store.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace ctrun::rendezvous {
+
+KeyValueStore::KeyValueStore(StoreLimits limits) : limits_(limits) {}
+
+Status KeyValueStore::check_key(const std::string& key) const {
+  if (key.size() > limits_.max_key_bytes) {
+    return Error{ErrorCode::kLimit, "key of " + std::to_string(key.size()) +
+                                        " bytes exceeds the limit of " +
+                                        std::to_string(limits_.max_key_bytes)};
+  }
+  return ok_status();
+}
+
+Status KeyValueStore::put(const std::string& key, std::string value) {
+  if (auto s = check_key(key); !s) return s;
+  if (value.size() > limits_.max_value_bytes) {
+    return Error{ErrorCode::kLimit, "value of " + std::to_string(value.size()) +
+                                        " bytes exceeds the limit of " +
+                                        std::to_string(limits_.max_value_bytes)};
+  }
+  auto it = data_.find(key);
+  const std::size_t old_bytes = it == data_.end() ? 0 : key.size() + it->second.size();
+  const std::size_t new_total = total_bytes_ - old_bytes + key.size() + value.size();
+  if (new_total > limits_.max_total_bytes) {
+    return Error{ErrorCode::kLimit, "store would hold " + std::to_string(new_total) +
+                                        " bytes, over the limit of " +
+                                        std::to_string(limits_.max_total_bytes)};
+  }
+  if (it == data_.end()) {
+    if (data_.size() >= limits_.max_keys) {
+      return Error{ErrorCode::kLimit,
+                   "store holds the maximum of " + std::to_string(limits_.max_keys) + " keys"};
+    }
+    data_.emplace(key, std::move(value));
+  } else {
+    it->second = std::move(value);
+  }
+  total_bytes_ = new_total;
+  wake_watchers(key);
+  return ok_status();
+}
+
+Status KeyValueStore::set(const std::string& key, std::string value) {
+  return put(key, std::move(value));
+}
+
+Status KeyValueStore::multi_set(const std::vector<std::string>& keys,
+                                std::vector<std::string> values) {
+  if (keys.size() != values.size()) {
+    return Error{ErrorCode::kBadRequest, "multi_set got " + std::to_string(keys.size()) +
+                                             " keys but " + std::to_string(values.size()) +
+                                             " values"};
+  }
+  // Validate everything first so a failing multi_set changes nothing.
+  std::size_t added_keys = 0;
+  std::size_t new_total = total_bytes_;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (auto s = check_key(keys[i]); !s) return s;
+    if (values[i].size() > limits_.max_value_bytes) {
+      return Error{ErrorCode::kLimit, "value for key '" + keys[i] + "' exceeds the limit of " +
+                                          std::to_string(limits_.max_value_bytes) + " bytes"};
+    }
+    auto it = data_.find(keys[i]);
+    if (it == data_.end()) {
+      ++added_keys;
+    } else {
+      new_total -= keys[i].size() + it->second.size();
+    }
+    new_total += keys[i].size() + values[i].size();
+  }
+  if (data_.size() + added_keys > limits_.max_keys || new_total > limits_.max_total_bytes) {
+    return Error{ErrorCode::kLimit, "multi_set would exceed the store's key or byte limit"};
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (auto s = put(keys[i], std::move(values[i])); !s) return s;
+  }
+  return ok_status();
+}
+
+const std::string* KeyValueStore::find(const std::string& key) const {
+  auto it = data_.find(key);
+  return it == data_.end() ? nullptr : &it->second;
+}
+
+Result<std::int64_t> KeyValueStore::add(const std::string& key, std::int64_t delta) {
+  std::int64_t current = 0;
+  if (const std::string* v = find(key)) {
+    const char* end = v->data() + v->size();
+    auto [p, ec] = std::from_chars(v->data(), end, current);
+    if (ec != std::errc() || p != end || v->empty()) {
+      return Error{ErrorCode::kBadRequest, "add on key '" + key + "' whose value is not an integer"};
+    }
+  }
+  std::int64_t next = 0;
+  if (__builtin_add_overflow(current, delta, &next)) {
+    return Error{ErrorCode::kBadRequest, "add on key '" + key + "' overflows a 64-bit integer"};
+  }
+  if (auto s = put(key, std::to_string(next)); !s) return s.error();
+  return next;
+}
+
+Result<std::string> KeyValueStore::compare_set(const std::string& key, const std::string& expected,
+                                               std::string desired) {
+  const std::string* current = find(key);
+  if (current == nullptr) {
+    if (!expected.empty()) return expected;
+  } else if (*current != expected) {
+    return *current;
+  }
+  std::string result = desired;
+  if (auto s = put(key, std::move(desired)); !s) return s.error();
+  return result;
+}
+
+bool KeyValueStore::check(const std::vector<std::string>& keys) const {
+  return std::all_of(keys.begin(), keys.end(),
+                     [this](const std::string& k) { return data_.count(k) != 0; });
+}
+
+bool KeyValueStore::erase(const std::string& key) {
+  auto it = data_.find(key);
+  if (it == data_.end()) return false;
+  total_bytes_ -= key.size() + it->second.size();
+  data_.erase(it);
+  return true;
+}
+
+KeyValueStore::WaiterId KeyValueStore::wait(std::vector<std::string> keys, TimePoint deadline,
+                                            WaitCallback done) {
+  if (check(keys)) {
+    done(ok_status());
+    return 0;
+  }
+  const WaiterId id = next_waiter_++;
+  // Watch every key, present or not: a present key may be deleted before the others appear.
+  for (const auto& k : keys) {
+    auto& list = watchers_[k];
+    if (std::find(list.begin(), list.end(), id) == list.end()) list.push_back(id);
+  }
+  deadlines_.emplace(deadline, id);
+  waiters_.emplace(id, Waiter{std::move(keys), deadline, std::move(done)});
+  return id;
+}
+
+void KeyValueStore::remove_waiter(WaiterId id) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) return;
+  for (const auto& k : it->second.keys) {
+    auto w = watchers_.find(k);
+    if (w == watchers_.end()) continue;
+    std::erase(w->second, id);
+    if (w->second.empty()) watchers_.erase(w);
+  }
+  deadlines_.erase({it->second.deadline, id});
+  waiters_.erase(it);
+}
+
+void KeyValueStore::cancel(WaiterId id) { remove_waiter(id); }
+
+void KeyValueStore::wake_watchers(const std::string& key) {
+  auto w = watchers_.find(key);
+  if (w == watchers_.end()) return;
+  std::vector<WaiterId> ready;
+  for (WaiterId id : w->second) {
+    if (check(waiters_.at(id).keys)) ready.push_back(id);
+  }
+  for (WaiterId id : ready) {
+    WaitCallback done = std::move(waiters_.at(id).done);
+    remove_waiter(id);
+    done(ok_status());
+  }
+}
+
+void KeyValueStore::expire(TimePoint now) {
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    const WaiterId id = deadlines_.begin()->second;
+    WaitCallback done = std::move(waiters_.at(id).done);
+    remove_waiter(id);
+    done(Error{ErrorCode::kTimeout, "timed out waiting for keys"});
+  }
+}
+
+std::optional<TimePoint> KeyValueStore::next_deadline() const {
+  if (deadlines_.empty()) return std::nullopt;
+  return deadlines_.begin()->first;
+}
+
+}  // namespace ctrun::rendezvous

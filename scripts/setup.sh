@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian package ctrun needs to build, test and benchmark. Idempotent: a package
+# already present is not touched, and apt is not consulted at all when nothing is missing.
+# Never installs Boost 1.74 (libboost-all-dev / libboost-dev): it conflicts with 1.81.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git clang-format
+  libboost1.81-dev libboost-filesystem1.81-dev
+  nlohmann-json3-dev libcli11-dev catch2 libssl-dev
+  libtorch-dev libgloo-dev python3-torch
+  iproute2 procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,46 @@
+#include "ctrun/rendezvous/auth.h"
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+
+using namespace ctrun::rendezvous;
+
+TEST_CASE("auth: proofs depend on token, nonce and job") {
+  const std::string nonce = random_bytes(kNonceBytes);
+  CHECK(nonce.size() == kNonceBytes);
+  CHECK(random_bytes(kNonceBytes) != nonce);
+  const std::string p = client_proof("secret", nonce, "job");
+  CHECK(p.size() == 32);
+  CHECK(p == client_proof("secret", nonce, "job"));
+  CHECK(p != client_proof("Secret", nonce, "job"));
+  CHECK(p != client_proof("secret", random_bytes(kNonceBytes), "job"));
+  CHECK(p != client_proof("secret", nonce, "job2"));
+  // The server's proof is labelled differently: a client proof cannot be reflected back.
+  CHECK(server_proof("secret", nonce, nonce) != client_proof("secret", nonce, nonce));
+}
+
+TEST_CASE("auth: constant_time_equal") {
+  CHECK(constant_time_equal("abc", "abc"));
+  CHECK_FALSE(constant_time_equal("abc", "abd"));
+  CHECK_FALSE(constant_time_equal("abc", "abcd"));
+  CHECK(constant_time_equal("", ""));
+}
+
+TEST_CASE("auth: token files") {
+  const std::string path = "ctrun_auth_test_token";
+  {
+    std::ofstream(path) << "s3cret \n";
+  }
+  CHECK(read_token_file(path).value() == "s3cret");
+  {
+    std::ofstream(path) << "\n\n";
+  }
+  auto empty = read_token_file(path);
+  REQUIRE_FALSE(empty);
+  CHECK(empty.error().message.find("is empty") != std::string::npos);
+  std::remove(path.c_str());
+  auto missing = read_token_file(path);
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error().message.find("cannot read token file") != std::string::npos);
+}

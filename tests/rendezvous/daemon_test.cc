@@ -1,0 +1,445 @@
+// Integration tests: the real ctrund binary (and the embeddable Server) on 127.0.0.1 with
+// ephemeral ports, driven by real client connections.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/message.h"
+#include "ctrun/rendezvous/server.h"
+#include "process.h"
+
+using namespace ctrun::rendezvous;
+using namespace ctrun::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A ctrund on 127.0.0.1 and an ephemeral port, killed by PID when the test ends.
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> extra = {}, std::string host = "127.0.0.1")
+      : port_file_(temp_path("port_" + std::to_string(counter_++))),
+        log_(port_file_ + ".log") {
+    std::remove(port_file_.c_str());
+    std::vector<std::string> argv = {CTRUND_PATH, "--host", host, "--port", "0", "--port_file", port_file_};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    process_ = std::make_unique<ChildProcess>(argv, log_);
+    auto port = wait_for_file(port_file_, 10s);
+    if (!port) throw std::runtime_error("ctrund did not start: " + read_file(log_));
+    port_ = static_cast<std::uint16_t>(std::stoi(*port));
+  }
+  ~Daemon() {
+    process_.reset();
+    std::remove(port_file_.c_str());
+    std::remove(log_.c_str());
+  }
+  std::uint16_t port() const { return port_; }
+  ChildProcess& process() { return *process_; }
+  std::string log() const { return read_file(log_); }
+  ClientOptions options(const std::string& job = "job") const {
+    ClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = port_;
+    o.job = job;
+    o.connect_timeout = 5s;
+    return o;
+  }
+
+ private:
+  static inline int counter_ = 0;
+  std::string port_file_;
+  std::string log_;
+  std::unique_ptr<ChildProcess> process_;
+  std::uint16_t port_ = 0;
+};
+
+std::unique_ptr<Client> connect(const ClientOptions& options) {
+  auto c = Client::connect(options);
+  if (!c) throw std::runtime_error("connect failed: " + c.error().message);
+  return std::move(c).value();
+}
+
+// A plain TCP socket for speaking bytes that no client library would send.
+class RawSocket {
+ public:
+  RawSocket(const std::string& host, std::uint16_t port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    timeval tv{5, 0};  // every read is bounded
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawSocket() { close(fd_); }
+  bool connected() const { return connected_; }
+  void write(const std::string& bytes) { (void)::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
+  // Reads frames until the peer closes (or 5 s pass); returns them.
+  std::vector<Json> read_until_closed() {
+    FrameDecoder decoder;
+    std::vector<Json> frames;
+    char buf[4096];
+    while (true) {
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed_ = n == 0;
+        return frames;
+      }
+      decoder.feed(buf, static_cast<std::size_t>(n));
+      while (auto f = decoder.next()) {
+        if (!f.value()) break;
+        frames.push_back(*f.value());
+      }
+    }
+  }
+  bool closed() const { return closed_; }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("daemon: sixteen concurrent clients keep the store consistent") {
+  Daemon daemon;
+  constexpr int kClients = 16;
+  constexpr int kAdds = 200;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&, t] {
+      auto client = connect(daemon.options());
+      for (int i = 0; i < kAdds; ++i) {
+        if (!client->add("counter", 1)) ++failures;
+        const std::string key = "k" + std::to_string(t) + "_" + std::to_string(i);
+        if (!client->set(key, std::string(32, static_cast<char>('a' + t)))) ++failures;
+        auto v = client->get(key);
+        if (!v || v.value() != std::string(32, static_cast<char>('a' + t))) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+  auto client = connect(daemon.options());
+  CHECK(client->get("counter").value() == std::to_string(kClients * kAdds));
+  CHECK(client->num_keys().value() == kClients * kAdds + 1);
+}
+
+TEST_CASE("daemon: a blocking get returns when another process sets the key") {
+  Daemon daemon;
+  auto waiter = connect(daemon.options());
+  auto setter = connect(daemon.options());
+  std::thread t([&] {
+    std::this_thread::sleep_for(100ms);
+    REQUIRE(setter->set("master_addr", "10.0.0.7"));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto v = waiter->get("master_addr", 5s);
+  t.join();
+  REQUIRE(v);
+  CHECK(v.value() == "10.0.0.7");
+  CHECK(std::chrono::steady_clock::now() - start < 4s);
+  auto timed_out = waiter->get("never", 200ms);
+  REQUIRE_FALSE(timed_out);
+  CHECK(timed_out.error().code == ErrorCode::kTimeout);
+  CHECK(waiter->wait({"master_addr"}, 1s).ok());
+  CHECK(waiter->compare_set("master_addr", "10.0.0.7", "10.0.0.8").value() == "10.0.0.8");
+  CHECK(waiter->multi_set({"a", "b"}, {"1", "2"}).ok());
+  CHECK(waiter->multi_get({"b", "a"}).value() == std::vector<std::string>{"2", "1"});
+  CHECK(waiter->check({"a", "b"}).value());
+  CHECK(waiter->erase("a").value());
+  CHECK_FALSE(waiter->check({"a", "b"}).value());
+}
+
+TEST_CASE("daemon: eight nodes rendezvous and a lost node is pushed to the others") {
+  Daemon daemon;
+  boost::asio::io_context io;
+  constexpr int kNodes = 8;
+  std::vector<std::unique_ptr<AsyncClient>> clients;
+  std::vector<std::optional<Result<RoundAssignment>>> results(kNodes);
+  std::vector<std::vector<Json>> events(kNodes);
+  RendezvousConfig config;
+  config.min_nodes = kNodes;
+  config.max_nodes = kNodes;
+  for (int i = 0; i < kNodes; ++i) {
+    clients.push_back(std::make_unique<AsyncClient>(io, daemon.options("train")));
+    clients[i]->set_event_handler([&events, i](const Json& e) { events[i].push_back(e); });
+    boost::asio::co_spawn(
+        io,
+        [&, i]() -> Task<void> {
+          Status s = co_await clients[i]->connect();
+          if (!s) {
+            results[i] = s.error();
+            co_return;
+          }
+          clients[i]->start_keep_alive(1s);
+          NodeInfo node{"node" + std::to_string(i), "127.0.0.1", 2, 29500 + i, -1};
+          results[i] = co_await clients[i]->join(node, config);
+        },
+        boost::asio::detached);
+  }
+  auto all_joined = [&] {
+    return std::all_of(results.begin(), results.end(), [](const auto& r) { return r.has_value(); });
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!all_joined() && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
+  REQUIRE(all_joined());
+  std::set<int> ranks;
+  for (int i = 0; i < kNodes; ++i) {
+    REQUIRE(results[i]->ok());
+    const auto& a = results[i]->value();
+    ranks.insert(a.group_rank);
+    CHECK(a.world_size == 2 * kNodes);
+    CHECK(a.rank_offset == 2 * a.group_rank);
+    CHECK(a.group_world_size == kNodes);
+  }
+  CHECK(ranks.size() == kNodes);
+
+  // Node 3 dies: the other seven hear of it from the daemon, not by polling.
+  clients[3]->close();
+  auto all_told = [&] {
+    for (int i = 0; i < kNodes; ++i) {
+      if (i != 3 && events[i].empty()) return false;
+    }
+    return true;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  while (!all_told() && std::chrono::steady_clock::now() - start < 5s) io.run_for(10ms);
+  REQUIRE(all_told());
+  CHECK(std::chrono::steady_clock::now() - start < 1s);
+  CHECK(events[0][0]["event"] == "round_reopened");
+  CHECK(events[0][0]["round"] == 1);
+  CHECK(daemon.log().find("round 0 formed: 8 nodes, world size 16") != std::string::npos);
+  CHECK(daemon.log().find("node 'node3' left") != std::string::npos);
+}
+
+TEST_CASE("daemon: bad input is refused and the daemon keeps serving") {
+  Daemon daemon;
+  auto good = connect(daemon.options());
+  REQUIRE(good->set("precious", "data"));
+
+  SECTION("garbage instead of a frame") {
+    RawSocket s("127.0.0.1", daemon.port());
+    REQUIRE(s.connected());
+    s.write(std::string("\x00\x00\x00\x05hello", 9));
+    auto frames = s.read_until_closed();
+    REQUIRE(frames.size() == 2);  // the challenge, then the error
+    CHECK(frames[1]["error"]["code"] == "bad_frame");
+    CHECK(s.closed());
+  }
+  SECTION("a length prefix over the limit") {
+    RawSocket s("127.0.0.1", daemon.port());
+    s.write(std::string("\x40\x00\x00\x00", 4));  // 1 GiB announced
+    auto frames = s.read_until_closed();
+    REQUIRE(frames.size() == 2);
+    CHECK(frames[1]["error"]["code"] == "frame_too_large");
+  }
+  SECTION("an op before hello") {
+    RawSocket s("127.0.0.1", daemon.port());
+    s.write(encode_frame(Json{{"op", "get"}, {"id", 1}, {"key", "precious"}}));
+    auto frames = s.read_until_closed();
+    REQUIRE(frames.size() == 2);
+    CHECK(frames[1]["error"]["code"] == "not_authenticated");
+  }
+  SECTION("a wrong protocol version") {
+    RawSocket s("127.0.0.1", daemon.port());
+    s.write(encode_frame(Json{{"op", "hello"}, {"id", 0}, {"version", 2}, {"job", "job"}}));
+    auto frames = s.read_until_closed();
+    REQUIRE(frames.size() == 2);
+    CHECK(frames[1]["error"]["code"] == "bad_version");
+  }
+  CHECK(good->get("precious").value() == "data");
+  auto fresh = connect(daemon.options());
+  CHECK(fresh->get("precious").value() == "data");
+  CHECK(daemon.log().find("closed:") != std::string::npos);  // the reason was logged
+}
+
+TEST_CASE("daemon: token authentication end to end") {
+  const std::string token_file = temp_path("token");
+  std::ofstream(token_file) << "correct horse battery staple\n";
+  Daemon daemon({"--token_file", token_file});
+  auto options = daemon.options();
+
+  auto none = Client::connect(options);
+  REQUIRE_FALSE(none);
+  CHECK(none.error().code == ErrorCode::kAuthFailed);
+  CHECK(none.error().message.find("requires a token") != std::string::npos);
+
+  options.token = "wrong";
+  auto wrong = Client::connect(options);
+  REQUIRE_FALSE(wrong);
+  CHECK(wrong.error().code == ErrorCode::kAuthFailed);
+
+  options.token = "correct horse battery staple";
+  auto right = Client::connect(options);
+  REQUIRE(right);
+  CHECK(right.value()->set("k", "v").ok());
+  // The token never appears in the daemon's log.
+  CHECK(daemon.log().find("correct horse") == std::string::npos);
+  std::remove(token_file.c_str());
+}
+
+TEST_CASE("daemon: binds only the address it is given") {
+  Daemon daemon;  // 127.0.0.1
+  RawSocket other("127.0.0.2", daemon.port());
+  CHECK_FALSE(other.connected());
+  RawSocket same("127.0.0.1", daemon.port());
+  CHECK(same.connected());
+}
+
+TEST_CASE("daemon: SIGTERM and SIGINT stop it cleanly") {
+  for (int signo : {SIGTERM, SIGINT}) {
+    Daemon daemon;
+    auto client = connect(daemon.options());
+    daemon.process().signal(signo);
+    auto code = daemon.process().wait(5s);
+    REQUIRE(code.has_value());
+    CHECK(*code == 0);
+    CHECK(daemon.log().find(signo == SIGTERM ? "stopping on SIGTERM" : "stopping on SIGINT") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("daemon: bad flags give one clear line and exit 2") {
+  const std::string log = temp_path("badflags.log");
+  for (auto args : std::vector<std::vector<std::string>>{{"--port", "http"},
+                                                        {"--max_frame_bytes", "1"},
+                                                        {"--token_file", "/nonexistent/token"},
+                                                        {"--frobnicate"}}) {
+    std::remove(log.c_str());
+    std::vector<std::string> argv = {CTRUND_PATH};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess p(argv, log);
+    auto code = p.wait(5s);
+    REQUIRE(code.has_value());
+    CHECK(*code == 2);
+    const std::string out = read_file(log);
+    INFO(out);
+    CHECK(out.rfind("ctrund: error: ", 0) == 0);
+    CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  }
+  std::remove(log.c_str());
+}
+
+TEST_CASE("daemon: a busy port is a clear error") {
+  Daemon first;
+  const std::string log = temp_path("busy.log");
+  ChildProcess second({CTRUND_PATH, "--host", "127.0.0.1", "--port", std::to_string(first.port())}, log);
+  auto code = second.wait(5s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  CHECK(read_file(log).find("cannot listen on 127.0.0.1:" + std::to_string(first.port())) !=
+        std::string::npos);
+  std::remove(log.c_str());
+}
+
+TEST_CASE("client: connect retries until the daemon is up, and gives up with a clear error") {
+  // Find a free port, then start the daemon on it only after the client began retrying.
+  std::uint16_t port = 0;
+  {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::acceptor probe(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    port = probe.local_endpoint().port();
+  }
+  ClientOptions options;
+  options.host = "127.0.0.1";
+  options.port = port;
+  options.connect_timeout = 10s;
+  std::unique_ptr<ChildProcess> late;
+  const std::string log = temp_path("late.log");
+  std::thread starter([&] {
+    std::this_thread::sleep_for(300ms);
+    late = std::make_unique<ChildProcess>(
+        std::vector<std::string>{CTRUND_PATH, "--host", "127.0.0.1", "--port", std::to_string(port)}, log);
+  });
+  auto client = Client::connect(options);
+  starter.join();
+  REQUIRE(client);
+  CHECK(client.value()->ping().ok());
+  client.value().reset();
+  late.reset();
+  std::remove(log.c_str());
+
+  options.connect_timeout = 300ms;
+  const auto start = std::chrono::steady_clock::now();
+  auto nobody = Client::connect(options);
+  REQUIRE_FALSE(nobody);
+  CHECK(nobody.error().code == ErrorCode::kConnection);
+  CHECK(nobody.error().message.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < 3s);
+}
+
+TEST_CASE("client: a killed daemon is reported as connection_lost") {
+  Daemon daemon;
+  boost::asio::io_context io;
+  AsyncClient client(io, daemon.options());
+  std::vector<Json> events;
+  client.set_event_handler([&](const Json& e) { events.push_back(e); });
+  std::optional<Status> connected;
+  boost::asio::co_spawn(io, [&]() -> Task<void> { connected = co_await client.connect(); },
+                        boost::asio::detached);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!connected && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
+  REQUIRE(connected);
+  REQUIRE(connected->ok());
+  daemon.process().signal(SIGKILL);
+  REQUIRE(daemon.process().wait(5s));
+  while (events.empty() && std::chrono::steady_clock::now() < deadline + 5s) io.run_for(10ms);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0]["event"] == "connection_lost");
+  CHECK_FALSE(client.connected());
+}
+
+TEST_CASE("server: embedded, silent and slow clients are cut off on its own timers") {
+  boost::asio::io_context io;
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.tick_interval = 10ms;
+  options.service.hello_timeout = 200ms;
+  options.service.frame_timeout = 300ms;
+  auto server = Server::create(io, options);
+  REQUIRE(server);
+  server.value()->start();
+  const std::uint16_t port = server.value()->port();
+  std::thread loop([&] { io.run_for(5s); });
+
+  RawSocket silent("127.0.0.1", port);
+  const auto start = std::chrono::steady_clock::now();
+  auto frames = silent.read_until_closed();
+  CHECK(silent.closed());
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  REQUIRE(frames.size() == 2);
+  CHECK(frames[1]["error"]["code"] == "timeout");
+
+  // One byte every 100 ms: the frame never completes within 300 ms.
+  RawSocket slow("127.0.0.1", port);
+  const std::string hello =
+      encode_frame(Json{{"op", "hello"}, {"id", 0}, {"version", 1}, {"job", "j"}});
+  std::size_t sent = 0;
+  for (; sent < hello.size() && sent < 8; ++sent) {
+    slow.write(hello.substr(sent, 1));
+    std::this_thread::sleep_for(100ms);
+  }
+  auto slow_frames = slow.read_until_closed();
+  CHECK(slow.closed());
+  REQUIRE_FALSE(slow_frames.empty());
+  CHECK(slow_frames.back()["error"]["code"] == "timeout");
+
+  boost::asio::post(io, [&] { server.value()->stop(); });
+  io.stop();
+  loop.join();
+}

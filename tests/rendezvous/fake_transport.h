@@ -1,0 +1,50 @@
+// A Transport that records what the Service sends, decoded, per connection.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "ctrun/rendezvous/frame.h"
+#include "ctrun/rendezvous/service.h"
+
+namespace ctrun::rendezvous::testing {
+
+class FakeTransport : public Transport {
+ public:
+  void send(ConnectionId id, std::string bytes) override {
+    if (closed.count(id)) throw std::logic_error("send after close");
+    auto& decoder = decoders[id];
+    decoder.feed(bytes.data(), bytes.size());
+    while (true) {
+      auto frame = decoder.next();
+      if (!frame) throw std::logic_error("service sent an undecodable frame");
+      if (!frame.value()) break;
+      inbox[id].push_back(std::move(*frame.value()));
+    }
+    bytes_sent += bytes.size();
+  }
+  void close(ConnectionId id) override {
+    if (closed.count(id)) throw std::logic_error("close twice");
+    closed.insert(id);
+  }
+
+  // Oldest unread frame for a connection; throws when there is none.
+  Json take(ConnectionId id) {
+    auto& q = inbox[id];
+    if (q.empty()) throw std::logic_error("no frame for connection " + std::to_string(id));
+    Json j = std::move(q.front());
+    q.pop_front();
+    return j;
+  }
+  bool has(ConnectionId id) { return !inbox[id].empty(); }
+
+  std::map<ConnectionId, FrameDecoder> decoders;
+  std::map<ConnectionId, std::deque<Json>> inbox;
+  std::set<ConnectionId> closed;
+  std::size_t bytes_sent = 0;
+};
+
+}  // namespace ctrun::rendezvous::testing

@@ -1,0 +1,37 @@
+// Test helper: a child process started with fork/exec, stopped and reaped by PID when the test
+// ends, whatever happens. Every wait is bounded.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ctrun::testing {
+
+class ChildProcess {
+ public:
+  // stdout and stderr go to `log_path` (appended).
+  ChildProcess(const std::vector<std::string>& argv, const std::string& log_path);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int signo) const;
+  // The exit status (a signal number N is reported as 128 + N), or nullopt on timeout.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+std::string read_file(const std::string& path);
+// Polls (bounded) until `path` holds a line, e.g. a port file written by a daemon.
+std::optional<std::string> wait_for_file(const std::string& path, std::chrono::milliseconds timeout);
+std::string temp_path(const std::string& name);
+
+}  // namespace ctrun::testing
