@@ -45,14 +45,6 @@ std::string_view job_state_name(JobState state) {
 }
 
 Json to_json(const RoundAssignment& a) {
-  Json members = Json::array();
-  for (const auto& m : a.members) {
-    members.push_back({{"node", m.node_id},
-                       {"host", m.host},
-                       {"group_rank", m.group_rank},
-                       {"local_world_size", m.local_world_size},
-                       {"rank_offset", m.rank_offset}});
-  }
   return Json{{"round", a.round},
               {"group_rank", a.group_rank},
               {"group_world_size", a.group_world_size},
@@ -60,24 +52,19 @@ Json to_json(const RoundAssignment& a) {
               {"world_size", a.world_size},
               {"master_addr", a.master_addr},
               {"master_port", a.master_port},
-              {"store_prefix", a.store_prefix},
-              {"members", std::move(members)}};
+              {"store_prefix", a.store_prefix}};
 }
 
 Result<RoundAssignment> round_assignment_from_json(const Json& j) {
   RoundAssignment a;
-  auto int_field = [&j](const char* name, int& out) -> Status {
-    auto v = get_int(j, name);
-    if (!v) return v.error();
-    out = static_cast<int>(v.value());
-    return ok_status();
-  };
   for (auto [name, out] : {std::pair{"round", &a.round}, std::pair{"group_rank", &a.group_rank},
                            std::pair{"group_world_size", &a.group_world_size},
                            std::pair{"rank_offset", &a.rank_offset},
                            std::pair{"world_size", &a.world_size},
                            std::pair{"master_port", &a.master_port}}) {
-    if (auto s = int_field(name, *out); !s) return s.error();
+    auto v = get_int(j, name);
+    if (!v) return v.error();
+    *out = static_cast<int>(v.value());
   }
   auto addr = get_string(j, "master_addr");
   if (!addr) return addr.error();
@@ -85,28 +72,6 @@ Result<RoundAssignment> round_assignment_from_json(const Json& j) {
   auto prefix = get_string(j, "store_prefix");
   if (!prefix) return prefix.error();
   a.store_prefix = prefix.value();
-  auto members = j.find("members");
-  if (members == j.end() || !members->is_array()) {
-    return Error{ErrorCode::kBadRequest, "field 'members' missing or not a list"};
-  }
-  for (const auto& m : *members) {
-    if (!m.is_object()) return Error{ErrorCode::kBadRequest, "a member is not a map"};
-    RoundMember rm;
-    auto node = get_string(m, "node");
-    auto host = get_string(m, "host");
-    if (!node) return node.error();
-    if (!host) return host.error();
-    rm.node_id = node.value();
-    rm.host = host.value();
-    for (auto [name, out] : {std::pair{"group_rank", &rm.group_rank},
-                             std::pair{"local_world_size", &rm.local_world_size},
-                             std::pair{"rank_offset", &rm.rank_offset}}) {
-      auto v = get_int(m, name);
-      if (!v) return v.error();
-      *out = static_cast<int>(v.value());
-    }
-    a.members.push_back(std::move(rm));
-  }
   return a;
 }
 
@@ -122,9 +87,10 @@ void Rendezvous::log(const std::string& line) const {
   if (log_) log_("job '" + job_id_ + "': " + line);
 }
 
-int Rendezvous::count(Place place) const {
-  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(),
-                                        [place](const auto& kv) { return kv.second.place == place; }));
+void Rendezvous::place(Node& node, Place where) {
+  --place_counts_[static_cast<int>(node.place)];
+  ++place_counts_[static_cast<int>(where)];
+  node.place = where;
 }
 
 int Rendezvous::nodes_waiting() const {
@@ -170,7 +136,9 @@ Result<std::vector<Notice>> Rendezvous::join(const NodeInfo& info) {
   if (restarting_member) {
     reopen("node '" + info.node_id + "' asked for a new round", info.node_id, out);
   }
-  Node& node = nodes_[info.node_id];
+  auto [slot, inserted] = nodes_.try_emplace(info.node_id);
+  Node& node = slot->second;
+  if (inserted) ++place_counts_[static_cast<int>(Place::kNew)];
   const bool already_joined =
       !newcomer && (node.place == Place::kPending || node.place == Place::kWaiting);
   node.info = info;
@@ -182,15 +150,15 @@ Result<std::vector<Notice>> Rendezvous::join(const NodeInfo& info) {
 
   if (formed_) {
     if (static_cast<int>(members_.size()) < config_.max_nodes) {
-      node.place = Place::kPending;
+      place(node, Place::kPending);
       reopen("new node '" + info.node_id + "' is waiting", info.node_id, out);
     } else {
-      node.place = Place::kWaiting;
+      place(node, Place::kWaiting);
       log("node '" + info.node_id + "' waits: round " + std::to_string(round_) + " is full");
       return out;
     }
   } else {
-    node.place = Place::kPending;
+    place(node, Place::kPending);
   }
   log("node '" + info.node_id + "' (" + info.host + ", " + std::to_string(info.local_world_size) +
       " workers) joined round " + std::to_string(round_) + " (" +
@@ -208,7 +176,7 @@ void Rendezvous::reopen(const std::string& reason, const std::string& except,
   log("round " + std::to_string(round_) + " opens: " + reason);
   for (const auto& id : members_) {
     Node& n = nodes_.at(id);
-    n.place = Place::kStale;
+    place(n, Place::kStale);
     if (id != except) {
       out.push_back(Notice{.kind = Notice::Kind::kRoundReopened,
                            .node_id = id,
@@ -217,8 +185,10 @@ void Rendezvous::reopen(const std::string& reason, const std::string& except,
     }
   }
   members_.clear();
-  for (auto& [id, n] : nodes_) {
-    if (n.place == Place::kWaiting) n.place = Place::kPending;
+  if (count(Place::kWaiting) > 0) {
+    for (auto& [id, n] : nodes_) {
+      if (n.place == Place::kWaiting) place(n, Place::kPending);
+    }
   }
 }
 
@@ -232,10 +202,12 @@ void Rendezvous::maybe_form(std::vector<Notice>& out) {
   }
   // A reopened round need not wait for strangers once every survivor is back: newcomers that
   // show up later open another round themselves.
-  const bool survivor_pending = std::any_of(nodes_.begin(), nodes_.end(), [this](const auto& kv) {
-    return kv.second.place == Place::kPending && last_rank_.count(kv.first) != 0;
-  });
-  const bool survivors_back = round_ > 0 && survivor_pending && count(Place::kStale) == 0;
+  auto survivor_pending = [this] {
+    return std::any_of(nodes_.begin(), nodes_.end(), [this](const auto& kv) {
+      return kv.second.place == Place::kPending && last_rank_.count(kv.first) != 0;
+    });
+  };
+  const bool survivors_back = round_ > 0 && count(Place::kStale) == 0 && survivor_pending();
   if (survivors_back || config_.last_call_timeout == Duration::zero()) return form(out);
   if (!last_call_deadline_) last_call_deadline_ = clock_.now() + config_.last_call_timeout;
 }
@@ -274,7 +246,7 @@ void Rendezvous::form(std::vector<Notice>& out) {
     try_place(i, next_free);
   }
   for (std::size_t i = seats; i < candidates.size(); ++i) {
-    nodes_.at(candidates[i]).place = Place::kWaiting;
+    place(nodes_.at(candidates[i]), Place::kWaiting);
   }
 
   RoundAssignment base;
@@ -282,13 +254,16 @@ void Rendezvous::form(std::vector<Notice>& out) {
   base.group_world_size = n;
   base.store_prefix =
       "rdzv/" + std::to_string(generation_) + "/" + std::to_string(round_) + "/";
+  std::vector<int> offsets(seats);
+  std::string roster;  // for the log: the first few ranks are enough to read
   for (int r = 0; r < n; ++r) {
     Node& node = nodes_.at(by_rank[r]);
-    node.place = Place::kMember;
-    base.members.push_back(RoundMember{node.info.node_id, node.info.host, r,
-                                       node.info.local_world_size, base.world_size});
+    place(node, Place::kMember);
+    offsets[r] = base.world_size;
     base.world_size += node.info.local_world_size;
+    if (r < 8) roster += (r ? ", " : "") + by_rank[r] + "=" + std::to_string(r);
   }
+  if (n > 8) roster += ", ...";
   const Node& first = nodes_.at(by_rank[0]);
   base.master_addr = first.info.host;
   base.master_port = first.info.master_port;
@@ -297,17 +272,14 @@ void Rendezvous::form(std::vector<Notice>& out) {
   last_rank_.clear();
   formed_ = true;
   last_call_deadline_.reset();
-  std::string roster;
-  for (const auto& m : base.members) {
-    roster += (roster.empty() ? "" : ", ") + m.node_id + "=" + std::to_string(m.group_rank);
-  }
   log("round " + std::to_string(round_) + " formed: " + std::to_string(n) + " nodes, world size " +
       std::to_string(base.world_size) + " [" + roster + "]");
+  out.reserve(out.size() + seats);
   for (int r = 0; r < n; ++r) {
     last_rank_[by_rank[r]] = r;
     Notice notice{.kind = Notice::Kind::kRoundFormed, .node_id = by_rank[r], .assignment = base};
     notice.assignment.group_rank = r;
-    notice.assignment.rank_offset = base.members[r].rank_offset;
+    notice.assignment.rank_offset = offsets[r];
     out.push_back(std::move(notice));
   }
 }
@@ -316,13 +288,14 @@ std::vector<Notice> Rendezvous::remove_node(const std::string& node_id, const st
   std::vector<Notice> out;
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) return out;
-  const Place place = it->second.place;
-  if (place == Place::kMember && it->second.succeeded) return out;  // done; its result stands
+  const Place where = it->second.place;
+  if (where == Place::kMember && it->second.succeeded) return out;  // done; its result stands
   log("node '" + node_id + "' left: " + reason);
-  if (place == Place::kMember && state_ == JobState::kRunning) {
+  if (where == Place::kMember && state_ == JobState::kRunning) {
     reopen("node '" + node_id + "' left (" + reason + ")", node_id, out);
   }
   std::erase(members_, node_id);
+  --place_counts_[static_cast<int>(nodes_.at(node_id).place)];
   nodes_.erase(node_id);
   maybe_form(out);
   return out;
@@ -425,7 +398,7 @@ Json Rendezvous::describe() const {
   Json nodes = Json::array();
   const TimePoint now = clock_.now();
   for (const auto& [id, n] : nodes_) {
-    static constexpr const char* kPlaces[] = {"pending", "waiting", "member", "stale"};
+    static constexpr const char* kPlaces[] = {"pending", "waiting", "member", "stale", "new"};
     auto rank = std::find(members_.begin(), members_.end(), id);
     nodes.push_back({{"node", id},
                      {"host", n.info.host},

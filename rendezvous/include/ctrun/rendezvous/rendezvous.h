@@ -3,6 +3,7 @@
 // every outcome returned as Notices for the caller to deliver.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -37,24 +38,17 @@ struct NodeInfo {
   int requested_rank = -1;  // a static --node_rank, or -1 for any
 };
 
-struct RoundMember {
-  std::string node_id;
-  std::string host;
-  int group_rank = 0;
-  int local_world_size = 0;
-  int rank_offset = 0;  // global rank of this node's local rank 0
-};
-
+// What one node learns when a round forms. The roster is not in it (it would make every answer
+// O(nodes) long); `status` shows it.
 struct RoundAssignment {
   int round = 0;
   int group_rank = 0;
   int group_world_size = 0;
-  int rank_offset = 0;
+  int rank_offset = 0;  // global rank of this node's local rank 0
   int world_size = 0;
   std::string master_addr;
   int master_port = 0;
   std::string store_prefix;  // per-round key prefix so a new round never sees old keys
-  std::vector<RoundMember> members;  // by group rank
 };
 Json to_json(const RoundAssignment& a);
 Result<RoundAssignment> round_assignment_from_json(const Json& j);
@@ -112,10 +106,11 @@ class Rendezvous {
   Json describe() const;
 
  private:
-  enum class Place { kPending, kWaiting, kMember, kStale };
+  // kNew only until join() places the node; counted like the others so counts stay exact.
+  enum class Place { kPending, kWaiting, kMember, kStale, kNew };
   struct Node {
     NodeInfo info;
-    Place place = Place::kPending;
+    Place place = Place::kNew;
     TimePoint joined_at;
     TimePoint last_seen;
     std::uint64_t join_seq = 0;
@@ -127,7 +122,8 @@ class Rendezvous {
   void maybe_form(std::vector<Notice>& out);
   void form(std::vector<Notice>& out);
   void end(JobState state, const std::string& reason, std::vector<Notice>& out);
-  int count(Place place) const;
+  int count(Place place) const { return place_counts_[static_cast<int>(place)]; }
+  void place(Node& node, Place where);
 
   std::string job_id_;
   RendezvousConfig config_;
@@ -135,6 +131,7 @@ class Rendezvous {
   const Clock& clock_;
   Logger log_;
   std::map<std::string, Node> nodes_;
+  std::array<int, 5> place_counts_{};  // nodes in each Place
   std::map<std::string, int> last_rank_;  // group ranks of the last formed round
   std::vector<std::string> members_;      // the formed round, by group rank
   int round_ = 0;
