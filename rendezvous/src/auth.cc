@@ -54,9 +54,15 @@ Result<std::string> read_token_file(const std::string& path) {
   }
   std::ostringstream content;
   content << in.rdbuf();
-  std::string token = content.str();
-  while (!token.empty() && std::strchr(" \t\r\n", token.back()) != nullptr) token.pop_back();
-  if (token.empty()) return Error{ErrorCode::kBadRequest, "token file '" + path + "' is empty"};
+  return clean_token(content.str(), "token file '" + path + "'");
+}
+
+Result<std::string> clean_token(std::string token, const std::string& source) {
+  const char* space = " \t\r\n";
+  token.erase(0, token.find_first_not_of(space) == std::string::npos ? token.size()
+                                                                      : token.find_first_not_of(space));
+  while (!token.empty() && std::strchr(space, token.back()) != nullptr) token.pop_back();
+  if (token.empty()) return Error{ErrorCode::kBadRequest, source + " is empty"};
   return token;
 }
 

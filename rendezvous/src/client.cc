@@ -122,8 +122,11 @@ Task<Status> AsyncClient::Impl::connect() {
       } else {
         s = std::get<0>(std::move(outcome));
       }
-      // A refusal (version, token) will not change on retry: report it at once.
-      if (!s && s.error().code != ErrorCode::kConnection) {
+      // A refusal (version, token) will not change on retry: report it at once. A full daemon
+      // (kLimit) or a dropped connection may clear up.
+      const bool retryable =
+          s || s.error().code == ErrorCode::kConnection || s.error().code == ErrorCode::kLimit;
+      if (!retryable) {
         boost::system::error_code ignored;
         socket_.close(ignored);
         co_return s;
@@ -172,6 +175,11 @@ Task<Status> AsyncClient::Impl::handshake() {
     co_return Error{ErrorCode::kAuthFailed,
                     "ctrund at " + endpoint_text() + " requires a token and none was given"};
   }
+  if (!auth_required && options_.token) {
+    // A daemon without the token cannot prove itself: it may not be ours.
+    co_return Error{ErrorCode::kAuthFailed, "ctrund at " + endpoint_text() +
+                                                " holds no token but this client has one"};
+  }
   const std::string client_nonce = options_.token ? random_bytes(kNonceBytes) : std::string();
   std::string bytes = encode_frame(hello_request(options_, server_nonce.value(), client_nonce));
   auto [wec, written] = co_await asio::async_write(socket_, asio::buffer(bytes),
@@ -181,7 +189,7 @@ Task<Status> AsyncClient::Impl::handshake() {
   if (!answer) co_return answer.error();
   auto payload = response_payload(std::move(answer).value());
   if (!payload) co_return payload.error();
-  if (options_.token && auth_required) {
+  if (options_.token) {
     auto proof = get_bytes(payload.value(), "proof");
     if (!proof || !constant_time_equal(proof.value(), server_proof(*options_.token, client_nonce,
                                                                    server_nonce.value()))) {

@@ -2,7 +2,9 @@
 #include <boost/asio.hpp>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -48,11 +50,19 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.service.token = token.value();
-  } else if (const char* env = std::getenv("CTRUN_RDZV_TOKEN"); env && *env) {
-    options.service.token = std::string(env);
+  } else if (const char* env = std::getenv("CTRUN_RDZV_TOKEN")) {
+    auto token = rdzv::clean_token(env, "CTRUN_RDZV_TOKEN");
+    if (!token) {
+      std::cerr << "ctrund: error: " << token.error().message << "\n";
+      return 2;
+    }
+    options.service.token = token.value();
   }
   options.service.max_frame_bytes = max_frame_bytes;
-  options.service.store_limits.max_value_bytes = max_frame_bytes;
+  // A value must fit in a frame with its key and the request around it.
+  options.service.store_limits.max_value_bytes =
+      max_frame_bytes - std::min<std::size_t>(max_frame_bytes / 2, 8192);
+  options.max_pending_write_bytes = std::max(options.max_pending_write_bytes, 4 * max_frame_bytes);
   options.service.max_connections = max_connections;
   options.service.log = [](const std::string& line) { rdzv::log_line("ctrund", line); };
 
@@ -63,11 +73,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   server.value()->start();
-  rdzv::log_line("ctrund", "listening on " + server.value()->address() + ":" +
-                               std::to_string(server.value()->port()) + " (token " +
+  rdzv::log_line("ctrund", "listening on " + server.value()->endpoint() + " (token " +
                                (options.service.token ? "required" : "not required") + ")");
   if (!port_file.empty()) {
-    std::ofstream(port_file) << server.value()->port() << "\n";
+    // Written whole, then renamed: a reader never sees a partial port number.
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream out(tmp);
+    out << server.value()->port() << "\n";
+    out.close();
+    if (!out || std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+      std::cerr << "ctrund: error: cannot write port file '" << port_file << "'\n";
+      return 1;
+    }
   }
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);

@@ -200,6 +200,10 @@ void Rendezvous::maybe_form(std::vector<Notice>& out) {
     last_call_deadline_.reset();
     return;
   }
+  // Survivors of the last round were told to rejoin: wait for each of them until it rejoins or
+  // is removed (leave, lost connection, missed keep-alives). Forming without them would make
+  // every survivor that comes back a newcomer that reopens the round again.
+  if (count(Place::kStale) > 0) return;
   // A reopened round need not wait for strangers once every survivor is back: newcomers that
   // show up later open another round themselves.
   auto survivor_pending = [this] {
@@ -207,7 +211,7 @@ void Rendezvous::maybe_form(std::vector<Notice>& out) {
       return kv.second.place == Place::kPending && last_rank_.count(kv.first) != 0;
     });
   };
-  const bool survivors_back = round_ > 0 && count(Place::kStale) == 0 && survivor_pending();
+  const bool survivors_back = round_ > 0 && survivor_pending();
   if (survivors_back || config_.last_call_timeout == Duration::zero()) return form(out);
   if (!last_call_deadline_) last_call_deadline_ = clock_.now() + config_.last_call_timeout;
 }
@@ -369,7 +373,15 @@ std::vector<Notice> Rendezvous::tick() {
     }
   }
   for (const auto& id : silent) {
-    auto more = remove_node(id, "no keep-alive for " + std::to_string(millis(silence_limit)) + " ms");
+    const std::string why = "no keep-alive for " + std::to_string(millis(silence_limit)) + " ms";
+    const Place where = nodes_.at(id).place;
+    if (where == Place::kPending || where == Place::kWaiting) {
+      // Its join is still waiting for an answer: give it one.
+      out.push_back(Notice{.kind = Notice::Kind::kJoinFailed,
+                           .node_id = id,
+                           .error = Error{ErrorCode::kTimeout, "dropped from job '" + job_id_ + "': " + why}});
+    }
+    auto more = remove_node(id, why);
     out.insert(out.end(), more.begin(), more.end());
   }
   for (const auto& id : timed_out) {

@@ -10,6 +10,16 @@ namespace ctrun::rendezvous {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
+namespace {
+
+// "127.0.0.1:29400" or "[::1]:29400".
+std::string endpoint_text(const tcp::endpoint& ep) {
+  const std::string host = ep.address().to_string();
+  return (ep.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
 // One TCP connection. Reads go straight into the Service; writes queue in `pending_` and go out
 // in one async_write per batch. Owned by Server::Impl's map; handlers hold a shared_ptr.
 class Session : public std::enable_shared_from_this<Session> {
@@ -25,12 +35,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void start() { read(); }
 
-  void send(std::string bytes) {
-    if (closed_) return;
+  // False when the peer was cut because it does not read what it asked for: the backlog would
+  // otherwise grow without bound.
+  bool send(std::string bytes) {
+    if (closed_) return true;
     if (pending_.size() + bytes.size() > max_pending_) {
-      // The peer does not read what it asked for: cut it rather than buffer without bound.
       abort();
-      return;
+      return false;
     }
     if (pending_.empty()) {
       pending_ = std::move(bytes);
@@ -38,6 +49,7 @@ class Session : public std::enable_shared_from_this<Session> {
       pending_ += bytes;
     }
     if (!writing_) write();
+    return true;
   }
 
   // Closes after what is queued has been written (the service asked for it).
@@ -163,6 +175,7 @@ class Server::Impl final : public Transport {
       const auto local = acceptor_.local_endpoint();
       port_ = local.port();
       address_ = local.address().to_string();
+      endpoint_ = endpoint_text(local);
       return ok_status();
     }
     return Error{ErrorCode::kConnection, "cannot listen on " +
@@ -190,7 +203,10 @@ class Server::Impl final : public Transport {
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return;
     auto session = it->second;  // may leave the map during the call
-    session->send(std::move(bytes));
+    if (!session->send(std::move(bytes))) {
+      log("connection " + std::to_string(id) + " cut: over " +
+          std::to_string(options_.max_pending_write_bytes) + " bytes of answers not read");
+    }
   }
   void close(ConnectionId id) override {
     auto it = sessions_.find(id);
@@ -201,6 +217,7 @@ class Server::Impl final : public Transport {
 
   std::uint16_t port_ = 0;
   std::string address_;
+  std::string endpoint_;
 
  private:
   void accept() {
@@ -218,8 +235,7 @@ class Server::Impl final : public Transport {
       }
       boost::system::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
-      auto remote = socket.remote_endpoint(ignored);
-      std::string peer = remote.address().to_string() + ":" + std::to_string(remote.port());
+      std::string peer = endpoint_text(socket.remote_endpoint(ignored));
       const ConnectionId id = next_id_++;
       auto session = std::make_shared<Session>(std::move(socket), id, service_,
                                                options_.max_pending_write_bytes,
@@ -267,6 +283,7 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() { impl_->stop(); }
 std::uint16_t Server::port() const { return impl_->port_; }
 const std::string& Server::address() const { return impl_->address_; }
+const std::string& Server::endpoint() const { return impl_->endpoint_; }
 void Server::start() { impl_->start(); }
 void Server::stop() { impl_->stop(); }
 

@@ -60,6 +60,9 @@ std::int64_t millis(Duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
+// About 35 years: long enough for anything, short enough that clock + timeout cannot overflow.
+constexpr std::int64_t kMaxTimeoutMillis = std::int64_t{1} << 40;
+
 }  // namespace
 
 Service::Service(ServiceOptions options, const Clock& clock, Transport& transport)
@@ -139,7 +142,14 @@ void Service::drop(ConnectionId id, const std::string& why) {
 void Service::reply(const Connection& c, std::uint64_t id, Json body) {
   body["id"] = id;
   body["ok"] = true;
-  transport_.send(c.id, encode_frame(body));
+  std::string frame = encode_frame(body);
+  if (frame.size() - kFrameHeaderBytes > options_.max_frame_bytes) {
+    // The client could not accept it (e.g. a multi_get of many large values): say so instead.
+    return fail(c, id, Error{ErrorCode::kLimit, "answer of " + std::to_string(frame.size()) +
+                                                    " bytes exceeds the frame limit of " +
+                                                    std::to_string(options_.max_frame_bytes)});
+  }
+  transport_.send(c.id, std::move(frame));
 }
 
 void Service::fail(const Connection& c, std::uint64_t id, const Error& e) {
@@ -157,9 +167,12 @@ void Service::reject(Connection& c, std::uint64_t id, const Error& e) {
 Service::Job& Service::job_of(Connection& c) { return *jobs_.at(c.job); }
 
 void Service::handle_frame(Connection& c, Json frame) {
+  // Any non-negative integer encoding is accepted: MessagePack libraries differ in which
+  // integer format they pick for small positive numbers.
   auto id_field = frame.find("id");
-  if (id_field == frame.end() || !id_field->is_number_unsigned()) {
-    return reject(c, 0, Error{ErrorCode::kBadRequest, "request has no unsigned integer 'id'"});
+  if (id_field == frame.end() || !id_field->is_number_integer() ||
+      (!id_field->is_number_unsigned() && id_field->get<std::int64_t>() < 0)) {
+    return reject(c, 0, Error{ErrorCode::kBadRequest, "request has no non-negative integer 'id'"});
   }
   const auto id = id_field->get<std::uint64_t>();
   auto op = frame.find("op");
@@ -264,6 +277,10 @@ void Service::wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bo
   // timeout_ms: absent = wait as long as the connection lives, 0 = do not wait, > 0 = deadline.
   auto timeout = get_int_or(req, "timeout_ms", -1);
   if (!timeout) return reject(c, id, timeout.error());
+  if (req.contains("timeout_ms") && (timeout.value() < 0 || timeout.value() > kMaxTimeoutMillis)) {
+    return reject(c, id, Error{ErrorCode::kBadRequest, "field 'timeout_ms' is outside 0.." +
+                                                           std::to_string(kMaxTimeoutMillis)});
+  }
   Job& job = job_of(c);
   if (timeout.value() == 0 && !job.store.check(keys)) {
     for (const auto& k : keys) {
@@ -367,7 +384,6 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
     info.host = host.value();
     // Bounds keep every narrowing below exact and rank sums within int; validate() checks
     // the meaning.
-    constexpr std::int64_t kMaxMillis = std::int64_t{1} << 40;
     struct IntField {
       const char* name;
       bool required;
@@ -381,10 +397,10 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
         {"requested_rank", false, -1, 1 << 18},
         {"min_nodes", true, 0, 1 << 18},
         {"max_nodes", true, 0, 1 << 18},
-        {"join_timeout_ms", false, millis(config.join_timeout), kMaxMillis},
-        {"last_call_timeout_ms", false, millis(config.last_call_timeout), kMaxMillis},
-        {"close_timeout_ms", false, millis(config.close_timeout), kMaxMillis},
-        {"keep_alive_interval_ms", false, millis(config.keep_alive_interval), kMaxMillis},
+        {"join_timeout_ms", false, millis(config.join_timeout), kMaxTimeoutMillis},
+        {"last_call_timeout_ms", false, millis(config.last_call_timeout), kMaxTimeoutMillis},
+        {"close_timeout_ms", false, millis(config.close_timeout), kMaxTimeoutMillis},
+        {"keep_alive_interval_ms", false, millis(config.keep_alive_interval), kMaxTimeoutMillis},
         {"keep_alive_max_attempt", false, config.keep_alive_max_attempt, 1 << 20}};
     for (auto& f : fields) {
       auto v = f.required ? get_int(req, f.name) : get_int_or(req, f.name, f.fallback);
@@ -433,6 +449,8 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
                                  std::to_string(config.min_nodes) + ":" +
                                  std::to_string(config.max_nodes)});
   }
+  auto notices = job.rendezvous->join(info);
+  if (!notices) return fail(c, id, notices.error());  // refused: no binding changes
   // A node that reconnects on a new connection takes its binding along.
   if (auto bound = job.node_connections.find(info.node_id);
       bound != job.node_connections.end() && bound->second != c.id) {
@@ -440,7 +458,8 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
     if (old != connections_.end()) {
       Connection& o = *old->second;
       if (o.join_request) {
-        fail(o, *o.join_request, Error{ErrorCode::kConflict, "superseded by a join on another connection"});
+        fail(o, *o.join_request,
+             Error{ErrorCode::kConflict, "superseded by a join on another connection"});
       }
       o.join_request.reset();
       o.node.clear();
@@ -452,11 +471,6 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
   c.node = info.node_id;
   c.join_request = id;
   job.node_connections[info.node_id] = c.id;
-  auto notices = job.rendezvous->join(info);
-  if (!notices) {
-    c.join_request.reset();
-    return fail(c, id, notices.error());
-  }
   deliver(job, std::move(notices).value());
 }
 

@@ -56,28 +56,34 @@ Status KeyValueStore::multi_set(const std::vector<std::string>& keys,
                                              " keys but " + std::to_string(values.size()) +
                                              " values"};
   }
-  // Validate everything first so a failing multi_set changes nothing.
-  std::size_t added_keys = 0;
-  std::size_t new_total = total_bytes_;
+  // Validate everything first so a failing multi_set changes nothing. A key named twice counts
+  // once, with its last value.
+  std::unordered_map<std::string, std::size_t> last_index;  // key -> where its last value is
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (auto s = check_key(keys[i]); !s) return s;
     if (values[i].size() > limits_.max_value_bytes) {
       return Error{ErrorCode::kLimit, "value for key '" + keys[i] + "' exceeds the limit of " +
                                           std::to_string(limits_.max_value_bytes) + " bytes"};
     }
-    auto it = data_.find(keys[i]);
+    last_index[keys[i]] = i;
+  }
+  std::size_t added_keys = 0;
+  std::size_t new_total = total_bytes_;
+  for (const auto& [key, i] : last_index) {
+    const std::size_t size = values[i].size();
+    auto it = data_.find(key);
     if (it == data_.end()) {
       ++added_keys;
     } else {
-      new_total -= keys[i].size() + it->second.size();
+      new_total -= key.size() + it->second.size();
     }
-    new_total += keys[i].size() + values[i].size();
+    new_total += key.size() + size;
   }
   if (data_.size() + added_keys > limits_.max_keys || new_total > limits_.max_total_bytes) {
     return Error{ErrorCode::kLimit, "multi_set would exceed the store's key or byte limit"};
   }
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (auto s = put(keys[i], std::move(values[i])); !s) return s;
+  for (const auto& [key, i] : last_index) {
+    if (auto s = put(key, std::move(values[i])); !s) return s;
   }
   return ok_status();
 }

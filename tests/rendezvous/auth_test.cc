@@ -44,3 +44,10 @@ TEST_CASE("auth: token files") {
   REQUIRE_FALSE(missing);
   CHECK(missing.error().message.find("cannot read token file") != std::string::npos);
 }
+
+TEST_CASE("auth: tokens from the environment are trimmed like files") {
+  CHECK(clean_token("  tok\n", "CTRUN_RDZV_TOKEN").value() == "tok");
+  auto blank = clean_token(" \t\n", "CTRUN_RDZV_TOKEN");
+  REQUIRE_FALSE(blank);
+  CHECK(blank.error().message == "CTRUN_RDZV_TOKEN is empty");
+}

@@ -292,6 +292,32 @@ TEST_CASE("daemon: token authentication end to end") {
   std::remove(token_file.c_str());
 }
 
+TEST_CASE("daemon: a client holding a token will not talk to a daemon without one") {
+  Daemon daemon;
+  auto options = daemon.options();
+  options.token = "mine";
+  auto c = Client::connect(options);
+  REQUIRE_FALSE(c);
+  CHECK(c.error().code == ErrorCode::kAuthFailed);
+  CHECK(c.error().message.find("holds no token") != std::string::npos);
+}
+
+TEST_CASE("daemon: a full daemon is retried until a connection frees up") {
+  Daemon daemon({"--max_connections", "1"});
+  auto first = connect(daemon.options());
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(300ms);
+    first.reset();
+  });
+  auto options = daemon.options();
+  options.connect_timeout = 5s;
+  auto second = Client::connect(options);
+  releaser.join();
+  REQUIRE(second);
+  CHECK(second.value()->ping().ok());
+  CHECK(daemon.log().find("connections already open") != std::string::npos);
+}
+
 TEST_CASE("daemon: binds only the address it is given") {
   Daemon daemon;  // 127.0.0.1
   RawSocket other("127.0.0.2", daemon.port());

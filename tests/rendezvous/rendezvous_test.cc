@@ -352,3 +352,52 @@ TEST_CASE("rendezvous: assignment survives a JSON round trip") {
   broken.erase("world_size");
   CHECK_FALSE(round_assignment_from_json(broken));
 }
+
+TEST_CASE("rendezvous: a silent joiner still gets an answer to its join") {
+  ManualClock clock;
+  auto config = nodes(2, 2);
+  config.keep_alive_interval = 1s;
+  config.keep_alive_max_attempt = 2;
+  Rendezvous r("job", config, clock);
+  join_ok(r, node("a"));
+  clock.advance(3s);
+  auto out = r.tick();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == Notice::Kind::kJoinFailed);
+  CHECK(out[0].node_id == "a");
+  CHECK(out[0].error.message.find("no keep-alive") != std::string::npos);
+  CHECK_FALSE(r.has_node("a"));
+}
+
+TEST_CASE("rendezvous: with no last call, a reopened round waits for its survivors") {
+  // Forming at once without the survivors would make each returning survivor a newcomer that
+  // reopens the round again, forever.
+  ManualClock clock;
+  auto config = nodes(1, 2);
+  config.last_call_timeout = Duration::zero();
+  Rendezvous r("job", config, clock);
+  REQUIRE(join_ok(r, node("a")).size() == 1);  // forms alone at once
+  auto out = join_ok(r, node("b"));
+  CHECK(of_kind(out, Notice::Kind::kRoundFormed).empty());
+  REQUIRE(of_kind(out, Notice::Kind::kRoundReopened).size() == 1);
+  auto formed = join_ok(r, node("a"));
+  REQUIRE(formed.size() == 2);
+  CHECK(r.round() == 1);
+  CHECK(rank_of(formed, "a") == 0);
+  CHECK(r.formed());
+}
+
+TEST_CASE("rendezvous: a survivor that vanishes instead of rejoining is not waited for") {
+  ManualClock clock;
+  Rendezvous r("job", nodes(1, 3), clock);
+  join_ok(r, node("a"));
+  join_ok(r, node("b"));
+  join_ok(r, node("c"));
+  REQUIRE(r.formed());
+  r.remove_node("a", "connection closed");  // b, c stale
+  CHECK(join_ok(r, node("b")).empty());      // waits for c
+  auto formed = r.remove_node("c", "connection closed");
+  REQUIRE(formed.size() == 1);
+  CHECK(formed[0].kind == Notice::Kind::kRoundFormed);
+  CHECK(formed[0].node_id == "b");
+}

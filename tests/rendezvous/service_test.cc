@@ -459,3 +459,67 @@ TEST_CASE("service: keep-alives keep a joined node, silence removes it") {
   CHECK(event["event"] == "round_reopened");
   CHECK(event["reason"].get<std::string>().find("no keep-alive") != std::string::npos);
 }
+
+TEST_CASE("service: a refused join binds nothing, so an ended job's id can start anew") {
+  ServiceHarness h;
+  auto a = h.connect_hello("run");
+  h.send(a, with_id(join_request("a", 1, 1), 1));
+  REQUIRE(h.transport.take(a)["ok"] == true);
+  h.call(a, Json{{"op", "report"}, {"result", "failed"}, {"message", "boom"}});
+  h.transport.take(a);  // job_ended
+  // A new agent arrives while the old node is still connected: refused, and not bound.
+  auto b = h.connect_hello("run");
+  CHECK(is_error(h.call(b, join_request("b", 1, 1)), "closed"));
+  h.service->on_disconnect(a);
+  // Now the old job's nodes are gone: b's retry on the same connection starts a fresh job.
+  Json retry = h.call(b, join_request("b", 1, 1));
+  REQUIRE(retry["ok"] == true);
+  CHECK(retry["store_prefix"] == "rdzv/1/0/");
+}
+
+TEST_CASE("service: a join with an empty node id is refused without a trace") {
+  ServiceHarness h;
+  auto c = h.connect_hello();
+  CHECK(is_error(h.call(c, join_request("", 1, 1)), "bad_request"));
+  Json ok = h.call(c, join_request("real", 1, 1));
+  CHECK(ok["ok"] == true);
+}
+
+TEST_CASE("service: timeout_ms outside 0..2^40 is a bad request, not an instant timeout") {
+  ServiceHarness h;
+  for (std::int64_t bad : {std::int64_t{-1}, std::int64_t{1} << 62}) {
+    auto c = h.connect_hello();
+    Json answer = h.call(c, Json{{"op", "get"}, {"key", "k"}, {"timeout_ms", bad}});
+    CHECK(is_error(answer, "bad_request"));
+    CHECK(answer["error"]["message"].get<std::string>().find("timeout_ms") != std::string::npos);
+  }
+}
+
+TEST_CASE("service: a request id in a signed MessagePack format is accepted") {
+  ServiceHarness h;
+  auto c = h.connect_hello();
+  // {"op": "ping", "id": 5} with 5 as int8 (0xd0), as some MessagePack libraries write it.
+  const std::string body = std::string("\x82\xa2op\xa4ping\xa2id\xd0\x05", 14);
+  const std::string frame = std::string("\x00\x00\x00", 3) + static_cast<char>(body.size()) + body;
+  h.send_raw(c, frame);
+  Json answer = h.transport.take(c);
+  CHECK(answer["ok"] == true);
+  CHECK(answer["id"] == 5);
+  // A negative id is still refused.
+  const std::string negative = std::string("\x82\xa2op\xa4ping\xa2id\xff", 13);
+  h.send_raw(c, std::string("\x00\x00\x00", 3) + static_cast<char>(negative.size()) + negative);
+  CHECK(is_error(h.transport.take(c), "bad_request"));
+}
+
+TEST_CASE("service: an answer larger than a frame is refused with a clear error") {
+  ServiceOptions options;
+  options.max_frame_bytes = 1024;
+  ServiceHarness h(options);
+  auto c = h.connect_hello();
+  h.call(c, Json{{"op", "set"}, {"key", "a"}, {"value", to_binary(std::string(600, 'a'))}});
+  h.call(c, Json{{"op", "set"}, {"key", "b"}, {"value", to_binary(std::string(600, 'b'))}});
+  Json answer = h.call(c, Json{{"op", "multi_get"}, {"keys", {"a", "b"}}});
+  CHECK(is_error(answer, "limit"));
+  CHECK(answer["error"]["message"].get<std::string>().find("frame limit of 1024") != std::string::npos);
+  CHECK_FALSE(h.transport.closed.count(c));
+}

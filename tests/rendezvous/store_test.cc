@@ -197,3 +197,13 @@ TEST_CASE("store: many waiters on one key all wake (compare_set race)") {
   CHECK(second.value() == "node-a");
   CHECK(woke == 100);
 }
+
+TEST_CASE("store: multi_set with a key named twice keeps the last value and exact limits") {
+  StoreLimits limits;
+  limits.max_keys = 1;
+  KeyValueStore store(limits);
+  REQUIRE(store.multi_set({"k", "k"}, {"first", "second"}));  // one key, not two
+  CHECK(*store.find("k") == "second");
+  CHECK(store.num_keys() == 1);
+  CHECK(store.total_bytes() == 1 + 6);
+}

@@ -1,8 +1,9 @@
 // Shared-token authentication by HMAC challenge: the token itself never crosses the wire.
 //   daemon -> client: a fresh random nonce per connection
-//   client -> daemon: HMAC(token, "ctrun-client" | server nonce | job), and a nonce of its own
-//   daemon -> client: HMAC(token, "ctrun-server" | client nonce | server nonce)
-// A proof is bound to one connection's nonce, so a recorded proof is useless on another one.
+//   client -> daemon: HMAC-SHA256(token, "ctrun-client\0" | server nonce | job), and a nonce
+//   daemon -> client: HMAC-SHA256(token, "ctrun-server\0" | client nonce | server nonce)
+// The labels (with their NUL terminator) keep one side's proof from being reflected as the
+// other's. A proof is bound to one connection's nonce, so a recorded proof is useless later.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +21,10 @@ std::string client_proof(const std::string& token, const std::string& server_non
 std::string server_proof(const std::string& token, const std::string& client_nonce,
                          const std::string& server_nonce);
 bool constant_time_equal(const std::string& a, const std::string& b);
-// Reads a token file: its content less trailing whitespace; an error when unreadable or empty.
+// A token as given (file content or environment value) less surrounding whitespace; an error
+// naming `source` when nothing is left.
+Result<std::string> clean_token(std::string token, const std::string& source);
+// Reads a token file: its content less surrounding whitespace; an error when unreadable or empty.
 Result<std::string> read_token_file(const std::string& path);
 
 }  // namespace ctrun::rendezvous

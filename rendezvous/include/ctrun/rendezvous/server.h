@@ -23,7 +23,8 @@ struct ServerOptions {
   std::uint16_t port = kDefaultPort;  // 0: an ephemeral port, see Server::port()
   ServiceOptions service;
   Duration tick_interval = std::chrono::milliseconds(50);
-  std::size_t max_pending_write_bytes = 64u << 20;  // per connection: a reader that stalls is cut
+  // Per connection: a reader that stalls is cut. Keep it several frames large.
+  std::size_t max_pending_write_bytes = 64u << 20;
 };
 
 class Server {
@@ -35,7 +36,8 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   std::uint16_t port() const;
-  const std::string& address() const;  // the bound address, e.g. "127.0.0.1"
+  const std::string& address() const;   // the bound address, e.g. "127.0.0.1"
+  const std::string& endpoint() const;  // address and port, e.g. "[::]:29400"
   // Starts accepting and ticking; everything runs on the io_context given to create().
   void start();
   // Stops accepting and closes every connection. Safe to call twice.
