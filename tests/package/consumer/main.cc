@@ -1,0 +1,29 @@
+// Starts an embedded rendezvous server and talks to it through the installed client library.
+#include <boost/asio/io_context.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/server.h"
+
+int main() {
+  namespace rdzv = ctrun::rendezvous;
+  boost::asio::io_context io;
+  rdzv::ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  auto server = rdzv::Server::create(io, options);
+  if (!server) return 1;
+  server.value()->start();
+  std::thread loop([&] { io.run_for(std::chrono::seconds(10)); });
+  rdzv::ClientOptions client_options;
+  client_options.port = server.value()->port();
+  auto client = rdzv::Client::connect(client_options);
+  int rc = 1;
+  if (client && client.value()->set("k", "v") && client.value()->get("k").value() == "v") rc = 0;
+  client = rdzv::Error{rdzv::ErrorCode::kConnection, "done"};
+  io.stop();
+  loop.join();
+  std::puts(rc == 0 ? "consumer: ok" : "consumer: failed");
+  return rc;
+}
