@@ -22,7 +22,10 @@ std::int64_t millis(Duration d) {
 }
 
 Json with_timeout(Json request, std::optional<Duration> timeout) {
-  if (timeout) request["timeout_ms"] = std::max<std::int64_t>(0, millis(*timeout));
+  // The daemon takes 0..2^40 ms; a longer wait is the same as no deadline.
+  if (timeout && millis(*timeout) < (std::int64_t{1} << 40)) {
+    request["timeout_ms"] = std::max<std::int64_t>(0, millis(*timeout));
+  }
   return request;
 }
 

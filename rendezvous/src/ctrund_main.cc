@@ -2,7 +2,11 @@
 #include <boost/asio.hpp>
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -77,12 +81,14 @@ int main(int argc, char** argv) {
                                (options.service.token ? "required" : "not required") + ")");
   if (!port_file.empty()) {
     // Written whole, then renamed: a reader never sees a partial port number.
-    const std::string tmp = port_file + ".tmp";
+    const std::string tmp = port_file + ".tmp." + std::to_string(getpid());
     std::ofstream out(tmp);
     out << server.value()->port() << "\n";
     out.close();
     if (!out || std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      std::cerr << "ctrund: error: cannot write port file '" << port_file << "'\n";
+      std::cerr << "ctrund: error: cannot write port file '" << port_file
+                << "': " << std::strerror(errno) << "\n";
+      std::remove(tmp.c_str());
       return 1;
     }
   }

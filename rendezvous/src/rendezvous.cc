@@ -176,6 +176,10 @@ void Rendezvous::reopen(const std::string& reason, const std::string& except,
   log("round " + std::to_string(round_) + " opens: " + reason);
   for (const auto& id : members_) {
     Node& n = nodes_.at(id);
+    if (n.succeeded) {  // finished: not expected back, but told when the job ends
+      place(n, Place::kDone);
+      continue;
+    }
     place(n, Place::kStale);
     if (id != except) {
       out.push_back(Notice{.kind = Notice::Kind::kRoundReopened,
@@ -294,6 +298,12 @@ std::vector<Notice> Rendezvous::remove_node(const std::string& node_id, const st
   if (it == nodes_.end()) return out;
   const Place where = it->second.place;
   if (where == Place::kMember && it->second.succeeded) return out;  // done; its result stands
+  if (where == Place::kDone) {
+    place(it->second, Place::kNew);  // keep the counts exact before erasing
+    --place_counts_[static_cast<int>(Place::kNew)];
+    nodes_.erase(it);
+    return out;
+  }
   log("node '" + node_id + "' left: " + reason);
   if (where == Place::kMember && state_ == JobState::kRunning) {
     reopen("node '" + node_id + "' left (" + reason + ")", node_id, out);
@@ -364,7 +374,7 @@ std::vector<Notice> Rendezvous::tick() {
   std::vector<std::string> silent;
   std::vector<std::string> timed_out;
   for (const auto& [id, n] : nodes_) {
-    if (n.place == Place::kMember && n.succeeded) continue;
+    if (n.succeeded) continue;  // finished nodes may go quiet
     if (now - n.last_seen > silence_limit) {
       silent.push_back(id);
     } else if ((n.place == Place::kPending || n.place == Place::kWaiting) &&
@@ -410,7 +420,7 @@ Json Rendezvous::describe() const {
   Json nodes = Json::array();
   const TimePoint now = clock_.now();
   for (const auto& [id, n] : nodes_) {
-    static constexpr const char* kPlaces[] = {"pending", "waiting", "member", "stale", "new"};
+    static constexpr const char* kPlaces[] = {"pending", "waiting", "member", "stale", "new", "done"};
     auto rank = std::find(members_.begin(), members_.end(), id);
     nodes.push_back({{"node", id},
                      {"host", n.info.host},

@@ -34,12 +34,15 @@ class Session : public std::enable_shared_from_this<Session> {
         on_gone_(std::move(on_gone)) {}
 
   void start() { read(); }
+  const std::string& peer() const { return peer_; }
+  void set_peer(std::string peer) { peer_ = std::move(peer); }
 
   // False when the peer was cut because it does not read what it asked for: the backlog would
   // otherwise grow without bound.
   bool send(std::string bytes) {
-    if (closed_) return true;
-    if (pending_.size() + bytes.size() > max_pending_) {
+    if (closed_ || cut_) return true;
+    if (in_flight_.size() + pending_.size() + bytes.size() > max_pending_) {
+      cut_ = true;
       abort();
       return false;
     }
@@ -124,12 +127,14 @@ class Session : public std::enable_shared_from_this<Session> {
   Service& service_;
   std::size_t max_pending_;
   std::function<void(ConnectionId)> on_gone_;
+  std::string peer_;
   std::array<char, 64 * 1024> buffer_;
   std::string pending_;
   std::string in_flight_;
   bool writing_ = false;
   bool closing_ = false;
   bool closed_ = false;
+  bool cut_ = false;  // aborted for its backlog: said once
 };
 
 class Server::Impl final : public Transport {
@@ -204,7 +209,7 @@ class Server::Impl final : public Transport {
     if (it == sessions_.end()) return;
     auto session = it->second;  // may leave the map during the call
     if (!session->send(std::move(bytes))) {
-      log("connection " + std::to_string(id) + " cut: over " +
+      log(session->peer() + " cut: over " +
           std::to_string(options_.max_pending_write_bytes) + " bytes of answers not read");
     }
   }
@@ -241,6 +246,7 @@ class Server::Impl final : public Transport {
                                                options_.max_pending_write_bytes,
                                                [this](ConnectionId gone) { sessions_.erase(gone); },
                                                alive_);
+      session->set_peer(peer);
       sessions_.emplace(id, session);
       service_.on_connect(id, std::move(peer));
       session->start();

@@ -63,6 +63,11 @@ std::int64_t millis(Duration d) {
 // About 35 years: long enough for anything, short enough that clock + timeout cannot overflow.
 constexpr std::int64_t kMaxTimeoutMillis = std::int64_t{1} << 40;
 
+// Keys quoted in error messages are cut short, so an error frame stays small.
+std::string shorten(const std::string& key) {
+  return key.size() <= 128 ? key : key.substr(0, 128) + "...";
+}
+
 }  // namespace
 
 Service::Service(ServiceOptions options, const Clock& clock, Transport& transport)
@@ -145,7 +150,8 @@ void Service::reply(const Connection& c, std::uint64_t id, Json body) {
   std::string frame = encode_frame(body);
   if (frame.size() - kFrameHeaderBytes > options_.max_frame_bytes) {
     // The client could not accept it (e.g. a multi_get of many large values): say so instead.
-    return fail(c, id, Error{ErrorCode::kLimit, "answer of " + std::to_string(frame.size()) +
+    return fail(c, id, Error{ErrorCode::kLimit, "answer of " +
+                                                    std::to_string(frame.size() - kFrameHeaderBytes) +
                                                     " bytes exceeds the frame limit of " +
                                                     std::to_string(options_.max_frame_bytes)});
   }
@@ -282,12 +288,15 @@ void Service::wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bo
                                                            std::to_string(kMaxTimeoutMillis)});
   }
   Job& job = job_of(c);
-  if (timeout.value() == 0 && !job.store.check(keys)) {
+  const bool ready = job.store.check(keys);
+  if (timeout.value() == 0 && !ready) {
     for (const auto& k : keys) {
-      if (!job.store.find(k)) return fail(c, id, Error{ErrorCode::kNotFound, "key '" + k + "' not found"});
+      if (!job.store.find(k)) {
+        return fail(c, id, Error{ErrorCode::kNotFound, "key '" + shorten(k) + "' not found"});
+      }
     }
   }
-  if (c.waiters.size() >= options_.max_waiters_per_connection) {
+  if (!ready && c.waiters.size() >= options_.max_waiters_per_connection) {
     return fail(c, id, Error{ErrorCode::kLimit, "too many waits outstanding on this connection"});
   }
   const TimePoint deadline = timeout.value() < 0 ? TimePoint::max()
@@ -303,7 +312,7 @@ void Service::wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bo
     if (!s) {
       return fail(conn, id, Error{ErrorCode::kTimeout, "timed out waiting for " +
                                                            std::to_string(keys.size()) +
-                                                           " key(s), first '" + keys.front() + "'"});
+                                                           " key(s), first '" + shorten(keys.front()) + "'"});
     }
     Json body = Json::object();
     if (with_values) {
@@ -428,17 +437,21 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
     return fail(c, id, Error{ErrorCode::kConflict, "this connection already speaks for node '" +
                                                        c.node + "'"});
   }
-  Job& job = job_of(c);
-  if (job.rendezvous && job.rendezvous->state() != JobState::kRunning &&
-      job.node_connections.empty()) {
-    // Every node of the ended job is gone: the same id starts a new job (torchrun's default
-    // run id is "none", so a long-lived daemon sees the same id again and again).
-    log("job '" + c.job + "': ended job replaced by a new one");
-    job.rendezvous.reset();
-    ++job.generation;
+  if (info.node_id.size() > options_.max_job_bytes || info.host.size() > options_.max_job_bytes) {
+    return reject(c, id, Error{ErrorCode::kBadRequest,
+                               "node and host must be at most " +
+                                   std::to_string(options_.max_job_bytes) + " bytes"});
   }
-  if (!job.rendezvous) {
-    job.rendezvous = std::make_unique<Rendezvous>(c.job, config, clock_, options_.log, job.generation);
+  Job& job = job_of(c);
+  // Every node of an ended job is gone: the same id starts a new job (torchrun's default run id
+  // is "none", so a long-lived daemon sees the same id again and again). The new rendezvous is
+  // kept only if this join is accepted, so a refused join leaves the job as it was.
+  const bool replace = job.rendezvous && job.rendezvous->state() != JobState::kRunning &&
+                       job.node_connections.empty();
+  std::unique_ptr<Rendezvous> fresh;
+  if (!job.rendezvous || replace) {
+    fresh = std::make_unique<Rendezvous>(c.job, config, clock_, options_.log,
+                                         job.generation + (replace ? 1 : 0));
   } else if (job.rendezvous->config().min_nodes != config.min_nodes ||
              job.rendezvous->config().max_nodes != config.max_nodes) {
     const auto& have = job.rendezvous->config();
@@ -449,8 +462,16 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
                                  std::to_string(config.min_nodes) + ":" +
                                  std::to_string(config.max_nodes)});
   }
-  auto notices = job.rendezvous->join(info);
-  if (!notices) return fail(c, id, notices.error());  // refused: no binding changes
+  Rendezvous& rendezvous = fresh ? *fresh : *job.rendezvous;
+  auto notices = rendezvous.join(info);
+  if (!notices) return fail(c, id, notices.error());  // refused: nothing changes
+  if (fresh) {
+    if (replace) {
+      log("job '" + c.job + "': ended job replaced by a new one");
+      ++job.generation;
+    }
+    job.rendezvous = std::move(fresh);
+  }
   // A node that reconnects on a new connection takes its binding along.
   if (auto bound = job.node_connections.find(info.node_id);
       bound != job.node_connections.end() && bound->second != c.id) {

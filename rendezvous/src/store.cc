@@ -16,7 +16,7 @@ Status KeyValueStore::check_key(const std::string& key) const {
   return ok_status();
 }
 
-Status KeyValueStore::put(const std::string& key, std::string value) {
+Status KeyValueStore::check_put(const std::string& key, const std::string& value) const {
   if (auto s = check_key(key); !s) return s;
   if (value.size() > limits_.max_value_bytes) {
     return Error{ErrorCode::kLimit, "value of " + std::to_string(value.size()) +
@@ -31,17 +31,28 @@ Status KeyValueStore::put(const std::string& key, std::string value) {
                                         " bytes, over the limit of " +
                                         std::to_string(limits_.max_total_bytes)};
   }
-  if (it == data_.end()) {
-    if (data_.size() >= limits_.max_keys) {
-      return Error{ErrorCode::kLimit,
-                   "store holds the maximum of " + std::to_string(limits_.max_keys) + " keys"};
-    }
-    data_.emplace(key, std::move(value));
-  } else {
-    it->second = std::move(value);
+  if (it == data_.end() && data_.size() >= limits_.max_keys) {
+    return Error{ErrorCode::kLimit,
+                 "store holds the maximum of " + std::to_string(limits_.max_keys) + " keys"};
   }
-  total_bytes_ = new_total;
+  return ok_status();
+}
+
+void KeyValueStore::write(const std::string& key, std::string value) {
+  auto [it, inserted] = data_.try_emplace(key);
+  if (inserted) {
+    total_bytes_ += key.size();
+  } else {
+    total_bytes_ -= it->second.size();
+  }
+  total_bytes_ += value.size();
+  it->second = std::move(value);
   wake_watchers(key);
+}
+
+Status KeyValueStore::put(const std::string& key, std::string value) {
+  if (auto s = check_put(key, value); !s) return s;
+  write(key, std::move(value));
   return ok_status();
 }
 
@@ -82,9 +93,7 @@ Status KeyValueStore::multi_set(const std::vector<std::string>& keys,
   if (data_.size() + added_keys > limits_.max_keys || new_total > limits_.max_total_bytes) {
     return Error{ErrorCode::kLimit, "multi_set would exceed the store's key or byte limit"};
   }
-  for (const auto& [key, i] : last_index) {
-    if (auto s = put(key, std::move(values[i])); !s) return s;
-  }
+  for (const auto& [key, i] : last_index) write(key, std::move(values[i]));  // checked above
   return ok_status();
 }
 

@@ -401,3 +401,25 @@ TEST_CASE("rendezvous: a survivor that vanishes instead of rejoining is not wait
   CHECK(formed[0].kind == Notice::Kind::kRoundFormed);
   CHECK(formed[0].node_id == "b");
 }
+
+TEST_CASE("rendezvous: a member that already succeeded is not waited for after a reopen") {
+  ManualClock clock;
+  Rendezvous r("job", nodes(1, 3), clock);
+  join_ok(r, node("a"));
+  join_ok(r, node("b"));
+  join_ok(r, node("c"));
+  REQUIRE(r.formed());
+  REQUIRE(r.report("a", true, ""));
+  auto reopened = r.remove_node("b", "connection closed");
+  // a finished: only c is told to rejoin, and the round forms with c alone.
+  REQUIRE(reopened.size() == 1);
+  CHECK(reopened[0].node_id == "c");
+  auto formed = join_ok(r, node("c"));
+  REQUIRE(formed.size() == 1);
+  CHECK(formed[0].assignment.world_size == 1);
+  auto end = r.report("c", true, "");
+  REQUIRE(end);
+  CHECK(r.state() == JobState::kSucceeded);
+  // The finished node hears of the end too.
+  CHECK(for_node(end.value(), "a") != nullptr);
+}

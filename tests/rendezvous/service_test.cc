@@ -523,3 +523,13 @@ TEST_CASE("service: an answer larger than a frame is refused with a clear error"
   CHECK(answer["error"]["message"].get<std::string>().find("frame limit of 1024") != std::string::npos);
   CHECK_FALSE(h.transport.closed.count(c));
 }
+
+TEST_CASE("service: a refused first join does not fix the job's node counts") {
+  ServiceHarness h;
+  auto a = h.connect_hello();
+  CHECK(is_error(h.call(a, join_request("a", 1, 1, /*local_world_size=*/0)), "bad_request"));
+  Json ok = h.call(a, join_request("a", 1, 1));
+  CHECK(ok["ok"] == true);  // the refused 1:1 join created nothing; a 1:1 join forms
+  auto b = h.connect_hello("other");
+  CHECK(is_error(h.call(b, join_request(std::string(300, 'n'), 1, 1)), "bad_request"));
+}

@@ -107,7 +107,8 @@ class Rendezvous {
 
  private:
   // kNew only until join() places the node; counted like the others so counts stay exact.
-  enum class Place { kPending, kWaiting, kMember, kStale, kNew };
+  // kDone: a member that succeeded before its round reopened; it waits for the job's end.
+  enum class Place { kPending, kWaiting, kMember, kStale, kNew, kDone };
   struct Node {
     NodeInfo info;
     Place place = Place::kNew;
@@ -131,7 +132,7 @@ class Rendezvous {
   const Clock& clock_;
   Logger log_;
   std::map<std::string, Node> nodes_;
-  std::array<int, 5> place_counts_{};  // nodes in each Place
+  std::array<int, 6> place_counts_{};  // nodes in each Place
   std::map<std::string, int> last_rank_;  // group ranks of the last formed round
   std::vector<std::string> members_;      // the formed round, by group rank
   int round_ = 0;

@@ -64,6 +64,8 @@ class KeyValueStore {
     WaitCallback done;
   };
   Status check_key(const std::string& key) const;
+  Status check_put(const std::string& key, const std::string& value) const;
+  void write(const std::string& key, std::string value);  // no limit checks
   Status put(const std::string& key, std::string value);
   void remove_waiter(WaiterId id);
   void wake_watchers(const std::string& key);
