@@ -57,6 +57,17 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
   void close(const std::string& reason);
   void start_keep_alive(Duration interval);
 
+  std::string local_address() const {
+    boost::system::error_code ec;
+    auto ep = socket_.local_endpoint(ec);
+    if (ec) return {};
+    auto addr = ep.address();
+    if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
+      addr = asio::ip::make_address_v4(asio::ip::v4_mapped, addr.to_v6());
+    }
+    return addr.to_string();
+  }
+
   bool connected_ = false;
   EventHandler on_event_;
 
@@ -323,6 +334,7 @@ AsyncClient::~AsyncClient() { impl_->close("closed by client"); }
 
 Task<Status> AsyncClient::connect() { return impl_->connect(); }
 bool AsyncClient::connected() const { return impl_->connected_; }
+std::string AsyncClient::local_address() const { return impl_->local_address(); }
 void AsyncClient::close() { impl_->close("closed by client"); }
 void AsyncClient::set_event_handler(EventHandler handler) { impl_->on_event_ = std::move(handler); }
 void AsyncClient::start_keep_alive(Duration interval) { impl_->start_keep_alive(interval); }

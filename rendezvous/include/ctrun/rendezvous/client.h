@@ -55,6 +55,9 @@ class AsyncClient {
   // and checking the daemon's proof when there is one).
   Task<Status> connect();
   bool connected() const;
+  // This side's address on the connection (e.g. "10.0.0.2"): where peers that reach the daemon
+  // can reach this host too. Empty when not connected.
+  std::string local_address() const;
   void close();
   void set_event_handler(EventHandler handler);
 

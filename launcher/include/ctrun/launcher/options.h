@@ -1,0 +1,100 @@
+// The ctrun command line, flag for flag with torchrun: parsed and checked, with no side effects.
+// Every option also comes from a PET_<NAME> environment variable (flag, then variable, then
+// default), as torchrun does, so Kubeflow and TorchX launch ctrun unchanged.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctrun/rendezvous/error.h"
+
+namespace ctrun::launcher {
+
+using rendezvous::Error;
+using rendezvous::Result;
+
+// Which of a worker's streams go to files: torchrun's Std flags (0 none, 1 out, 2 err, 3 both),
+// one value for every local rank or a map "0:1,1:2".
+struct StdSpec {
+  int all = 0;
+  std::map<int, int> per_rank;
+  int for_rank(int local_rank) const {
+    auto it = per_rank.find(local_rank);
+    return it == per_rank.end() ? all : it->second;
+  }
+  bool empty() const { return all == 0 && per_rank.empty(); }
+};
+Result<StdSpec> parse_std_spec(const std::string& text, const std::string& flag);
+
+struct RendezvousConf {
+  double join_timeout = 600;  // seconds, as torchrun's --rdzv_conf
+  double last_call_timeout = 30;
+  double close_timeout = 30;
+  double keep_alive_interval = 5;
+  int keep_alive_max_attempt = 3;
+  std::optional<bool> is_host;
+  std::string token_file;
+  std::vector<std::string> ignored_keys;  // accepted for torchrun compatibility, not used
+};
+Result<RendezvousConf> parse_rdzv_conf(const std::string& text);
+
+struct LaunchOptions {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::string nproc_per_node = "1";  // N, cpu, gpu or auto: resolved by resolve_nproc()
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  RendezvousConf rdzv_conf;
+  bool standalone = false;
+  int max_restarts = 0;
+  double monitor_interval = 5;  // accepted; exits are seen by events, not polling
+  std::string start_method = "spawn";
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string log_dir;  // empty: a fresh temporary directory
+  StdSpec redirects;
+  StdSpec tee;
+  std::vector<int> local_ranks_filter;  // empty: every local rank on the console
+  int node_rank = 0;
+  bool node_rank_given = false;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string local_addr;
+  std::vector<int> signals_to_handle;  // signal numbers
+  double shutdown_timeout = 30;
+  std::string entrypoint;
+  std::vector<std::string> script_args;
+};
+
+// Looks up environment variables; injectable for tests.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup process_env();
+
+enum class ParseOutcome { kRun, kHelp, kVersion };
+struct Parsed {
+  ParseOutcome outcome = ParseOutcome::kRun;
+  LaunchOptions options;
+  std::string text;  // the help or version text
+};
+// argv without the program name. Errors name the flag and what was expected.
+Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const EnvLookup& env);
+
+// nproc_per_node as a number: cpu = online cores, gpu = visible NVIDIA devices (an error when
+// there is none), auto = gpu when there are GPUs, else cpu.
+struct MachineFacts {
+  int cpu_count = 1;
+  int gpu_count = 0;
+};
+MachineFacts probe_machine(const EnvLookup& env);
+Result<int> resolve_nproc(const std::string& nproc_per_node, const MachineFacts& machine);
+
+std::optional<int> signal_from_name(const std::string& name);
+std::string signal_name(int signo);
+
+}  // namespace ctrun::launcher

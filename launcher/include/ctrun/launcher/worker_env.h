@@ -1,0 +1,56 @@
+// What each worker process is given: its command line and torchrun's environment contract
+// (docs/env.md). Pure functions: the agent supplies every input.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctrun/launcher/options.h"
+
+namespace ctrun::launcher {
+
+// One node's place in the current round, as the rendezvous assigned it.
+struct RoundPlacement {
+  int group_rank = 0;
+  int group_world_size = 1;
+  int rank_offset = 0;  // global rank of local rank 0
+  int world_size = 1;
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: restarts of the job so far
+};
+
+// Where the C++ runtime finds the daemon's store for this round (CTRUN_STORE_*).
+struct StoreEndpoint {
+  std::string host;
+  int port = 0;
+  std::string prefix;
+  std::optional<std::string> token;
+};
+
+struct WorkerEnvInputs {
+  const LaunchOptions* options = nullptr;
+  std::string run_id;
+  int local_world_size = 1;
+  int local_rank = 0;
+  RoundPlacement placement;
+  StoreEndpoint store;
+  bool use_agent_store = false;
+  std::string error_file;
+  bool set_omp_num_threads = false;  // OMP_NUM_THREADS unset and more than one local worker
+};
+
+// The agent's own environment ("K=V" entries) with the worker's variables set over it.
+std::vector<std::string> worker_environment(const std::vector<std::string>& base,
+                                            const WorkerEnvInputs& in);
+
+struct WorkerCommand {
+  std::string executable;  // a path, or a name to look up on PATH
+  std::vector<std::string> args;
+};
+// A .py entrypoint, -m or --run_path: `$PYTHON_EXEC -u ...` (python3 by default); anything else,
+// or --no_python, is executed directly.
+WorkerCommand worker_command(const LaunchOptions& options, const std::string& python_exec);
+
+}  // namespace ctrun::launcher

@@ -1,0 +1,582 @@
+#include "agent.h"
+
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <deque>
+#include <filesystem>
+#include <random>
+
+#include "ctrun/launcher/failure_report.h"
+#include "ctrun/launcher/worker_env.h"
+#include "ctrun/rendezvous/auth.h"
+#include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/log.h"
+#include "ctrun/rendezvous/server.h"
+#include "worker_group.h"
+
+extern char** environ;
+
+namespace ctrun::launcher {
+
+namespace asio = boost::asio;
+namespace rdzv = ctrun::rendezvous;
+using namespace asio::experimental::awaitable_operators;
+using rdzv::Task;
+
+namespace {
+
+constexpr const char* kRestartsKey = "ctrun/restarts";
+constexpr int kExitFailure = 1;
+
+void log(const std::string& line) { rdzv::log_line("ctrun", line); }
+
+rdzv::Duration seconds(double s) {
+  return std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(s));
+}
+
+std::string random_hex(std::size_t bytes) {
+  const std::string raw = rdzv::random_bytes(bytes);
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+std::string hostname() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// True when `host` names an address of this machine (torchrun's test for hosting the store).
+bool is_local_host(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  std::vector<std::string> wanted;
+  for (addrinfo* a = found; a; a = a->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST) == 0) {
+      wanted.push_back(text);
+    }
+    if (a->ai_family == AF_INET &&
+        (ntohl(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127) {
+      freeaddrinfo(found);
+      return true;
+    }
+  }
+  freeaddrinfo(found);
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return false;
+  bool local = false;
+  for (ifaddrs* i = ifs; i && !local; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) {
+      continue;
+    }
+    char text[INET6_ADDRSTRLEN] = {};
+    const socklen_t len = i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (getnameinfo(i->ifa_addr, len, text, sizeof text, nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    for (const auto& w : wanted) local = local || w == text;
+  }
+  freeifaddrs(ifs);
+  return local;
+}
+
+// "host", "host:port", "[v6]" or "[v6]:port".
+rdzv::Result<std::pair<std::string, std::uint16_t>> parse_endpoint(const std::string& text,
+                                                                    std::uint16_t default_port) {
+  std::string host = text;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string::npos) {
+      return rdzv::Error{rdzv::ErrorCode::kBadRequest, "--rdzv_endpoint: unclosed '[' in '" + text + "'"};
+    }
+    host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) {
+      if (text[close + 1] != ':') {
+        return rdzv::Error{rdzv::ErrorCode::kBadRequest, "--rdzv_endpoint: expected ':' after ']' in '" + text + "'"};
+      }
+      port = text.substr(close + 2);
+    }
+  } else if (std::count(text.begin(), text.end(), ':') == 1) {
+    host = text.substr(0, text.find(':'));
+    port = text.substr(text.find(':') + 1);
+  }
+  if (host.empty()) {
+    return rdzv::Error{rdzv::ErrorCode::kBadRequest, "--rdzv_endpoint: no host in '" + text + "'"};
+  }
+  if (port.empty()) return std::pair{host, default_port};
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || p < 1 || p > 65535) {
+    return rdzv::Error{rdzv::ErrorCode::kBadRequest, "--rdzv_endpoint: bad port '" + port + "'"};
+  }
+  return std::pair{host, static_cast<std::uint16_t>(p)};
+}
+
+// A port nobody listens on right now, on `host` (torchrun picks MASTER_PORT the same way).
+int free_port(asio::io_context& io, const std::string& host) {
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(host, ec);
+  if (ec) addr = asio::ip::address_v4::any();
+  asio::ip::tcp::acceptor probe(io);
+  probe.open(addr.is_v6() ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), ec);
+  probe.bind({addr, 0}, ec);
+  if (ec) return 0;
+  return probe.local_endpoint(ec).port();
+}
+
+// One line for the rendezvous log and the other nodes: who failed and why.
+std::string failure_summary(const FailureInfo& f) {
+  std::string why;
+  if (auto message = read_error_file(f.error_file)) {
+    why = message->substr(0, 512);
+  } else if (f.signal != 0) {
+    why = signal_name(f.signal);
+  } else {
+    why = "exit code " + std::to_string(f.exit_code);
+  }
+  return "rank " + std::to_string(f.rank) + " on " + f.host + ": " + why;
+}
+
+std::vector<std::string> current_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  return env;
+}
+
+struct Event {
+  enum class Kind { kWorkerExit, kRoundReopened, kJobEnded, kConnectionLost, kSignal };
+  Kind kind;
+  WorkerExit exit{};
+  int round = 0;
+  int signo = 0;
+  std::string state{};
+  std::string reason{};
+};
+
+}  // namespace
+
+class Agent::Impl {
+ public:
+  Impl(asio::io_context& io, LaunchOptions options, int local_world_size)
+      : io_(io),
+        options_(std::move(options)),
+        local_world_size_(local_world_size),
+        wake_(io),
+        signals_(io),
+        workers_(io) {}
+
+  int run() {
+    int code = kExitFailure;
+    asio::co_spawn(io_, main(), [&](std::exception_ptr e, int result) {
+      if (e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          log("error: " + std::string(ex.what()));
+        }
+        result = kExitFailure;
+      }
+      code = result;
+      io_.stop();
+    });
+    io_.run();
+    cleanup();
+    return code;
+  }
+
+ private:
+  Task<int> main();
+  Task<rdzv::Status> setup();
+  Task<int> finish_success();
+  // nullopt: the job restarts (join again); otherwise the agent's exit code.
+  Task<std::optional<int>> handle_failure(const WorkerExit& first);
+  Task<void> stop_workers(int signo);
+  Task<Event> next_event();
+  Task<void> linger(rdzv::Duration d);
+  rdzv::Status start_workers(const rdzv::RoundAssignment& round, int restart_count);
+  void post(Event e) {
+    events_.push_back(std::move(e));
+    wake_.cancel();
+  }
+  void cleanup() {
+    if (!temp_root_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(temp_root_, ec);
+    }
+  }
+  std::string attempt_dir(int restart_count, int local_rank) const {
+    return log_root_ + "/" + run_id_ + "/attempt_" + std::to_string(restart_count) + "/" +
+           std::to_string(local_rank);
+  }
+
+  asio::io_context& io_;
+  LaunchOptions options_;
+  int local_world_size_;
+  asio::steady_timer wake_;
+  asio::signal_set signals_;
+  WorkerGroup workers_;
+  std::deque<Event> events_;
+
+  std::string run_id_;
+  std::string log_root_;
+  std::string temp_root_;  // removed at exit; empty when --log_dir was given
+  std::string node_id_;
+  std::string host_;  // MASTER_ADDR when this node is group rank 0
+  std::string endpoint_host_;
+  std::uint16_t endpoint_port_ = 0;
+  std::optional<std::string> token_;
+  std::unique_ptr<rdzv::Server> server_;  // when this agent hosts the rendezvous
+  std::unique_ptr<rdzv::AsyncClient> client_;
+  rdzv::RendezvousConfig config_;
+  int requested_rank_ = -1;
+  bool use_agent_store_ = false;
+
+  rdzv::RoundAssignment round_;
+  int restart_count_ = 0;
+  int exited_ok_ = 0;
+};
+
+Task<Event> Agent::Impl::next_event() {
+  while (events_.empty()) {
+    wake_.expires_at(asio::steady_timer::time_point::max());
+    co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+  Event e = std::move(events_.front());
+  events_.pop_front();
+  co_return e;
+}
+
+Task<void> Agent::Impl::linger(rdzv::Duration d) {
+  asio::steady_timer t(io_, d);
+  co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+Task<rdzv::Status> Agent::Impl::setup() {
+  const LaunchOptions& o = options_;
+  run_id_ = o.standalone ? random_hex(8) : o.rdzv_id;
+  node_id_ = hostname() + ":" + std::to_string(getpid()) + ":" + random_hex(4);
+
+  // Logs and error files live under --log_dir, or a private temporary directory.
+  if (!o.log_dir.empty()) {
+    log_root_ = o.log_dir;
+  } else {
+    char tmpl[] = "/tmp/ctrun_XXXXXX";
+    if (!mkdtemp(tmpl)) co_return rdzv::Error{rdzv::ErrorCode::kInternal, "cannot create a temporary directory"};
+    log_root_ = temp_root_ = tmpl;
+  }
+
+  if (!o.rdzv_conf.token_file.empty()) {
+    auto t = rdzv::read_token_file(o.rdzv_conf.token_file);
+    if (!t) co_return t.error();
+    token_ = t.value();
+  } else if (const char* env = std::getenv("CTRUN_RDZV_TOKEN")) {
+    auto t = rdzv::clean_token(env, "CTRUN_RDZV_TOKEN");
+    if (!t) co_return t.error();
+    token_ = t.value();
+  }
+
+  config_.min_nodes = o.min_nodes;
+  config_.max_nodes = o.max_nodes;
+  config_.join_timeout = seconds(o.rdzv_conf.join_timeout);
+  config_.last_call_timeout = seconds(o.rdzv_conf.last_call_timeout);
+  config_.close_timeout = seconds(o.rdzv_conf.close_timeout);
+  config_.keep_alive_interval = seconds(o.rdzv_conf.keep_alive_interval);
+  config_.keep_alive_max_attempt = o.rdzv_conf.keep_alive_max_attempt;
+
+  // Where the rendezvous is, and whether this agent hosts it.
+  bool try_host = false;
+  bool must_host = false;
+  if (o.standalone) {
+    endpoint_host_ = "127.0.0.1";
+    endpoint_port_ = 0;  // a free port: two standalone jobs on one machine do not collide
+    try_host = must_host = true;
+  } else if (o.rdzv_backend == "static") {
+    endpoint_host_ = o.master_addr;
+    endpoint_port_ = static_cast<std::uint16_t>(o.master_port);
+    try_host = must_host = o.node_rank == 0;
+    requested_rank_ = o.node_rank;
+  } else {
+    if (o.rdzv_endpoint.empty()) {
+      co_return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                            "--rdzv_endpoint is required with --rdzv_backend=" + o.rdzv_backend};
+    }
+    auto ep = parse_endpoint(o.rdzv_endpoint, rdzv::kDefaultPort);
+    if (!ep) co_return ep.error();
+    endpoint_host_ = ep.value().first;
+    endpoint_port_ = ep.value().second;
+    must_host = o.rdzv_conf.is_host.value_or(false);
+    try_host = o.rdzv_conf.is_host.value_or(is_local_host(endpoint_host_));
+    if (o.node_rank_given) requested_rank_ = o.node_rank;
+  }
+  if (try_host) {
+    rdzv::ServerOptions server_options;
+    server_options.host = endpoint_host_;
+    server_options.port = endpoint_port_;
+    server_options.service.token = token_;
+    server_options.service.log = [](const std::string& line) { rdzv::log_line("ctrun rendezvous", line); };
+    auto server = rdzv::Server::create(io_, server_options);
+    if (server) {
+      server_ = std::move(server).value();
+      server_->start();
+      endpoint_port_ = server_->port();
+      log("hosting the rendezvous on " + server_->endpoint());
+    } else if (must_host) {
+      co_return server.error();
+    }
+    // Otherwise another agent on this machine hosts it: join as a client.
+  }
+
+  rdzv::ClientOptions client_options;
+  client_options.host = endpoint_host_;
+  client_options.port = endpoint_port_;
+  client_options.job = run_id_;
+  client_options.token = token_;
+  client_options.connect_timeout = config_.join_timeout;
+  client_ = std::make_unique<rdzv::AsyncClient>(io_, client_options);
+  client_->set_event_handler([this](const rdzv::Json& e) {
+    const std::string name = e.value("event", "");
+    if (name == "round_reopened") {
+      post(Event{.kind = Event::Kind::kRoundReopened, .round = e.value("round", 0),
+                 .reason = e.value("reason", "")});
+    } else if (name == "job_ended") {
+      post(Event{.kind = Event::Kind::kJobEnded, .state = e.value("state", ""),
+                 .reason = e.value("reason", "")});
+    } else if (name == "connection_lost") {
+      post(Event{.kind = Event::Kind::kConnectionLost, .reason = e.value("reason", "")});
+    }
+  });
+  if (auto s = co_await client_->connect(); !s) co_return s;
+  client_->start_keep_alive(config_.keep_alive_interval);
+  host_ = !o.local_addr.empty() ? o.local_addr : client_->local_address();
+  use_agent_store_ = false;  // workers' own TCPStore serves torch; see docs/env.md
+  co_return rdzv::ok_status();
+}
+
+rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int restart_count) {
+  const LaunchOptions& o = options_;
+  const bool set_omp = local_world_size_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr;
+  const char* python = std::getenv("PYTHON_EXEC");
+  const WorkerCommand command = worker_command(o, python && *python ? python : "python3");
+  const std::vector<std::string> base = current_environment();
+  const bool implicit_tee = !o.log_dir.empty() && o.redirects.empty() && o.tee.empty();
+  std::vector<WorkerSpec> specs;
+  for (int local_rank = 0; local_rank < local_world_size_; ++local_rank) {
+    const std::string dir = attempt_dir(restart_count, local_rank);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return rdzv::Error{rdzv::ErrorCode::kInternal, "cannot create '" + dir + "': " + ec.message()};
+
+    WorkerEnvInputs in;
+    in.options = &o;
+    in.run_id = run_id_;
+    in.local_world_size = local_world_size_;
+    in.local_rank = local_rank;
+    in.placement = RoundPlacement{round.group_rank, round.group_world_size, round.rank_offset,
+                                  round.world_size,   round.master_addr,      round.master_port,
+                                  restart_count};
+    in.store = StoreEndpoint{endpoint_host_, endpoint_port_, round.store_prefix, token_};
+    in.use_agent_store = use_agent_store_;
+    in.error_file = dir + "/error.json";
+    in.set_omp_num_threads = set_omp;
+
+    WorkerSpec spec;
+    spec.local_rank = local_rank;
+    spec.command = command;
+    spec.env = worker_environment(base, in);
+    spec.prefix = "[" + o.role + std::to_string(round.rank_offset + local_rank) + "]:";
+    const bool console = o.local_ranks_filter.empty() ||
+                         std::count(o.local_ranks_filter.begin(), o.local_ranks_filter.end(), local_rank) > 0;
+    const int redirect = o.redirects.for_rank(local_rank);
+    const int tee = implicit_tee ? 3 : o.tee.for_rank(local_rank);
+    const int to_file = redirect | tee;
+    spec.stdout_file = (to_file & 1) ? dir + "/stdout.log" : "";
+    spec.stderr_file = (to_file & 2) ? dir + "/stderr.log" : "";
+    spec.stdout_console = console && !((redirect & 1) && !(tee & 1)) ? 1 : -1;
+    spec.stderr_console = console && !((redirect & 2) && !(tee & 2)) ? 2 : -1;
+    specs.push_back(std::move(spec));
+  }
+  exited_ok_ = 0;
+  return workers_.start(std::move(specs), [this](const WorkerExit& e) {
+    post(Event{.kind = Event::Kind::kWorkerExit, .exit = e});
+  });
+}
+
+Task<void> Agent::Impl::stop_workers(int signo) {
+  if (workers_.running() == 0) co_return;
+  asio::steady_timer done(io_, asio::steady_timer::time_point::max());
+  bool stopped = false;
+  workers_.stop(signo, std::chrono::duration_cast<std::chrono::milliseconds>(seconds(options_.shutdown_timeout)),
+                [&] {
+                  stopped = true;
+                  done.cancel();
+                });
+  while (!stopped) co_await done.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+Task<int> Agent::Impl::main() {
+  for (int signo : options_.signals_to_handle) {
+    boost::system::error_code ec;
+    signals_.add(signo, ec);
+  }
+  std::function<void()> arm = [this, &arm] {
+    signals_.async_wait([this, &arm](boost::system::error_code ec, int signo) {
+      if (ec) return;
+      post(Event{.kind = Event::Kind::kSignal, .signo = signo});
+      arm();
+    });
+  };
+  arm();
+
+  if (auto s = co_await setup(); !s) {
+    log("error: " + s.error().message);
+    co_return kExitFailure;
+  }
+  if (local_world_size_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    log("Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "
+        "avoid your system being overloaded, please further tune the variable for optimal "
+        "performance in your application as needed.");
+  }
+
+  while (true) {
+    // Join the next round, unless a signal comes first.
+    rdzv::NodeInfo node{node_id_, host_, local_world_size_, free_port(io_, host_), requested_rank_};
+    auto joined = co_await (client_->join(node, config_) || next_event());
+    if (joined.index() == 1) {
+      Event e = std::get<1>(std::move(joined));
+      if (e.kind == Event::Kind::kSignal) {
+        log("received " + signal_name(e.signo) + " while joining: leaving");
+        co_return kExitFailure;
+      }
+      if (e.kind == Event::Kind::kConnectionLost || e.kind == Event::Kind::kJobEnded) {
+        log("error: rendezvous ended while joining: " + e.reason);
+        co_return kExitFailure;
+      }
+      continue;  // a stale event from the last round: join again
+    }
+    auto assignment = std::get<0>(std::move(joined));
+    if (!assignment) {
+      log("error: rendezvous failed: " + assignment.error().message);
+      co_return kExitFailure;
+    }
+    round_ = assignment.value();
+    auto restarts = co_await client_->get(kRestartsKey, std::chrono::milliseconds(0));
+    restart_count_ = restarts ? std::atoi(restarts.value().c_str()) : 0;
+    log("round " + std::to_string(round_.round) + ": group rank " + std::to_string(round_.group_rank) +
+        " of " + std::to_string(round_.group_world_size) + ", ranks " +
+        std::to_string(round_.rank_offset) + ".." +
+        std::to_string(round_.rank_offset + local_world_size_ - 1) + " of world size " +
+        std::to_string(round_.world_size) + ", master " + round_.master_addr + ":" +
+        std::to_string(round_.master_port) + ", restart " + std::to_string(restart_count_));
+    if (auto s = start_workers(round_, restart_count_); !s) {
+      log("error: " + s.error().message);
+      co_await client_->report(false, s.error().message);
+      co_await linger(std::chrono::milliseconds(200));
+      co_return kExitFailure;
+    }
+
+    // Supervise until something moves the job on.
+    bool rejoin = false;
+    while (!rejoin) {
+      Event e = co_await next_event();
+      switch (e.kind) {
+        case Event::Kind::kWorkerExit:
+          if (e.exit.ok()) {
+            if (++exited_ok_ == local_world_size_) co_return co_await finish_success();
+            break;
+          }
+          if (auto code = co_await handle_failure(e.exit)) co_return *code;
+          rejoin = true;  // joining again opens the next round for every node
+          break;
+        case Event::Kind::kRoundReopened:
+          if (e.round <= round_.round) break;  // already past it
+          log("round " + std::to_string(e.round) + " opened (" + e.reason + "): restarting workers");
+          co_await stop_workers(SIGTERM);
+          rejoin = true;
+          break;
+        case Event::Kind::kJobEnded:
+          log("job ended (" + e.state + "): " + e.reason);
+          co_await stop_workers(SIGTERM);
+          co_return e.state == "succeeded" ? 0 : kExitFailure;
+        case Event::Kind::kConnectionLost:
+          log("error: lost the rendezvous at " + endpoint_host_ + ":" + std::to_string(endpoint_port_) +
+              ": " + e.reason);
+          co_await stop_workers(SIGTERM);
+          co_return kExitFailure;
+        case Event::Kind::kSignal:
+          log("received " + signal_name(e.signo) + ": stopping workers");
+          co_await stop_workers(e.signo);
+          co_await client_->leave();
+          co_return kExitFailure;
+      }
+    }
+  }
+}
+
+Task<int> Agent::Impl::finish_success() {
+  (void)co_await client_->report(true, "");
+  // Wait for the job's end (every node done) so that a hosted rendezvous outlives its users;
+  // bounded like torchrun's exit barrier.
+  asio::steady_timer barrier(io_, std::chrono::seconds(300));
+  while (true) {
+    auto e = co_await (next_event() || barrier.async_wait(asio::as_tuple(asio::use_awaitable)));
+    if (e.index() == 1) {
+      log("warning: other nodes did not finish within 300 s; exiting");
+      co_return 0;
+    }
+    const Event& ev = std::get<0>(e);
+    if (ev.kind == Event::Kind::kJobEnded || ev.kind == Event::Kind::kConnectionLost) co_return 0;
+    if (ev.kind == Event::Kind::kSignal) co_return kExitFailure;
+  }
+}
+
+Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
+  const int rank = round_.rank_offset + first.local_rank;
+  log("worker rank " + std::to_string(rank) + " (local rank " + std::to_string(first.local_rank) +
+      ", pid " + std::to_string(first.pid) + ") " +
+      (first.signal ? "was killed by " + signal_name(first.signal)
+                    : "exited with code " + std::to_string(first.exit_code)));
+  co_await stop_workers(SIGTERM);
+  // The restart budget is the job's, not the node's: one counter in the job's store.
+  auto used = co_await client_->add(kRestartsKey, 1);
+  if (used && used.value() <= options_.max_restarts) {
+    log("restarting the job (" + std::to_string(used.value()) + " of " +
+        std::to_string(options_.max_restarts) + " restarts)");
+    co_return std::nullopt;
+  }
+  FailureInfo info;
+  info.entrypoint = options_.entrypoint;
+  info.host = hostname();
+  info.rank = rank;
+  info.local_rank = first.local_rank;
+  info.pid = first.pid;
+  info.exit_code = first.exit_code;
+  info.signal = first.signal;
+  info.at = first.at;
+  info.error_file = attempt_dir(restart_count_, first.local_rank) + "/error.json";
+  const std::string report = format_failure_report(info);
+  std::fputs(report.c_str(), stderr);
+  // Built before the co_await: g++ 12 mishandles conditional temporaries inside its operand.
+  const std::string summary = failure_summary(info);
+  (void)co_await client_->report(false, summary);
+  co_await linger(std::chrono::milliseconds(200));  // let the job's end reach the other nodes
+  co_return std::optional<int>(kExitFailure);
+}
+
+Agent::Agent(asio::io_context& io, LaunchOptions options, int local_world_size)
+    : impl_(std::make_unique<Impl>(io, std::move(options), local_world_size)) {}
+Agent::~Agent() = default;
+int Agent::run() { return impl_->run(); }
+
+}  // namespace ctrun::launcher

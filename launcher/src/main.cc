@@ -1,0 +1,34 @@
+// ctrun: the per-node agent, a drop-in for torchrun.
+#include <signal.h>
+
+#include <boost/asio/io_context.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "agent.h"
+#include "ctrun/launcher/options.h"
+
+int main(int argc, char** argv) {
+  using namespace ctrun::launcher;
+  std::signal(SIGPIPE, SIG_IGN);
+  const EnvLookup env = process_env();
+  auto parsed = parse_launch_options(std::vector<std::string>(argv + 1, argv + argc), env);
+  if (!parsed) {
+    std::fprintf(stderr, "ctrun: error: %s\n", parsed.error().message.c_str());
+    return 2;
+  }
+  if (parsed.value().outcome != ParseOutcome::kRun) {
+    std::fputs(parsed.value().text.c_str(), stdout);
+    return 0;
+  }
+  LaunchOptions& options = parsed.value().options;
+  auto nproc = resolve_nproc(options.nproc_per_node, probe_machine(env));
+  if (!nproc) {
+    std::fprintf(stderr, "ctrun: error: %s\n", nproc.error().message.c_str());
+    return 2;
+  }
+  boost::asio::io_context io;
+  Agent agent(io, std::move(options), nproc.value());
+  return agent.run();
+}

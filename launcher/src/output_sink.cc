@@ -1,0 +1,60 @@
+#include "output_sink.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace ctrun::launcher {
+
+bool write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+OutputSink::OutputSink(int console_fd, std::string prefix, const std::string& file_path)
+    : console_fd_(console_fd), prefix_(std::move(prefix)), file_path_(file_path) {
+  if (!file_path.empty()) {
+    file_fd_ = ::open(file_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  }
+}
+
+OutputSink::~OutputSink() {
+  finish();
+  if (file_fd_ >= 0) ::close(file_fd_);
+}
+
+void OutputSink::write(const char* data, std::size_t size) {
+  if (file_fd_ >= 0) write_all(file_fd_, data, size);
+  if (console_fd_ < 0) return;
+  // Complete lines go out now, prefixed, in one write; the tail waits for its newline.
+  std::string out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < size; ++i) {
+    if (data[i] != '\n') continue;
+    out += prefix_;
+    out += partial_;
+    out.append(data + start, i + 1 - start);
+    partial_.clear();
+    start = i + 1;
+  }
+  partial_.append(data + start, size - start);
+  if (!out.empty()) write_all(console_fd_, out.data(), out.size());
+}
+
+void OutputSink::finish() {
+  if (console_fd_ < 0 || partial_.empty()) return;
+  std::string out = prefix_ + partial_ + "\n";
+  partial_.clear();
+  write_all(console_fd_, out.data(), out.size());
+}
+
+}  // namespace ctrun::launcher

@@ -1,0 +1,34 @@
+// Where one worker stream's bytes go: whole lines to the console with a "[role<rank>]:" prefix,
+// and/or the raw bytes to a log file. Lines are written with one write() each batch, from the
+// agent's single event-loop thread, so lines of different workers never interleave mid-line.
+#pragma once
+
+#include <string>
+
+namespace ctrun::launcher {
+
+class OutputSink {
+ public:
+  // console_fd: 1, 2 or -1 for none; file_path: empty for none.
+  OutputSink(int console_fd, std::string prefix, const std::string& file_path);
+  ~OutputSink();
+  OutputSink(const OutputSink&) = delete;
+  OutputSink& operator=(const OutputSink&) = delete;
+
+  void write(const char* data, std::size_t size);
+  // At end of stream: a last line without its newline still goes out, with one.
+  void finish();
+  bool file_ok() const { return file_fd_ >= 0 || file_path_.empty(); }
+
+ private:
+  int console_fd_;
+  std::string prefix_;
+  std::string file_path_;
+  int file_fd_ = -1;
+  std::string partial_;
+};
+
+// Writes all of `data` to `fd`, retrying short writes and EINTR; false on error.
+bool write_all(int fd, const char* data, std::size_t size);
+
+}  // namespace ctrun::launcher

@@ -1,0 +1,187 @@
+#include "worker_group.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio/readable_pipe.hpp>
+#include <boost/process/v2/environment.hpp>
+#include <boost/process/v2/process.hpp>
+#include <boost/process/v2/stdio.hpp>
+
+#include "output_sink.h"
+
+namespace ctrun::launcher {
+
+namespace asio = boost::asio;
+namespace bp = boost::process::v2;
+using rendezvous::Error;
+using rendezvous::ErrorCode;
+
+namespace {
+
+// Runs in the child between fork and exec: its own process group (so a signal to the group
+// reaches its children too), and death with the agent.
+struct ChildSetup {
+  pid_t agent;
+  template <typename Launcher>
+  bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*&) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != agent) _exit(127);  // the agent died before prctl took effect
+    return {};
+  }
+};
+
+}  // namespace
+
+struct WorkerGroup::Worker {
+  Worker(asio::io_context& io, const WorkerSpec& spec)
+      : local_rank(spec.local_rank),
+        out_pipe(io),
+        err_pipe(io),
+        out(spec.stdout_console, spec.prefix, spec.stdout_file),
+        err(spec.stderr_console, spec.prefix, spec.stderr_file) {}
+
+  int local_rank;
+  std::unique_ptr<bp::process> process;
+  pid_t pid = 0;
+  bool exited = false;
+  asio::readable_pipe out_pipe;
+  asio::readable_pipe err_pipe;
+  OutputSink out;
+  OutputSink err;
+  std::array<char, 16384> out_buf;
+  std::array<char, 16384> err_buf;
+};
+
+namespace {
+
+
+template <typename Buffer>
+void read_stream(asio::readable_pipe& pipe, Buffer& buf, OutputSink& sink,
+                 std::shared_ptr<void> keep_alive, std::weak_ptr<int> group_alive) {
+  pipe.async_read_some(asio::buffer(buf), [&pipe, &buf, &sink, keep_alive, group_alive](
+                                              boost::system::error_code ec, std::size_t n) {
+    if (group_alive.expired()) return;
+    if (n > 0) sink.write(buf.data(), n);
+    if (ec) {
+      sink.finish();
+      return;
+    }
+    read_stream(pipe, buf, sink, keep_alive, group_alive);
+  });
+}
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(asio::io_context& io) : io_(io), grace_timer_(io) {}
+
+WorkerGroup::~WorkerGroup() {
+  kill_groups(SIGKILL);
+  alive_.reset();
+  // Each bp::process that is still running is killed and reaped by its own destructor: Boost
+  // stays the only one that waits for our children.
+}
+
+rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler on_exit) {
+  on_exit_ = std::move(on_exit);
+  stopping_ = false;
+  workers_.clear();
+  const pid_t agent = getpid();
+  for (const auto& spec : specs) {
+    bp::filesystem::path exe = spec.command.executable;
+    if (spec.command.executable.find('/') == std::string::npos) {
+      exe = bp::environment::find_executable(spec.command.executable);
+      if (exe.empty()) {
+        kill_groups(SIGKILL);
+        return Error{ErrorCode::kBadRequest,
+                     "cannot find executable '" + spec.command.executable + "' on PATH"};
+      }
+    }
+    auto w = std::make_shared<Worker>(io_, spec);
+    if (!w->out.file_ok() || !w->err.file_ok()) {
+      kill_groups(SIGKILL);
+      return Error{ErrorCode::kBadRequest, "cannot open log file '" + spec.stdout_file + "'"};
+    }
+    try {
+      w->process = std::make_unique<bp::process>(
+          io_.get_executor(), exe, spec.command.args, bp::process_environment(spec.env),
+          bp::process_stdio{{}, w->out_pipe, w->err_pipe}, ChildSetup{agent});
+    } catch (const std::exception& e) {
+      kill_groups(SIGKILL);
+      return Error{ErrorCode::kBadRequest, "cannot start '" + exe.string() + "': " + e.what()};
+    }
+    w->pid = w->process->id();
+    // The child may not have called setpgid yet; doing it from this side too closes the race.
+    setpgid(w->pid, w->pid);
+    std::weak_ptr<int> alive = alive_;
+    read_stream(w->out_pipe, w->out_buf, w->out, w, alive);
+    read_stream(w->err_pipe, w->err_buf, w->err, w, alive);
+    w->process->async_wait([this, w, alive](boost::system::error_code, int) {
+      if (alive.expired()) return;
+      on_worker_exit(*w, w->process->native_exit_code());
+    });
+    workers_.push_back(std::move(w));
+  }
+  return rendezvous::ok_status();
+}
+
+void WorkerGroup::on_worker_exit(Worker& w, int native_status) {
+  w.exited = true;
+  WorkerExit e;
+  e.local_rank = w.local_rank;
+  e.pid = w.pid;
+  e.at = std::chrono::system_clock::now();
+  if (WIFSIGNALED(native_status)) {
+    e.signal = WTERMSIG(native_status);
+  } else if (WIFEXITED(native_status)) {
+    e.exit_code = WEXITSTATUS(native_status);
+  }
+  if (stopping_) return check_stopped();
+  if (on_exit_) on_exit_(e);
+}
+
+void WorkerGroup::stop(int signo, std::chrono::milliseconds grace, std::function<void()> done) {
+  stopping_ = true;
+  stopped_ = std::move(done);
+  kill_groups(signo);
+  grace_timer_.expires_after(grace);
+  std::weak_ptr<int> alive = alive_;
+  grace_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (ec || alive.expired()) return;
+    kill_groups(SIGKILL);
+  });
+  check_stopped();
+}
+
+void WorkerGroup::check_stopped() {
+  if (!stopping_ || running() > 0 || !stopped_) return;
+  grace_timer_.cancel();
+  kill_groups(SIGKILL);  // grandchildren left in the groups
+  auto done = std::move(stopped_);
+  stopped_ = nullptr;
+  asio::post(io_, std::move(done));
+}
+
+void WorkerGroup::kill_groups(int signo) {
+  for (auto& w : workers_) {
+    if (w->pid > 0) ::kill(-w->pid, signo);
+  }
+}
+
+std::size_t WorkerGroup::running() const {
+  std::size_t n = 0;
+  for (const auto& w : workers_) n += w->exited ? 0 : 1;
+  return n;
+}
+
+std::vector<int> WorkerGroup::pids() const {
+  std::vector<int> out;
+  for (const auto& w : workers_) out.push_back(w->pid);
+  return out;
+}
+
+}  // namespace ctrun::launcher

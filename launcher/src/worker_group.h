@@ -1,0 +1,74 @@
+// The local workers of one round: started with Boost.Process v2, each in its own process group
+// and killed if the agent dies (PR_SET_PDEATHSIG); exits arrive as events the moment they
+// happen (pidfd-based async wait, no polling); stopped with a signal, a grace period, then
+// SIGKILL to every process group.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ctrun/launcher/worker_env.h"
+#include "ctrun/rendezvous/error.h"
+
+namespace ctrun::launcher {
+
+struct WorkerSpec {
+  int local_rank = 0;
+  WorkerCommand command;
+  std::vector<std::string> env;
+  int stdout_console = 1;  // fd for prefixed console lines, or -1
+  int stderr_console = 2;
+  std::string stdout_file;  // empty: no file
+  std::string stderr_file;
+  std::string prefix;  // "[default0]:"
+};
+
+struct WorkerExit {
+  int local_rank = 0;
+  int pid = 0;
+  int exit_code = 0;  // when it exited
+  int signal = 0;     // when a signal killed it
+  std::chrono::system_clock::time_point at;
+  bool ok() const { return exit_code == 0 && signal == 0; }
+};
+
+class WorkerGroup {
+ public:
+  using ExitHandler = std::function<void(const WorkerExit&)>;
+
+  explicit WorkerGroup(boost::asio::io_context& io);
+  ~WorkerGroup();  // SIGKILLs every process group still there
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  // Starts every worker; on an error (executable not found, fork failed) starts none and
+  // kills any already started. `on_exit` runs for each exit outside stop().
+  rendezvous::Status start(std::vector<WorkerSpec> specs, ExitHandler on_exit);
+  // Sends `signo` to every worker's process group, waits up to `grace`, SIGKILLs what is left,
+  // then calls `done` once every worker has exited.
+  void stop(int signo, std::chrono::milliseconds grace, std::function<void()> done);
+  std::size_t running() const;
+  std::vector<int> pids() const;
+
+ private:
+  struct Worker;
+  void on_worker_exit(Worker& w, int native_status);
+  void check_stopped();
+  void kill_groups(int signo);
+
+  boost::asio::io_context& io_;
+  std::vector<std::shared_ptr<Worker>> workers_;
+  ExitHandler on_exit_;
+  bool stopping_ = false;
+  std::function<void()> stopped_;
+  boost::asio::steady_timer grace_timer_;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
+};
+
+}  // namespace ctrun::launcher
