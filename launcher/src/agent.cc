@@ -140,7 +140,10 @@ int free_port(asio::io_context& io, const std::string& host) {
 std::string failure_summary(const FailureInfo& f) {
   std::string why;
   if (auto message = read_error_file(f.error_file)) {
-    why = message->substr(0, 512);
+    // The last line of a traceback is the exception itself.
+    std::string text = *message;
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    why = text.substr(text.find_last_of('\n') + 1).substr(0, 512);
   } else if (f.signal != 0) {
     why = signal_name(f.signal);
   } else {
@@ -156,8 +159,9 @@ std::vector<std::string> current_environment() {
 }
 
 struct Event {
-  enum class Kind { kWorkerExit, kRoundReopened, kJobEnded, kConnectionLost, kSignal };
+  enum class Kind { kJoined, kWorkerExit, kRoundReopened, kJobEnded, kConnectionLost, kSignal };
   Kind kind;
+  std::optional<rdzv::Result<rdzv::RoundAssignment>> joined{};
   WorkerExit exit{};
   int round = 0;
   int signo = 0;
@@ -205,6 +209,8 @@ class Agent::Impl {
   Task<void> stop_workers(int signo);
   Task<Event> next_event();
   Task<void> linger(rdzv::Duration d);
+  void begin_join();
+  void arm_signals();
   rdzv::Status start_workers(const rdzv::RoundAssignment& round, int restart_count);
   void post(Event e) {
     events_.push_back(std::move(e));
@@ -243,6 +249,8 @@ class Agent::Impl {
   int requested_rank_ = -1;
   bool use_agent_store_ = false;
 
+  enum class Phase { kJoining, kRunning };
+  Phase phase_ = Phase::kJoining;
   rdzv::RoundAssignment round_;
   int restart_count_ = 0;
   int exited_ok_ = 0;
@@ -430,14 +438,7 @@ Task<int> Agent::Impl::main() {
     boost::system::error_code ec;
     signals_.add(signo, ec);
   }
-  std::function<void()> arm = [this, &arm] {
-    signals_.async_wait([this, &arm](boost::system::error_code ec, int signo) {
-      if (ec) return;
-      post(Event{.kind = Event::Kind::kSignal, .signo = signo});
-      arm();
-    });
-  };
-  arm();
+  arm_signals();
 
   if (auto s = co_await setup(); !s) {
     log("error: " + s.error().message);
@@ -449,79 +450,90 @@ Task<int> Agent::Impl::main() {
         "performance in your application as needed.");
   }
 
+  begin_join();
   while (true) {
-    // Join the next round, unless a signal comes first.
-    rdzv::NodeInfo node{node_id_, host_, local_world_size_, free_port(io_, host_), requested_rank_};
-    auto joined = co_await (client_->join(node, config_) || next_event());
-    if (joined.index() == 1) {
-      Event e = std::get<1>(std::move(joined));
-      if (e.kind == Event::Kind::kSignal) {
-        log("received " + signal_name(e.signo) + " while joining: leaving");
-        co_return kExitFailure;
-      }
-      if (e.kind == Event::Kind::kConnectionLost || e.kind == Event::Kind::kJobEnded) {
-        log("error: rendezvous ended while joining: " + e.reason);
-        co_return kExitFailure;
-      }
-      continue;  // a stale event from the last round: join again
-    }
-    auto assignment = std::get<0>(std::move(joined));
-    if (!assignment) {
-      log("error: rendezvous failed: " + assignment.error().message);
-      co_return kExitFailure;
-    }
-    round_ = assignment.value();
-    auto restarts = co_await client_->get(kRestartsKey, std::chrono::milliseconds(0));
-    restart_count_ = restarts ? std::atoi(restarts.value().c_str()) : 0;
-    log("round " + std::to_string(round_.round) + ": group rank " + std::to_string(round_.group_rank) +
-        " of " + std::to_string(round_.group_world_size) + ", ranks " +
-        std::to_string(round_.rank_offset) + ".." +
-        std::to_string(round_.rank_offset + local_world_size_ - 1) + " of world size " +
-        std::to_string(round_.world_size) + ", master " + round_.master_addr + ":" +
-        std::to_string(round_.master_port) + ", restart " + std::to_string(restart_count_));
-    if (auto s = start_workers(round_, restart_count_); !s) {
-      log("error: " + s.error().message);
-      co_await client_->report(false, s.error().message);
-      co_await linger(std::chrono::milliseconds(200));
-      co_return kExitFailure;
-    }
-
-    // Supervise until something moves the job on.
-    bool rejoin = false;
-    while (!rejoin) {
-      Event e = co_await next_event();
-      switch (e.kind) {
-        case Event::Kind::kWorkerExit:
-          if (e.exit.ok()) {
-            if (++exited_ok_ == local_world_size_) co_return co_await finish_success();
-            break;
-          }
-          if (auto code = co_await handle_failure(e.exit)) co_return *code;
-          rejoin = true;  // joining again opens the next round for every node
-          break;
-        case Event::Kind::kRoundReopened:
-          if (e.round <= round_.round) break;  // already past it
-          log("round " + std::to_string(e.round) + " opened (" + e.reason + "): restarting workers");
-          co_await stop_workers(SIGTERM);
-          rejoin = true;
-          break;
-        case Event::Kind::kJobEnded:
-          log("job ended (" + e.state + "): " + e.reason);
-          co_await stop_workers(SIGTERM);
-          co_return e.state == "succeeded" ? 0 : kExitFailure;
-        case Event::Kind::kConnectionLost:
-          log("error: lost the rendezvous at " + endpoint_host_ + ":" + std::to_string(endpoint_port_) +
-              ": " + e.reason);
-          co_await stop_workers(SIGTERM);
+    Event e = co_await next_event();
+    switch (e.kind) {
+      case Event::Kind::kJoined: {
+        if (!e.joined->ok()) {
+          log("error: rendezvous failed: " + e.joined->error().message);
           co_return kExitFailure;
-        case Event::Kind::kSignal:
-          log("received " + signal_name(e.signo) + ": stopping workers");
-          co_await stop_workers(e.signo);
-          co_await client_->leave();
+        }
+        round_ = e.joined->value();
+        auto restarts = co_await client_->get(kRestartsKey, std::chrono::milliseconds(0));
+        restart_count_ = restarts ? std::atoi(restarts.value().c_str()) : 0;
+        log("round " + std::to_string(round_.round) + ": group rank " +
+            std::to_string(round_.group_rank) + " of " + std::to_string(round_.group_world_size) +
+            ", ranks " + std::to_string(round_.rank_offset) + ".." +
+            std::to_string(round_.rank_offset + local_world_size_ - 1) + " of world size " +
+            std::to_string(round_.world_size) + ", master " + round_.master_addr + ":" +
+            std::to_string(round_.master_port) + ", restart " + std::to_string(restart_count_));
+        if (auto s = start_workers(round_, restart_count_); !s) {
+          log("error: " + s.error().message);
+          const std::string message = s.error().message;
+          (void)co_await client_->report(false, message);
+          co_await linger(std::chrono::milliseconds(200));
           co_return kExitFailure;
+        }
+        phase_ = Phase::kRunning;
+        break;
       }
+      case Event::Kind::kWorkerExit:
+        if (phase_ != Phase::kRunning) break;  // from a group already stopped
+        if (e.exit.ok()) {
+          if (++exited_ok_ == local_world_size_) co_return co_await finish_success();
+          break;
+        }
+        if (auto code = co_await handle_failure(e.exit)) co_return *code;
+        begin_join();  // joining again opens the next round for every node
+        break;
+      case Event::Kind::kRoundReopened:
+        // While joining there is nothing to stop; an old round's news is stale.
+        if (phase_ != Phase::kRunning || e.round <= round_.round) break;
+        log("round " + std::to_string(e.round) + " opened (" + e.reason + "): restarting workers");
+        co_await stop_workers(SIGTERM);
+        begin_join();
+        break;
+      case Event::Kind::kJobEnded:
+        log("job ended (" + e.state + "): " + e.reason);
+        co_await stop_workers(SIGTERM);
+        co_return e.state == "succeeded" ? 0 : kExitFailure;
+      case Event::Kind::kConnectionLost:
+        log("error: lost the rendezvous at " + endpoint_host_ + ":" +
+            std::to_string(endpoint_port_) + ": " + e.reason);
+        co_await stop_workers(SIGTERM);
+        co_return kExitFailure;
+      case Event::Kind::kSignal:
+        log("received " + signal_name(e.signo) + ": stopping workers");
+        co_await stop_workers(e.signo);
+        (void)co_await client_->leave();
+        co_return kExitFailure;
     }
   }
+}
+
+void Agent::Impl::begin_join() {
+  phase_ = Phase::kJoining;
+  // Exits of the group just stopped must not be read as news about the next one.
+  std::erase_if(events_, [](const Event& e) { return e.kind == Event::Kind::kWorkerExit; });
+  rdzv::NodeInfo node{node_id_, host_, local_world_size_, free_port(io_, host_), requested_rank_};
+  // Not awaited here: the answer arrives as an event, so nothing (a signal, an old event) can
+  // cancel a join that the daemon has already taken.
+  asio::co_spawn(
+      io_,
+      [this, node]() -> Task<void> {
+        auto result = co_await client_->join(node, config_);
+        post(Event{.kind = Event::Kind::kJoined, .joined = std::move(result)});
+      },
+      asio::detached);
+}
+
+void Agent::Impl::arm_signals() {
+  signals_.async_wait([this](boost::system::error_code ec, int signo) {
+    if (ec) return;
+    post(Event{.kind = Event::Kind::kSignal, .signo = signo});
+    arm_signals();
+  });
 }
 
 Task<int> Agent::Impl::finish_success() {

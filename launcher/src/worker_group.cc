@@ -1,6 +1,8 @@
 #include "worker_group.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,8 +24,24 @@ using rendezvous::ErrorCode;
 
 namespace {
 
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+// Marks every descriptor above stderr close-on-exec. Boost 1.81's close_all() skips the range
+// between stderr and its own error pipe (it compares each whitelist entry with itself), so
+// without this a worker inherits the agent's sockets and pipes: the daemon would not see a
+// SIGKILLed agent go while its workers' children still hold its connection.
+void close_inherited_descriptors() {
+  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+  for (int fd = 3; fd < 4096; ++fd) {  // kernels before 5.11; no allocation after fork
+    const int flags = fcntl(fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC)) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+}
+
 // Runs in the child between fork and exec: its own process group (so a signal to the group
-// reaches its children too), and death with the agent.
+// reaches its children too), death with the agent, and none of the agent's descriptors.
 struct ChildSetup {
   pid_t agent;
   template <typename Launcher>
@@ -31,6 +49,7 @@ struct ChildSetup {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != agent) _exit(127);  // the agent died before prctl took effect
+    close_inherited_descriptors();
     return {};
   }
 };

@@ -1,0 +1,31 @@
+// A load generator that plays N rendezvous nodes from one single-threaded process: N TCP
+// connections to ctrund, each says hello, then all join one job with min = max = N at once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace rdzv_bench {
+
+struct StormOptions {
+  int port = 0;
+  int nodes = 16;
+  std::string job = "rdzv_bench";
+  std::chrono::seconds connect_deadline{60};  // all connected and greeted by then
+  std::chrono::seconds join_deadline{120};    // all joins answered by then
+};
+
+struct StormResult {
+  bool ok = false;
+  std::string error;          // why not ok
+  double connect_s = 0;       // connect + hello for every node (not part of the timed window)
+  double join_wall_s = 0;     // first join sent .. last join answer received
+  double first_answer_s = 0;  // first join sent .. first answer received
+  std::uint64_t answer_bytes = 0;  // all join answers together
+};
+
+// Runs the storm against 127.0.0.1:port. Bounded by the two deadlines.
+StormResult run_join_storm(const StormOptions& options);
+
+}  // namespace rdzv_bench

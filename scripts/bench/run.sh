@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs every benchmark of issue 2 and prints their tables with ratios:
+#   store_bench       ctrund vs PyTorch's TCPStore: set+get throughput (1/4/16 client processes), latency
+#   rdzv_bench        ctrund rendezvous of 16..4096 nodes: formation time, daemon peak memory
+#   c10d_rdzv_bench   torch's c10d dynamic rendezvous vs ctrund at 16 and 64 nodes
+# Usage: scripts/bench/run.sh [--quick]
+# Builds build-bench/ first if needed (one job at a time: the machine is shared; BENCH_JOBS=N
+# to change). Everything runs inside a loopback-only network namespace, because TCPStore binds
+# every interface whatever address it is given.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build="$root/build-bench"
+bench="$build/scripts/bench"
+quick=()
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=(--quick) ;;
+    --in-netns) ;;
+    *) echo "usage: $0 [--quick]" >&2; exit 2 ;;
+  esac
+done
+
+if [[ " $* " != *" --in-netns "* ]]; then
+  if [ ! -f "$build/build.ninja" ]; then
+    cmake -S "$root" -B "$build" -G Ninja -DCTRUN_BUILD_TESTS=OFF -DCTRUN_BUILD_BENCH=ON \
+      -DCTRUN_WITH_TORCH=ON -DCMAKE_BUILD_TYPE=Release
+  fi
+  nice -n 19 ninja -C "$build" -j "${BENCH_JOBS:-1}" ctrund rdzv_bench store_bench
+  # Re-run this script in a fresh network namespace with only the loopback interface.
+  unshare_flags=(-n)
+  [ "$(id -u)" -eq 0 ] || unshare_flags=(-r -n)
+  exec unshare "${unshare_flags[@]}" "$0" "${quick[@]}" --in-netns
+fi
+
+ip link set lo up
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'),"\
+     "$(free -g | awk '/Mem:/ {print $2}') GiB, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ), ${quick[*]:-full run}"
+
+status=0
+run() {  # every benchmark is bounded: none may hang the run
+  local limit=$1; shift
+  echo
+  echo "== $*"
+  if ! timeout --kill-after=10 "$limit" "$@"; then
+    echo "!! failed or timed out: $*" >&2
+    status=1
+  fi
+}
+
+run 1200 "$bench/store_bench" "${quick[@]}"
+run 900 "$bench/rdzv_bench" "${quick[@]}"
+run 900 /usr/bin/python3 "$root/scripts/bench/c10d_rdzv_bench.py" --rdzv_bench "$bench/rdzv_bench" "${quick[@]}"
+exit $status

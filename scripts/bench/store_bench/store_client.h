@@ -1,0 +1,31 @@
+// The two stores as the benchmark drives them: one blocking client per process, set and get of
+// byte strings. Errors throw (a benchmark that loses an answer must not report a number).
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace store_bench {
+
+class StoreClient {
+ public:
+  virtual ~StoreClient() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Blocks until the key exists, as both stores' get does.
+  virtual std::string get(const std::string& key) = 0;
+};
+
+// ctrund, through ctrun::rendezvous::Client (ctrun_client.cc).
+std::unique_ptr<StoreClient> connect_ctrun(int port);
+
+// ctrund through a minimal blocking-socket client (raw_client.cc): a diagnostic that shows
+// how much of the per-op cost is the client library's.
+std::unique_ptr<StoreClient> connect_ctrun_raw(int port);
+
+// PyTorch's c10d::TCPStore (tcpstore.cc, the only file that includes LibTorch).
+std::unique_ptr<StoreClient> connect_tcpstore(int port);
+// Runs a TCPStore server on an ephemeral port, writes the port to `port_file`, and serves
+// until SIGTERM or SIGINT. Returns the exit code.
+int run_tcpstore_server(const std::string& port_file);
+
+}  // namespace store_bench

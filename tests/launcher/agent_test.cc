@@ -1,0 +1,366 @@
+// Multi-process tests of the ctrun agent on loopback: real agents, real workers (test_worker and
+// a real PyTorch DDP script), every process stopped and reaped by PID when a test ends.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "process.h"
+
+using namespace ctrun::testing;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A scratch directory for one test, removed at the end.
+class Scratch {
+ public:
+  Scratch() : dir_(temp_path("agent_" + std::to_string(counter_++))) { fs::create_directories(dir_); }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+ private:
+  static inline int counter_ = 0;
+  std::string dir_;
+};
+
+std::vector<std::string> ctrun_args(std::vector<std::string> args) {
+  args.insert(args.begin(), CTRUN_PATH);
+  return args;
+}
+
+std::map<std::string, std::string> read_env(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+std::uint16_t free_port() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor probe(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  return probe.local_endpoint().port();
+}
+
+bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+// Waits (bounded) until `path` exists.
+bool wait_exists(const std::string& path, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fs::exists(path)) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("agent: standalone with 1 and with 4 workers") {
+  for (int n : {1, 4}) {
+    Scratch s;
+    ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=" + std::to_string(n),
+                                   TEST_WORKER_PATH, "env", s.path("env")}),
+                       s.path("agent.log"));
+    auto code = agent.wait(30s);
+    INFO(read_file(s.path("agent.log")));
+    REQUIRE(code.has_value());
+    CHECK(*code == 0);
+    std::set<std::string> ports;
+    for (int rank = 0; rank < n; ++rank) {
+      auto env = read_env(s.path("env." + std::to_string(rank)));
+      CHECK(env["RANK"] == std::to_string(rank));
+      CHECK(env["LOCAL_RANK"] == std::to_string(rank));
+      CHECK(env["WORLD_SIZE"] == std::to_string(n));
+      CHECK(env["LOCAL_WORLD_SIZE"] == std::to_string(n));
+      CHECK(env["GROUP_RANK"] == "0");
+      CHECK(env["ROLE_NAME"] == "default");
+      CHECK(env["MASTER_ADDR"] == "127.0.0.1");
+      CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
+      CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+      CHECK(env["OMP_NUM_THREADS"] == (n > 1 ? "1" : "<unset>"));
+      CHECK(env["TORCHELASTIC_ERROR_FILE"].find("/attempt_0/" + std::to_string(rank) + "/error.json") !=
+            std::string::npos);
+      ports.insert(env["MASTER_PORT"]);
+    }
+    CHECK(ports.size() == 1);  // one master for everybody
+  }
+}
+
+TEST_CASE("agent: two agents on 127.0.0.1 are two nodes with four unique ranks") {
+  Scratch s;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto args = [&](const std::string& log) {
+    return ChildProcess(ctrun_args({"--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                                    "--rdzv_endpoint=" + endpoint, "--rdzv_id=two-nodes",
+                                    TEST_WORKER_PATH, "env", s.path("env")}),
+                        s.path(log));
+  };
+  ChildProcess a = args("a.log");
+  ChildProcess b = args("b.log");
+  auto code_a = a.wait(30s);
+  auto code_b = b.wait(30s);
+  INFO(read_file(s.path("a.log")) + read_file(s.path("b.log")));
+  REQUIRE(code_a.has_value());
+  REQUIRE(code_b.has_value());
+  CHECK(*code_a == 0);
+  CHECK(*code_b == 0);
+  std::set<std::string> groups;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = read_env(s.path("env." + std::to_string(rank)));
+    CHECK(env["RANK"] == std::to_string(rank));
+    CHECK(env["WORLD_SIZE"] == "4");
+    CHECK(env["GROUP_WORLD_SIZE"] == "2");
+    CHECK(env["LOCAL_RANK"] == std::to_string(rank % 2));
+    CHECK(env["GROUP_RANK"] == std::to_string(rank / 2));
+    CHECK(env["TORCHELASTIC_RUN_ID"] == "two-nodes");
+    groups.insert(env["MASTER_ADDR"] + ":" + env["MASTER_PORT"]);
+  }
+  CHECK(groups.size() == 1);
+}
+
+TEST_CASE("agent: a worker that fails once is restarted and the job succeeds") {
+  Scratch s;
+  ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=2", "--max_restarts=2",
+                                 TEST_WORKER_PATH, "fail_once", s.path("env")}),
+                     s.path("agent.log"));
+  auto code = agent.wait(30s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  CHECK(read_env(s.path("env.0"))["TORCHELASTIC_RESTART_COUNT"] == "1");
+  CHECK(read_env(s.path("env.1"))["TORCHELASTIC_RESTART_COUNT"] == "1");
+  CHECK(log.find("exited with code 3") != std::string::npos);
+  CHECK(log.find("restarting the job (1 of 2 restarts)") != std::string::npos);
+}
+
+TEST_CASE("agent: a worker that always fails spends the budget and is named as root cause") {
+  Scratch s;
+  ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                                 "--log_dir", s.path("logs"), TEST_WORKER_PATH, "exit", "7"}),
+                     s.path("agent.log"));
+  auto code = agent.wait(30s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  CHECK(log.find("restarting the job (1 of 1 restarts)") != std::string::npos);
+  CHECK(log.find(std::string(TEST_WORKER_PATH) + " FAILED") != std::string::npos);
+  CHECK(log.find("Root Cause (first observed failure):") != std::string::npos);
+  CHECK(log.find("exitcode  : 7") != std::string::npos);
+}
+
+TEST_CASE("agent: SIGTERM stops every worker and grandchild, and the agent exits 1") {
+  Scratch s;
+  ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=2", "--shutdown_timeout=5",
+                                 TEST_WORKER_PATH, "grandchild", s.path("pids")}),
+                     s.path("agent.log"));
+  REQUIRE(wait_exists(s.path("pids.0"), 20s));
+  REQUIRE(wait_exists(s.path("pids.1"), 20s));
+  std::this_thread::sleep_for(100ms);
+  std::vector<pid_t> pids;
+  for (const char* f : {"pids.0", "pids.1"}) {
+    std::istringstream in(read_file(s.path(f)));
+    pid_t worker = 0, grandchild = 0;
+    in >> worker >> grandchild;
+    REQUIRE(worker > 0);
+    REQUIRE(grandchild > 0);
+    pids.push_back(worker);
+    pids.push_back(grandchild);
+  }
+  for (pid_t p : pids) CHECK(alive(p));
+  agent.signal(SIGTERM);
+  auto code = agent.wait(20s);
+  INFO(read_file(s.path("agent.log")));
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  // Reaped or gone: no worker, no grandchild survives. (A zombie grandchild would still answer
+  // kill(0); give init a moment to reap the reparented ones.)
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  auto any_alive = [&] {
+    for (pid_t p : pids) {
+      std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+      std::string content;
+      std::getline(stat, content);
+      if (!content.empty() && content.find(") Z") == std::string::npos) return true;
+    }
+    return false;
+  };
+  while (any_alive() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  CHECK_FALSE(any_alive());
+  CHECK(read_file(s.path("agent.log")).find("received SIGTERM") != std::string::npos);
+}
+
+TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes on alone") {
+  Scratch s;
+  const std::uint16_t port = free_port();
+  ChildProcess daemon({CTRUND_PATH, "--host", "127.0.0.1", "--port", std::to_string(port)},
+                      s.path("ctrund.log"));
+  auto node = [&](const std::string& log) {
+    return std::make_unique<ChildProcess>(
+        ctrun_args({"--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                    "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=survive",
+                    "--rdzv_conf=last_call_timeout=2", "--shutdown_timeout=2", TEST_WORKER_PATH,
+                    "grandchild", s.path("pids")}),
+        s.path(log));
+  };
+  auto victim = node("victim.log");
+  auto survivor = node("survivor.log");
+  REQUIRE(wait_exists(s.path("pids.0"), 20s));
+  REQUIRE(wait_exists(s.path("pids.1"), 20s));
+  // The victim's worker: its rank is in the victim's "round 0: ... ranks R..R" line.
+  const std::string victim_log = read_file(s.path("victim.log"));
+  const int victim_rank = victim_log.find("ranks 0..0") != std::string::npos ? 0 : 1;
+  std::istringstream in(read_file(s.path("pids." + std::to_string(victim_rank))));
+  pid_t worker = 0;
+  in >> worker;
+  REQUIRE(worker > 0);
+  REQUIRE(alive(worker));
+  victim->signal(SIGKILL);
+  REQUIRE(victim->wait(5s).has_value());
+  // Its worker dies with it (PR_SET_PDEATHSIG): gone or a zombie awaiting init.
+  auto running = [](pid_t p) {
+    std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+    std::string content;
+    std::getline(stat, content);
+    return !content.empty() && content.find(") Z") == std::string::npos;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (running(worker) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  CHECK_FALSE(running(worker));
+  // The survivor re-forms alone, at once: the daemon sees the agent's connection close. (Within
+  // 8 s, less than the 15 s of missed keep-alives, so a descriptor leaked into a grandchild that
+  // keeps the connection open fails this test.)
+  const auto reform = std::chrono::steady_clock::now() + 8s;
+  while (read_file(s.path("survivor.log")).find("round 1: group rank 0 of 1") == std::string::npos &&
+         std::chrono::steady_clock::now() < reform) {
+    std::this_thread::sleep_for(20ms);
+  }
+  const std::string survivor_log = read_file(s.path("survivor.log"));
+  INFO(survivor_log);
+  CHECK(survivor_log.find("round 1: group rank 0 of 1") != std::string::npos);
+  survivor->signal(SIGTERM);
+  CHECK(survivor->wait(10s).has_value());
+}
+
+TEST_CASE("agent: a late second node joins a running 1:2 job without spending restarts") {
+  Scratch s;
+  const std::uint16_t port = free_port();
+  ChildProcess daemon({CTRUND_PATH, "--host", "127.0.0.1", "--port", std::to_string(port)},
+                      s.path("ctrund.log"));
+  auto node = [&](const std::string& log) {
+    return std::make_unique<ChildProcess>(
+        ctrun_args({"--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                    "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=grow",
+                    "--rdzv_conf=last_call_timeout=0.2", TEST_WORKER_PATH, "sleep", "2"}),
+        s.path(log));
+  };
+  ::setenv("CTRUN_TEST_OUT", s.path("env").c_str(), 1);
+  auto first = node("first.log");
+  const auto formed = std::chrono::steady_clock::now() + 15s;
+  while (read_file(s.path("first.log")).find("round 0:") == std::string::npos &&
+         std::chrono::steady_clock::now() < formed) {
+    std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(read_file(s.path("first.log")).find("round 0: group rank 0 of 1") != std::string::npos);
+  auto second = node("second.log");
+  ::unsetenv("CTRUN_TEST_OUT");
+  auto a = first->wait(30s);
+  auto b = second->wait(30s);
+  INFO(read_file(s.path("first.log")) + read_file(s.path("second.log")));
+  REQUIRE(a.has_value());
+  REQUIRE(b.has_value());
+  CHECK(*a == 0);
+  CHECK(*b == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    auto env = read_env(s.path("env." + std::to_string(rank)));
+    CHECK(env["WORLD_SIZE"] == "2");
+    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");  // growing is not a restart
+  }
+}
+
+TEST_CASE("agent: log files, tee, redirects and console prefixes") {
+  Scratch s;
+  ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=2", "--rdzv_id=ignored",
+                                 "--log_dir", s.path("logs"), "--redirects=0:1", "--tee=1:3",
+                                 TEST_WORKER_PATH, "print"}),
+                     s.path("agent.log"));
+  auto code = agent.wait(30s);
+  const std::string console = read_file(s.path("agent.log"));
+  INFO(console);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  // Rank 0's stdout went to its file only; rank 1's both streams to file and console.
+  CHECK(console.find("[default0]:hello from 0") == std::string::npos);
+  CHECK(console.find("[default0]:to stderr") != std::string::npos);
+  CHECK(console.find("[default1]:hello from 1\n[default1]:second line\n") != std::string::npos);
+  CHECK(console.find("[default1]:to stderr") != std::string::npos);
+  std::vector<fs::path> runs;
+  for (const auto& entry : fs::directory_iterator(s.path("logs"))) runs.push_back(entry.path());
+  REQUIRE(runs.size() == 1);  // LOG_DIR/RUN_ID
+  const fs::path attempt = runs[0] / "attempt_0";
+  CHECK(read_file((attempt / "0" / "stdout.log").string()) == "hello from 0\nsecond line\n");
+  CHECK_FALSE(fs::exists(attempt / "0" / "stderr.log"));
+  CHECK(read_file((attempt / "1" / "stdout.log").string()) == "hello from 1\nsecond line\n");
+  CHECK(read_file((attempt / "1" / "stderr.log").string()) == "to stderr\n");
+}
+
+TEST_CASE("agent: local_ranks_filter keeps other ranks off the console") {
+  Scratch s;
+  ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=3", "--local_ranks_filter=1",
+                                 TEST_WORKER_PATH, "print"}),
+                     s.path("agent.log"));
+  REQUIRE(agent.wait(30s) == std::optional<int>(0));
+  const std::string console = read_file(s.path("agent.log"));
+  CHECK(console.find("[default1]:hello from 1") != std::string::npos);
+  CHECK(console.find("[default0]:") == std::string::npos);
+  CHECK(console.find("[default2]:") == std::string::npos);
+}
+
+TEST_CASE("agent: bad flags and a missing program are clear one-line errors") {
+  Scratch s;
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"--nnodes=x", "train.py"}, {"--standalone"}, {"--nproc_per_node=gpu", "train.py"}}) {
+    ChildProcess p(ctrun_args(args), s.path("bad.log"));
+    REQUIRE(p.wait(10s) == std::optional<int>(2));
+  }
+  const std::string out = read_file(s.path("bad.log"));
+  CHECK(out.find("ctrun: error: --nnodes") != std::string::npos);
+  CHECK(out.find("ctrun: error: missing the training program") != std::string::npos);
+  ChildProcess missing(ctrun_args({"--standalone", "/nonexistent/trainer"}), s.path("missing.log"));
+  REQUIRE(missing.wait(10s) == std::optional<int>(1));
+  CHECK(read_file(s.path("missing.log")).find("/nonexistent/trainer") != std::string::npos);
+}
+
+TEST_CASE("agent: a real PyTorch DDP script (gloo, env://) trains to the end") {
+  Scratch s;
+  ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
+  ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=2", DDP_SCRIPT_PATH, "--epochs",
+                                 "2", "--samples", "1024"}),
+                     s.path("agent.log"));
+  ::unsetenv("PYTHON_EXEC");
+  auto code = agent.wait(120s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  CHECK(log.find("[default0]:epoch 1: loss=") != std::string::npos);
+  CHECK(log.find("[default0]:done: 2 epochs, world size 2, parameters identical") != std::string::npos);
+}

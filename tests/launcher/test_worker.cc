@@ -1,0 +1,74 @@
+// A worker for the agent's tests. Usage: test_worker MODE [ARGS...]
+//   env FILE_PREFIX     write the torchrun variables to FILE_PREFIX.<RANK>, exit 0
+//   exit CODE           exit with CODE
+//   fail_once           local rank 1 exits 3 on the first attempt; everyone else writes env, exits 0
+//   sleep SECONDS       sleep, then write env to $CTRUN_TEST_OUT.<RANK> if set, exit 0
+//   grandchild FILE     start a grandchild that sleeps, write both pids to FILE.<RANK>, sleep
+//   print               print two lines to stdout and one to stderr
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "<unset>";
+}
+
+void write_env(const std::string& prefix) {
+  std::ofstream out(prefix + "." + env("RANK"));
+  for (const char* name :
+       {"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
+        "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+        "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS",
+        "CTRUN_STORE_ADDR", "CTRUN_STORE_PORT", "CTRUN_STORE_PREFIX"}) {
+    out << name << "=" << env(name) << "\n";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "env" && argc > 2) {
+    write_env(argv[2]);
+    return 0;
+  }
+  if (mode == "exit" && argc > 2) return std::atoi(argv[2]);
+  if (mode == "fail_once") {
+    if (env("TORCHELASTIC_RESTART_COUNT") == "0" && env("LOCAL_RANK") == "1") return 3;
+    if (argc > 2) write_env(argv[2]);
+    return 0;
+  }
+  if (mode == "sleep" && argc > 2) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(argv[2])));
+    if (const char* out = std::getenv("CTRUN_TEST_OUT")) write_env(out);
+    return 0;
+  }
+  if (mode == "grandchild" && argc > 2) {
+    const pid_t child = fork();
+    if (child == 0) {
+      execl("/bin/sleep", "sleep", "300", nullptr);
+      _exit(127);
+    }
+    std::ofstream(std::string(argv[2]) + "." + env("RANK")) << getpid() << " " << child << "\n";
+    std::this_thread::sleep_for(std::chrono::seconds(300));
+    return 0;
+  }
+  if (mode == "print") {
+    std::printf("hello from %s\nsecond line\n", env("RANK").c_str());
+    std::fflush(stdout);
+    std::fprintf(stderr, "to stderr\n");
+    return 0;
+  }
+  std::fprintf(stderr, "test_worker: unknown mode '%s'\n", mode.c_str());
+  return 2;
+}

@@ -1,0 +1,143 @@
+#include "ctrun/launcher/worker_env.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "ctrun/launcher/failure_report.h"
+
+using namespace ctrun::launcher;
+
+namespace {
+
+std::map<std::string, std::string> as_map(const std::vector<std::string>& env) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : env) {
+    const auto eq = e.find('=');
+    REQUIRE(eq != std::string::npos);
+    REQUIRE(out.count(e.substr(0, eq)) == 0);  // no duplicates
+    out[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("worker env: torchrun's variables for a rank on the second node") {
+  LaunchOptions o;
+  o.role = "trainer";
+  o.max_restarts = 3;
+  WorkerEnvInputs in;
+  in.options = &o;
+  in.run_id = "job1";
+  in.local_world_size = 4;
+  in.local_rank = 2;
+  in.placement = RoundPlacement{1, 2, 4, 8, "10.0.0.1", 29511, 2};
+  in.store = StoreEndpoint{"10.0.0.9", 29400, "rdzv/0/3/", std::string("tok")};
+  in.error_file = "/tmp/x/error.json";
+  in.set_omp_num_threads = true;
+  auto env = as_map(worker_environment({"PATH=/bin", "RANK=99", "HOME=/root"}, in));
+  CHECK(env["PATH"] == "/bin");
+  CHECK(env["HOME"] == "/root");
+  CHECK(env["RANK"] == "6");  // the agent's own RANK is replaced
+  CHECK(env["LOCAL_RANK"] == "2");
+  CHECK(env["GROUP_RANK"] == "1");
+  CHECK(env["ROLE_RANK"] == "6");
+  CHECK(env["ROLE_NAME"] == "trainer");
+  CHECK(env["LOCAL_WORLD_SIZE"] == "4");
+  CHECK(env["WORLD_SIZE"] == "8");
+  CHECK(env["GROUP_WORLD_SIZE"] == "2");
+  CHECK(env["ROLE_WORLD_SIZE"] == "8");
+  CHECK(env["MASTER_ADDR"] == "10.0.0.1");
+  CHECK(env["MASTER_PORT"] == "29511");
+  CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "2");
+  CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "3");
+  CHECK(env["TORCHELASTIC_RUN_ID"] == "job1");
+  CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+  CHECK(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/x/error.json");
+  CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  CHECK(env["OMP_NUM_THREADS"] == "1");
+  CHECK(env["CTRUN_STORE_ADDR"] == "10.0.0.9");
+  CHECK(env["CTRUN_STORE_PORT"] == "29400");
+  CHECK(env["CTRUN_STORE_PREFIX"] == "rdzv/0/3/");
+  CHECK(env["CTRUN_RDZV_TOKEN"] == "tok");
+}
+
+TEST_CASE("worker env: OMP_NUM_THREADS and the token only when due") {
+  LaunchOptions o;
+  WorkerEnvInputs in;
+  in.options = &o;
+  auto env = as_map(worker_environment({"OMP_NUM_THREADS=8"}, in));
+  CHECK(env["OMP_NUM_THREADS"] == "8");
+  CHECK(env.count("CTRUN_RDZV_TOKEN") == 0);
+}
+
+TEST_CASE("worker command: python scripts, modules and executables") {
+  LaunchOptions o;
+  o.entrypoint = "train.py";
+  o.script_args = {"--epochs", "3"};
+  auto py = worker_command(o, "/usr/bin/python3");
+  CHECK(py.executable == "/usr/bin/python3");
+  CHECK(py.args == std::vector<std::string>{"-u", "train.py", "--epochs", "3"});
+  o.module = true;
+  o.entrypoint = "pkg.train";
+  CHECK(worker_command(o, "python3").args ==
+        std::vector<std::string>{"-u", "-m", "pkg.train", "--epochs", "3"});
+  o.module = false;
+  o.entrypoint = "./trainer";
+  auto exe = worker_command(o, "python3");
+  CHECK(exe.executable == "./trainer");
+  CHECK(exe.args == std::vector<std::string>{"--epochs", "3"});
+  o.entrypoint = "script.py";
+  o.no_python = true;
+  CHECK(worker_command(o, "python3").executable == "script.py");
+}
+
+TEST_CASE("failure report: torchrun's layout with the error file's traceback") {
+  const std::string path = "ctrun_failure_report_test.json";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(R"({"message": {"message": "RuntimeError: boom", "extraInfo": )"
+               R"({"py_callstack": "Traceback (most recent call last):\nRuntimeError: boom\n", )"
+               R"("timestamp": "1"}}})",
+               f);
+    std::fclose(f);
+  }
+  FailureInfo info;
+  info.entrypoint = "train.py";
+  info.host = "node3";
+  info.rank = 5;
+  info.local_rank = 1;
+  info.pid = 4242;
+  info.exit_code = 1;
+  info.error_file = path;
+  const std::string report = format_failure_report(info);
+  CHECK(report.find("train.py FAILED") != std::string::npos);
+  CHECK(report.find("Root Cause (first observed failure):") != std::string::npos);
+  CHECK(report.find("host      : node3") != std::string::npos);
+  CHECK(report.find("rank      : 5 (local_rank: 1)") != std::string::npos);
+  CHECK(report.find("exitcode  : 1 (pid: 4242)") != std::string::npos);
+  CHECK(report.find("error_file: " + path) != std::string::npos);
+  CHECK(report.find("RuntimeError: boom") != std::string::npos);
+  info.signal = 9;
+  info.error_file = "/nonexistent";
+  const std::string killed = format_failure_report(info);
+  CHECK(killed.find("exitcode  : -9") != std::string::npos);
+  CHECK(killed.find("SIGKILL") != std::string::npos);
+  CHECK(killed.find("error_file: <N/A>") != std::string::npos);
+  CHECK(read_error_file(path).value().find("Traceback") == 0);
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(R"({"message": "plain C++ message"})", f);
+    std::fclose(f);
+  }
+  CHECK(read_error_file(path).value() == "plain C++ message");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs("not json", f);
+    std::fclose(f);
+  }
+  CHECK_FALSE(read_error_file(path));
+  std::remove(path.c_str());
+}
