@@ -50,6 +50,15 @@ std::string random_hex(std::size_t bytes) {
   return out;
 }
 
+// A random UUID (version 4), the form torchrun gives a --standalone run id.
+std::string random_uuid() {
+  std::string hex = random_hex(16);
+  hex[12] = '4';
+  hex[16] = "89ab"[hex[16] % 4];
+  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
+         hex.substr(16, 4) + "-" + hex.substr(20);
+}
+
 std::string hostname() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
@@ -273,7 +282,7 @@ Task<void> Agent::Impl::linger(rdzv::Duration d) {
 
 Task<rdzv::Status> Agent::Impl::setup() {
   const LaunchOptions& o = options_;
-  run_id_ = o.standalone ? random_hex(8) : o.rdzv_id;
+  run_id_ = o.standalone ? random_uuid() : o.rdzv_id;
   node_id_ = hostname() + ":" + std::to_string(getpid()) + ":" + random_hex(4);
 
   // Logs and error files live under --log_dir, or a private temporary directory.

@@ -5,8 +5,11 @@
 //   sleep SECONDS       sleep, then write env to $CTRUN_TEST_OUT.<RANK> if set, exit 0
 //   grandchild FILE     start a grandchild that sleeps, write both pids to FILE.<RANK>, sleep
 //   print               print two lines to stdout and one to stderr
+//   dumpenv FILE_PREFIX write the whole environment to FILE_PREFIX.<RANK>, exit 0
 #include <signal.h>
 #include <unistd.h>
+
+extern char** environ;
 
 #include <chrono>
 #include <cstdio>
@@ -61,6 +64,11 @@ int main(int argc, char** argv) {
     }
     std::ofstream(std::string(argv[2]) + "." + env("RANK")) << getpid() << " " << child << "\n";
     std::this_thread::sleep_for(std::chrono::seconds(300));
+    return 0;
+  }
+  if (mode == "dumpenv" && argc > 2) {
+    std::ofstream out(std::string(argv[2]) + "." + env("RANK"));
+    for (char** e = environ; *e; ++e) out << *e << "\n";
     return 0;
   }
   if (mode == "print") {
