@@ -6,7 +6,14 @@
 #include <array>
 #include <unordered_map>
 
-#include "ctrun/rendezvous/auth.h"
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "client_protocol.h"
 #include "ctrun/rendezvous/message.h"
 
 namespace ctrun::rendezvous {
@@ -20,26 +27,6 @@ namespace {
 std::int64_t millis(Duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
-
-Json with_timeout(Json request, std::optional<Duration> timeout) {
-  // The daemon takes 0..2^40 ms; a longer wait is the same as no deadline.
-  if (timeout && millis(*timeout) < (std::int64_t{1} << 40)) {
-    request["timeout_ms"] = std::max<std::int64_t>(0, millis(*timeout));
-  }
-  return request;
-}
-
-Json hello_request(const ClientOptions& options, const std::string& server_nonce,
-                   const std::string& client_nonce) {
-  Json hello{{"op", "hello"}, {"id", 0}, {"version", kProtocolVersion}, {"job", options.job}};
-  if (options.token) {
-    hello["proof"] = to_binary(client_proof(*options.token, server_nonce, options.job));
-    hello["nonce"] = to_binary(client_nonce);
-  }
-  return hello;
-}
-
-Json keep_alive_request() { return Json{{"op", "keep_alive"}}; }
 
 }  // namespace
 
@@ -136,11 +123,7 @@ Task<Status> AsyncClient::Impl::connect() {
       } else {
         s = std::get<0>(std::move(outcome));
       }
-      // A refusal (version, token) will not change on retry: report it at once. A full daemon
-      // (kLimit) or a dropped connection may clear up.
-      const bool retryable =
-          s || s.error().code == ErrorCode::kConnection || s.error().code == ErrorCode::kLimit;
-      if (!retryable) {
+      if (!s && !client_protocol::retryable(s.error())) {
         boost::system::error_code ignored;
         socket_.close(ignored);
         co_return s;
@@ -178,40 +161,16 @@ Task<Result<Json>> AsyncClient::Impl::read_frame() {
 Task<Status> AsyncClient::Impl::handshake() {
   auto challenge = co_await read_frame();
   if (!challenge) co_return challenge.error();
-  if (auto err = response_payload(challenge.value()); !err) co_return err.error();  // e.g. busy
-  if (challenge.value().value("event", "") != "challenge") {
-    co_return Error{ErrorCode::kBadFrame, endpoint_text() + " is not a ctrund (no challenge)"};
-  }
-  auto server_nonce = get_bytes(challenge.value(), "nonce");
-  if (!server_nonce) co_return server_nonce.error();
-  const bool auth_required = challenge.value().value("auth", false);
-  if (auth_required && !options_.token) {
-    co_return Error{ErrorCode::kAuthFailed,
-                    "ctrund at " + endpoint_text() + " requires a token and none was given"};
-  }
-  if (!auth_required && options_.token) {
-    // A daemon without the token cannot prove itself: it may not be ours.
-    co_return Error{ErrorCode::kAuthFailed, "ctrund at " + endpoint_text() +
-                                                " holds no token but this client has one"};
-  }
-  const std::string client_nonce = options_.token ? random_bytes(kNonceBytes) : std::string();
-  std::string bytes = encode_frame(hello_request(options_, server_nonce.value(), client_nonce));
+  auto hello = client_protocol::answer_challenge(challenge.value(), options_, endpoint_text());
+  if (!hello) co_return hello.error();
+  std::string bytes = encode_frame(hello.value().request);
   auto [wec, written] = co_await asio::async_write(socket_, asio::buffer(bytes),
                                                    asio::as_tuple(asio::use_awaitable));
   if (wec) co_return Error{ErrorCode::kConnection, "sending hello: " + wec.message()};
   auto answer = co_await read_frame();
   if (!answer) co_return answer.error();
-  auto payload = response_payload(std::move(answer).value());
-  if (!payload) co_return payload.error();
-  if (options_.token) {
-    auto proof = get_bytes(payload.value(), "proof");
-    if (!proof || !constant_time_equal(proof.value(), server_proof(*options_.token, client_nonce,
-                                                                   server_nonce.value()))) {
-      co_return Error{ErrorCode::kAuthFailed,
-                      "ctrund at " + endpoint_text() + " could not prove it holds the token"};
-    }
-  }
-  co_return ok_status();
+  co_return client_protocol::check_welcome(std::move(answer).value(), options_, hello.value(),
+                                           endpoint_text());
 }
 
 Task<void> AsyncClient::Impl::read_loop() {
@@ -320,7 +279,7 @@ void AsyncClient::Impl::start_keep_alive(Duration interval) {
       auto [ec] = co_await self->keep_alive_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
       if (ec || !self->connected_) co_return;
       // Not awaited in turn: a slow answer must not delay the next keep-alive.
-      asio::co_spawn(self->io_, self->call(keep_alive_request(), interval * 4), asio::detached);
+      asio::co_spawn(self->io_, self->call(client_protocol::keep_alive(), interval * 4), asio::detached);
     }
   };
   asio::co_spawn(io_, loop(shared_from_this(), interval), asio::detached);
@@ -355,71 +314,43 @@ auto then(Task<Result<Json>> call, Parse parse)
   co_return parse(r.value());
 }
 
-Status no_payload(const Json&) { return ok_status(); }
-
-Json binary_list(const std::vector<std::string>& values) {
-  Json list = Json::array();
-  for (const auto& v : values) list.push_back(to_binary(v));
-  return list;
-}
-
 }  // namespace
 
+namespace proto = client_protocol;
+
 Task<Status> AsyncClient::set(const std::string& key, const std::string& value) {
-  return then(call(Json{{"op", "set"}, {"key", key}, {"value", to_binary(value)}}), no_payload);
+  return then(call(proto::set(key, value)), proto::no_payload);
 }
-
 Task<Result<std::string>> AsyncClient::get(const std::string& key, std::optional<Duration> timeout) {
-  return then(call(with_timeout(Json{{"op", "get"}, {"key", key}}, timeout)),
-              [](const Json& j) { return get_bytes(j, "value"); });
+  return then(call(proto::get(key, timeout)), proto::value_bytes);
 }
-
 Task<Result<std::int64_t>> AsyncClient::add(const std::string& key, std::int64_t delta) {
-  return then(call(Json{{"op", "add"}, {"key", key}, {"delta", delta}}),
-              [](const Json& j) { return get_int(j, "value"); });
+  return then(call(proto::add(key, delta)), proto::value_int);
 }
-
 Task<Result<std::string>> AsyncClient::compare_set(const std::string& key,
                                                    const std::string& expected,
                                                    const std::string& desired) {
-  return then(call(Json{{"op", "compare_set"},
-                        {"key", key},
-                        {"expected", to_binary(expected)},
-                        {"desired", to_binary(desired)}}),
-              [](const Json& j) { return get_bytes(j, "value"); });
+  return then(call(proto::compare_set(key, expected, desired)), proto::value_bytes);
 }
-
 Task<Result<bool>> AsyncClient::check(const std::vector<std::string>& keys) {
-  return then(call(Json{{"op", "check"}, {"keys", keys}}),
-              [](const Json& j) { return Result<bool>(j.value("ready", false)); });
+  return then(call(proto::check(keys)), proto::ready);
 }
-
 Task<Status> AsyncClient::wait(const std::vector<std::string>& keys, std::optional<Duration> timeout) {
-  return then(call(with_timeout(Json{{"op", "wait"}, {"keys", keys}}, timeout)), no_payload);
+  return then(call(proto::wait(keys, timeout)), proto::no_payload);
 }
-
 Task<Result<bool>> AsyncClient::erase(const std::string& key) {
-  return then(call(Json{{"op", "delete"}, {"key", key}}),
-              [](const Json& j) { return Result<bool>(j.value("deleted", false)); });
+  return then(call(proto::erase(key)), proto::deleted);
 }
-
-Task<Result<std::int64_t>> AsyncClient::num_keys() {
-  return then(call(Json{{"op", "num_keys"}}), [](const Json& j) { return get_int(j, "count"); });
-}
-
+Task<Result<std::int64_t>> AsyncClient::num_keys() { return then(call(proto::num_keys()), proto::count); }
 Task<Result<std::vector<std::string>>> AsyncClient::multi_get(const std::vector<std::string>& keys,
                                                               std::optional<Duration> timeout) {
-  return then(call(with_timeout(Json{{"op", "multi_get"}, {"keys", keys}}, timeout)),
-              [](const Json& j) { return get_bytes_list(j, "values"); });
+  return then(call(proto::multi_get(keys, timeout)), proto::values);
 }
-
 Task<Status> AsyncClient::multi_set(const std::vector<std::string>& keys,
                                     const std::vector<std::string>& values) {
-  return then(call(Json{{"op", "multi_set"}, {"keys", keys}, {"values", binary_list(values)}}),
-              no_payload);
+  return then(call(proto::multi_set(keys, values)), proto::no_payload);
 }
-
-Task<Status> AsyncClient::ping() { return then(call(Json{{"op", "ping"}}), no_payload); }
+Task<Status> AsyncClient::ping() { return then(call(proto::ping()), proto::no_payload); }
 
 Task<Result<RoundAssignment>> AsyncClient::join(const NodeInfo& node, const RendezvousConfig& config) {
   Json request{{"op", "join"},
@@ -438,84 +369,271 @@ Task<Result<RoundAssignment>> AsyncClient::join(const NodeInfo& node, const Rend
   return then(call(std::move(request)), round_assignment_from_json);
 }
 
-Task<Status> AsyncClient::leave() { return then(call(Json{{"op", "leave"}}), no_payload); }
+Task<Status> AsyncClient::leave() { return then(call(Json{{"op", "leave"}}), proto::no_payload); }
 
 Task<Status> AsyncClient::report(bool succeeded, const std::string& message) {
   return then(call(Json{{"op", "report"},
                         {"result", succeeded ? "succeeded" : "failed"},
                         {"message", message}}),
-              no_payload);
+              proto::no_payload);
 }
 
-Task<Status> AsyncClient::close_job() { return then(call(Json{{"op", "close"}}), no_payload); }
+Task<Status> AsyncClient::close_job() { return then(call(Json{{"op", "close"}}), proto::no_payload); }
 
-Task<Result<Json>> AsyncClient::status() { return call(Json{{"op", "status"}}); }
+Task<Result<Json>> AsyncClient::status() { return call(proto::status()); }
 
 // ---- Client ----------------------------------------------------------------------------------
+// Blocking I/O in the caller's thread: one write and, usually, one read per call. The socket is
+// non-blocking and poll() bounds every wait, so connect and call timeouts hold.
 
-Client::Client(ClientOptions options) : async_(io_, std::move(options)) {}
-Client::~Client() {
-  async_.close();
-  io_.restart();
-  io_.poll();  // let the closed socket's handlers finish before the io_context goes
-}
+class Client::Impl {
+ public:
+  explicit Impl(ClientOptions options)
+      : options_(std::move(options)), socket_(io_), decoder_(options_.max_frame_bytes) {}
 
-template <typename T>
-T Client::run(Task<T> task) {
-  std::lock_guard lock(mu_);
-  std::optional<T> out;
-  asio::co_spawn(io_, std::move(task), [&out](std::exception_ptr e, T value) {
-    if (!e) {
-      out.emplace(std::move(value));
-      return;
+  Status connect() {
+    const auto deadline = Clock::now() + options_.connect_timeout;
+    Duration backoff = options_.initial_backoff;
+    while (true) {
+      Status s = connect_once();
+      if (s || !client_protocol::retryable(s.error())) return s;
+      if (Clock::now() + backoff > deadline) {
+        return Error{ErrorCode::kConnection,
+                     "could not reach ctrund at " + endpoint() + " within " +
+                         std::to_string(millis(options_.connect_timeout)) + " ms: " +
+                         s.error().message};
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, options_.max_backoff);
     }
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      out.emplace(Error{ErrorCode::kInternal, ex.what()});
-    }
-  });
-  while (!out) {
-    if (io_.stopped()) io_.restart();
-    io_.run_one();
   }
-  return std::move(*out);
+
+  Result<Json> call(Json request, std::optional<Duration> timeout) {
+    std::lock_guard lock(mu_);
+    if (!connected_) return Error{ErrorCode::kConnection, "not connected to " + endpoint()};
+    const std::uint64_t id = next_id_++;
+    request["id"] = id;
+    const auto deadline = timeout ? Clock::now() + *timeout : Clock::time_point::max();
+    if (auto s = write_all(encode_frame(request), Clock::time_point::max()); !s) return s.error();
+    while (true) {
+      auto frame = read_frame(deadline);
+      if (!frame) {
+        if (frame.error().code == ErrorCode::kTimeout) {
+          return Error{ErrorCode::kTimeout, "no answer to '" + request.value("op", "?") +
+                                                "' within " + std::to_string(millis(*timeout)) + " ms"};
+        }
+        return frame.error();
+      }
+      // Events and late answers to calls that timed out are not this call's answer.
+      auto answer_id = frame.value().find("id");
+      if (answer_id == frame.value().end() || !answer_id->is_number_unsigned() ||
+          answer_id->get<std::uint64_t>() != id) {
+        continue;
+      }
+      return response_payload(std::move(frame).value());
+    }
+  }
+
+  ~Impl() { disconnect(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  static std::int64_t millis(Duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  }
+  std::string endpoint() const { return options_.host + ":" + std::to_string(options_.port); }
+
+  void disconnect() {
+    connected_ = false;
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+  }
+
+  Error fail(const std::string& what) {
+    disconnect();
+    return Error{ErrorCode::kConnection, "connection to " + endpoint() + ": " + what};
+  }
+
+  // Waits until the socket is ready for `events`, or the deadline passes.
+  Status wait_ready(short events, Clock::time_point deadline) {
+    while (true) {
+      int wait_ms = -1;
+      if (deadline != Clock::time_point::max()) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) return Error{ErrorCode::kTimeout, "timed out"};
+        wait_ms = static_cast<int>(std::min<std::int64_t>(left.count() + 1, 1 << 30));
+      }
+      pollfd p{socket_.native_handle(), events, 0};
+      const int n = ::poll(&p, 1, wait_ms);
+      if (n > 0) return ok_status();
+      if (n < 0 && errno != EINTR) return fail(std::strerror(errno));
+    }
+  }
+
+  Status write_all(const std::string& bytes, Clock::time_point deadline) {
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n = ::send(socket_.native_handle(), bytes.data() + sent, bytes.size() - sent,
+                               MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        if (auto s = wait_ready(POLLOUT, deadline); !s) return s;
+      } else {
+        return fail(std::strerror(errno));
+      }
+    }
+    return ok_status();
+  }
+
+  Result<Json> read_frame(Clock::time_point deadline) {
+    while (true) {
+      auto frame = decoder_.next();
+      if (!frame) {
+        disconnect();
+        return frame.error();
+      }
+      if (frame.value()) return std::move(*frame.value());
+      // Read first and poll only when nothing is there: an answer usually is by now.
+      const ssize_t n = ::recv(socket_.native_handle(), buffer_.data(), buffer_.size(), 0);
+      if (n > 0) {
+        decoder_.feed(buffer_.data(), static_cast<std::size_t>(n));
+      } else if (n == 0) {
+        return fail("closed by the daemon");
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        if (auto s = wait_ready(POLLIN, deadline); !s) return s.error();
+      } else {
+        return fail(std::strerror(errno));
+      }
+    }
+  }
+
+  Status connect_once() {
+    disconnect();
+    decoder_ = FrameDecoder(options_.max_frame_bytes);
+    boost::system::error_code ec;
+    tcp::resolver resolver(io_);
+    auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port), ec);
+    if (ec) return Error{ErrorCode::kConnection, "cannot resolve " + endpoint() + ": " + ec.message()};
+    const auto deadline = Clock::now() + options_.handshake_timeout;
+    std::string last_error = "no address";
+    for (const auto& entry : endpoints) {
+      const auto ep = entry.endpoint();
+      socket_.close(ec);
+      socket_.open(ep.protocol(), ec);
+      if (ec) {
+        last_error = ec.message();
+        continue;
+      }
+      socket_.non_blocking(true, ec);
+      if (::connect(socket_.native_handle(), ep.data(), static_cast<socklen_t>(ep.size())) != 0) {
+        if (errno != EINPROGRESS) {
+          last_error = std::strerror(errno);
+          continue;
+        }
+        if (auto s = wait_ready(POLLOUT, deadline); !s) {
+          last_error = "connect timed out";
+          continue;
+        }
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(socket_.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0) {
+          last_error = std::strerror(err);
+          continue;
+        }
+      }
+      socket_.set_option(tcp::no_delay(true), ec);
+      connected_ = true;
+      return handshake(deadline);
+    }
+    return Error{ErrorCode::kConnection, "connect to " + endpoint() + ": " + last_error};
+  }
+
+  Status handshake(Clock::time_point deadline) {
+    auto challenge = read_frame(deadline);
+    if (!challenge) return handshake_error(challenge.error());
+    auto hello = client_protocol::answer_challenge(challenge.value(), options_, endpoint());
+    if (!hello) return handshake_error(hello.error());
+    if (auto s = write_all(encode_frame(hello.value().request), deadline); !s) {
+      return handshake_error(s.error());
+    }
+    auto answer = read_frame(deadline);
+    if (!answer) return handshake_error(answer.error());
+    auto welcome = client_protocol::check_welcome(std::move(answer).value(), options_,
+                                                  hello.value(), endpoint());
+    if (!welcome) return handshake_error(welcome.error());
+    return ok_status();
+  }
+
+  Status handshake_error(Error e) {
+    disconnect();
+    if (e.code == ErrorCode::kTimeout) e.message = "no handshake from " + endpoint() + " in time";
+    return e;
+  }
+
+  std::mutex mu_;
+  ClientOptions options_;
+  asio::io_context io_;  // only to own the socket and resolve names
+  tcp::socket socket_;
+  FrameDecoder decoder_;
+  std::array<char, 64 * 1024> buffer_;
+  std::uint64_t next_id_ = 1;
+  bool connected_ = false;
+};
+
+namespace {
+
+template <typename Parse>
+auto finish(Result<Json> answer, Parse parse) -> decltype(parse(std::declval<const Json&>())) {
+  if (!answer) return answer.error();
+  return parse(answer.value());
 }
+
+}  // namespace
+
+Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Client::~Client() = default;
 
 Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
   std::unique_ptr<Client> client(new Client(std::move(options)));
-  if (auto s = client->run(client->async_.connect()); !s) return s.error();
+  if (auto s = client->impl_->connect(); !s) return s.error();
   return client;
 }
 
 Result<Json> Client::call(Json request, std::optional<Duration> timeout) {
-  return run(async_.call(std::move(request), timeout));
+  return impl_->call(std::move(request), timeout);
 }
-Status Client::set(const std::string& key, const std::string& value) { return run(async_.set(key, value)); }
+Status Client::set(const std::string& key, const std::string& value) {
+  return finish(call(proto::set(key, value)), proto::no_payload);
+}
 Result<std::string> Client::get(const std::string& key, std::optional<Duration> timeout) {
-  return run(async_.get(key, timeout));
+  return finish(call(proto::get(key, timeout)), proto::value_bytes);
 }
 Result<std::int64_t> Client::add(const std::string& key, std::int64_t delta) {
-  return run(async_.add(key, delta));
+  return finish(call(proto::add(key, delta)), proto::value_int);
 }
 Result<std::string> Client::compare_set(const std::string& key, const std::string& expected,
                                         const std::string& desired) {
-  return run(async_.compare_set(key, expected, desired));
+  return finish(call(proto::compare_set(key, expected, desired)), proto::value_bytes);
 }
-Result<bool> Client::check(const std::vector<std::string>& keys) { return run(async_.check(keys)); }
+Result<bool> Client::check(const std::vector<std::string>& keys) {
+  return finish(call(proto::check(keys)), proto::ready);
+}
 Status Client::wait(const std::vector<std::string>& keys, std::optional<Duration> timeout) {
-  return run(async_.wait(keys, timeout));
+  return finish(call(proto::wait(keys, timeout)), proto::no_payload);
 }
-Result<bool> Client::erase(const std::string& key) { return run(async_.erase(key)); }
-Result<std::int64_t> Client::num_keys() { return run(async_.num_keys()); }
+Result<bool> Client::erase(const std::string& key) { return finish(call(proto::erase(key)), proto::deleted); }
+Result<std::int64_t> Client::num_keys() { return finish(call(proto::num_keys()), proto::count); }
 Result<std::vector<std::string>> Client::multi_get(const std::vector<std::string>& keys,
                                                    std::optional<Duration> timeout) {
-  return run(async_.multi_get(keys, timeout));
+  return finish(call(proto::multi_get(keys, timeout)), proto::values);
 }
 Status Client::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
-  return run(async_.multi_set(keys, values));
+  return finish(call(proto::multi_set(keys, values)), proto::no_payload);
 }
-Status Client::ping() { return run(async_.ping()); }
-Result<Json> Client::status() { return run(async_.status()); }
+Status Client::ping() { return finish(call(proto::ping()), proto::no_payload); }
+Result<Json> Client::status() { return call(proto::status()); }
 
 }  // namespace ctrun::rendezvous

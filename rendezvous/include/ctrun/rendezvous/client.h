@@ -1,8 +1,8 @@
 // The client every other part uses to talk to ctrund.
 //   AsyncClient: lives on the caller's io_context (the agent's event loop); C++20 coroutines;
 //     requests are pipelined by id; events pushed by the daemon go to an event handler.
-//   Client: a blocking, thread-safe facade over AsyncClient on a private io_context that runs
-//     in the calling thread (the worker runtime and tests).
+//   Client: blocking and thread-safe, its I/O done in the calling thread with no event loop
+//     (the worker runtime, tests, tools); pushed events are skipped.
 #pragma once
 
 #include <chrono>
@@ -119,13 +119,9 @@ class Client {
   Result<Json> status();
 
  private:
+  class Impl;
   explicit Client(ClientOptions options);
-  template <typename T>
-  T run(Task<T> task);
-
-  std::mutex mu_;
-  boost::asio::io_context io_;
-  AsyncClient async_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace ctrun::rendezvous
