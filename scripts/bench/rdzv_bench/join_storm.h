@@ -19,10 +19,9 @@ struct StormOptions {
 struct StormResult {
   bool ok = false;
   std::string error;          // why not ok
-  double connect_s = 0;       // connect + hello for every node (not part of the timed window)
   double join_wall_s = 0;     // first join sent .. last join answer received
   double first_answer_s = 0;  // first join sent .. first answer received
-  std::uint64_t answer_bytes = 0;  // all join answers together
+  std::uint64_t answer_bytes = 0;  // received after the joins went out: the answers, framed
 };
 
 // Runs the storm against 127.0.0.1:port. Bounded by the two deadlines.

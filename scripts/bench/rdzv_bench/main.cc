@@ -4,13 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <optional>
 #include <fstream>
 #include <iostream>
-#include <map>
+#include <optional>
 
 #include "../common/process.h"
-#include "../common/stats.h"
 #include "join_storm.h"
 
 namespace {
@@ -22,8 +20,7 @@ struct Row {
   int nodes = 0;
   double join_wall_s = 0;
   double first_answer_s = 0;
-  double connect_s = 0;
-  double answer_bytes = 0;  // size of one join answer (mean)
+  double answer_bytes = 0;  // bytes received per node after its join: its answer
   double daemon_hwm_mib = 0;
   double daemon_cpu_s = 0;  // whole daemon lifetime: start, connects, hellos, joins
 };
@@ -55,7 +52,6 @@ std::optional<Row> run_once(const std::string& ctrund, int nodes, const std::str
   }
   row.join_wall_s = r.join_wall_s;
   row.first_answer_s = r.first_answer_s;
-  row.connect_s = r.connect_s;
   row.answer_bytes = static_cast<double>(r.answer_bytes) / nodes;
   return row;
 }

@@ -6,7 +6,7 @@
 namespace store_bench {
 
 struct ClientSpec {
-  std::string backend;  // "ctrun" or "tcpstore"
+  std::string backend;  // "ctrun", "ctrun_raw" or "tcpstore"
   int port = 0;
   int index = 0;        // distinct per client: its keys are "c<index>/k<n>"
   int duration_ms = 1000;
