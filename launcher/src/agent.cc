@@ -100,39 +100,6 @@ bool is_local_host(const std::string& host) {
   return local;
 }
 
-// "host", "host:port", "[v6]" or "[v6]:port".
-rdzv::Result<std::pair<std::string, std::uint16_t>> parse_endpoint(const std::string& text,
-                                                                    std::uint16_t default_port) {
-  std::string host = text;
-  std::string port;
-  if (!text.empty() && text.front() == '[') {
-    const auto close = text.find(']');
-    if (close == std::string::npos) {
-      return rdzv::Error{rdzv::ErrorCode::kBadRequest, "--rdzv_endpoint: unclosed '[' in '" + text + "'"};
-    }
-    host = text.substr(1, close - 1);
-    if (close + 1 < text.size()) {
-      if (text[close + 1] != ':') {
-        return rdzv::Error{rdzv::ErrorCode::kBadRequest, "--rdzv_endpoint: expected ':' after ']' in '" + text + "'"};
-      }
-      port = text.substr(close + 2);
-    }
-  } else if (std::count(text.begin(), text.end(), ':') == 1) {
-    host = text.substr(0, text.find(':'));
-    port = text.substr(text.find(':') + 1);
-  }
-  if (host.empty()) {
-    return rdzv::Error{rdzv::ErrorCode::kBadRequest, "--rdzv_endpoint: no host in '" + text + "'"};
-  }
-  if (port.empty()) return std::pair{host, default_port};
-  char* end = nullptr;
-  const long p = std::strtol(port.c_str(), &end, 10);
-  if (*end != '\0' || p < 1 || p > 65535) {
-    return rdzv::Error{rdzv::ErrorCode::kBadRequest, "--rdzv_endpoint: bad port '" + port + "'"};
-  }
-  return std::pair{host, static_cast<std::uint16_t>(p)};
-}
-
 // A port nobody listens on right now, on `host` (torchrun picks MASTER_PORT the same way).
 int free_port(asio::io_context& io, const std::string& host) {
   boost::system::error_code ec;
@@ -331,8 +298,8 @@ Task<rdzv::Status> Agent::Impl::setup() {
     }
     auto ep = parse_endpoint(o.rdzv_endpoint, rdzv::kDefaultPort);
     if (!ep) co_return ep.error();
-    endpoint_host_ = ep.value().first;
-    endpoint_port_ = ep.value().second;
+    endpoint_host_ = ep.value().host;
+    endpoint_port_ = ep.value().port;
     must_host = o.rdzv_conf.is_host.value_or(false);
     try_host = o.rdzv_conf.is_host.value_or(is_local_host(endpoint_host_));
     if (o.node_rank_given) requested_rank_ = o.node_rank;

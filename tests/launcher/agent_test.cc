@@ -217,8 +217,9 @@ TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes o
     return std::make_unique<ChildProcess>(
         ctrun_args({"--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
                     "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=survive",
-                    "--rdzv_conf=last_call_timeout=2", "--shutdown_timeout=2", TEST_WORKER_PATH,
-                    "grandchild", s.path("pids")}),
+                    // Round 0 forms only with both (max); the re-formed round needs no last call.
+                    "--rdzv_conf=last_call_timeout=60", "--shutdown_timeout=2", TEST_WORKER_PATH,
+                    "until_alone", s.path("pids")}),
         s.path(log));
   };
   auto victim = node("victim.log");
@@ -246,18 +247,21 @@ TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes o
   while (running(worker) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
   CHECK_FALSE(running(worker));
   // The survivor re-forms alone, at once: the daemon sees the agent's connection close. (Within
-  // 8 s, less than the 15 s of missed keep-alives, so a descriptor leaked into a grandchild that
+  // 8 s, less than the 15 s of missed keep-alives, so a descriptor leaked into a worker that
   // keeps the connection open fails this test.)
   const auto reform = std::chrono::steady_clock::now() + 8s;
   while (read_file(s.path("survivor.log")).find("round 1: group rank 0 of 1") == std::string::npos &&
          std::chrono::steady_clock::now() < reform) {
     std::this_thread::sleep_for(20ms);
   }
+  CHECK(std::chrono::steady_clock::now() < reform);
+  // ... and, alone, its worker finishes: the job succeeds.
+  auto code = survivor->wait(15s);
   const std::string survivor_log = read_file(s.path("survivor.log"));
   INFO(survivor_log);
   CHECK(survivor_log.find("round 1: group rank 0 of 1") != std::string::npos);
-  survivor->signal(SIGTERM);
-  CHECK(survivor->wait(10s).has_value());
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
 }
 
 TEST_CASE("agent: a late second node joins a running 1:2 job without spending restarts") {

@@ -186,3 +186,24 @@ TEST_CASE("options: nproc_per_node words") {
   CHECK(probe_machine(env_of({{"CUDA_VISIBLE_DEVICES", ""}})).gpu_count == 0);
   CHECK(probe_machine(env_of({})).cpu_count >= 1);
 }
+
+TEST_CASE("options: rendezvous endpoints, IPv4, names and bracketed IPv6") {
+  auto plain = parse_endpoint("node0", 29400);
+  REQUIRE(plain);
+  CHECK(plain.value().host == "node0");
+  CHECK(plain.value().port == 29400);
+  auto with_port = parse_endpoint("10.0.0.1:1234", 29400);
+  REQUIRE(with_port);
+  CHECK(with_port.value().host == "10.0.0.1");
+  CHECK(with_port.value().port == 1234);
+  auto v6 = parse_endpoint("[::1]:29401", 29400);
+  REQUIRE(v6);
+  CHECK(v6.value().host == "::1");
+  CHECK(v6.value().port == 29401);
+  CHECK(parse_endpoint("[fe80::1]", 29400).value().port == 29400);
+  CHECK(parse_endpoint("::1", 29400).error().message.find("in brackets") != std::string::npos);
+  CHECK(parse_endpoint("[::1", 29400).error().message.find("unclosed") != std::string::npos);
+  CHECK(parse_endpoint("host:99999", 29400).error().message.find("1..65535") != std::string::npos);
+  CHECK(parse_endpoint("host:", 29400).error().message.find("no port") != std::string::npos);
+  CHECK(parse_endpoint(":29400", 29400).error().message.find("no host") != std::string::npos);
+}

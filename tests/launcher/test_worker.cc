@@ -6,6 +6,8 @@
 //   grandchild FILE     start a grandchild that sleeps, write both pids to FILE.<RANK>, sleep
 //   print               print two lines to stdout and one to stderr
 //   dumpenv FILE_PREFIX write the whole environment to FILE_PREFIX.<RANK>, exit 0
+//   until_alone FILE    write the pid to FILE.<RANK>; exit 0 once the only node in the round,
+//                       else sleep (a node-loss test: the survivor finishes by itself)
 #include <signal.h>
 #include <unistd.h>
 
@@ -69,6 +71,12 @@ int main(int argc, char** argv) {
   if (mode == "dumpenv" && argc > 2) {
     std::ofstream out(std::string(argv[2]) + "." + env("RANK"));
     for (char** e = environ; *e; ++e) out << *e << "\n";
+    return 0;
+  }
+  if (mode == "until_alone" && argc > 2) {
+    std::ofstream(std::string(argv[2]) + "." + env("RANK")) << getpid() << "\n";
+    if (env("GROUP_WORLD_SIZE") == "1") return 0;
+    std::this_thread::sleep_for(std::chrono::seconds(300));
     return 0;
   }
   if (mode == "print") {

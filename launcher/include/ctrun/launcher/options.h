@@ -3,6 +3,7 @@
 // default), as torchrun does, so Kubeflow and TorchX launch ctrun unchanged.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -93,6 +94,13 @@ struct MachineFacts {
 };
 MachineFacts probe_machine(const EnvLookup& env);
 Result<int> resolve_nproc(const std::string& nproc_per_node, const MachineFacts& machine);
+
+// --rdzv_endpoint: "host", "host:port", "[v6addr]" or "[v6addr]:port".
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+};
+Result<Endpoint> parse_endpoint(const std::string& text, std::uint16_t default_port);
 
 std::optional<int> signal_from_name(const std::string& name);
 std::string signal_name(int signo);
