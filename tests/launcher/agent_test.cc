@@ -60,6 +60,17 @@ std::uint16_t free_port() {
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
+// A ctrund on 127.0.0.1, listening before this returns; its port.
+std::uint16_t start_daemon(std::unique_ptr<ChildProcess>& daemon, const Scratch& s) {
+  const std::string port_file = s.path("ctrund.port");
+  daemon = std::make_unique<ChildProcess>(
+      std::vector<std::string>{CTRUND_PATH, "--host", "127.0.0.1", "--port", "0", "--port_file", port_file},
+      s.path("ctrund.log"));
+  auto port = wait_for_file(port_file, 10s);
+  REQUIRE(port.has_value());
+  return static_cast<std::uint16_t>(std::stoi(*port));
+}
+
 // Waits (bounded) until `path` exists.
 bool wait_exists(const std::string& path, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -210,15 +221,16 @@ TEST_CASE("agent: SIGTERM stops every worker and grandchild, and the agent exits
 
 TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes on alone") {
   Scratch s;
-  const std::uint16_t port = free_port();
-  ChildProcess daemon({CTRUND_PATH, "--host", "127.0.0.1", "--port", std::to_string(port)},
-                      s.path("ctrund.log"));
+  // The rendezvous runs apart from both agents (is_host=false): killing one must not take it.
+  std::unique_ptr<ChildProcess> daemon;
+  const std::uint16_t port = start_daemon(daemon, s);
   auto node = [&](const std::string& log) {
     return std::make_unique<ChildProcess>(
         ctrun_args({"--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
                     "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=survive",
                     // Round 0 forms only with both (max); the re-formed round needs no last call.
-                    "--rdzv_conf=last_call_timeout=60", "--shutdown_timeout=2", TEST_WORKER_PATH,
+                    "--rdzv_conf=is_host=false,last_call_timeout=60", "--shutdown_timeout=2",
+                    TEST_WORKER_PATH,
                     "until_alone", s.path("pids")}),
         s.path(log));
   };
@@ -266,14 +278,14 @@ TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes o
 
 TEST_CASE("agent: a late second node joins a running 1:2 job without spending restarts") {
   Scratch s;
-  const std::uint16_t port = free_port();
-  ChildProcess daemon({CTRUND_PATH, "--host", "127.0.0.1", "--port", std::to_string(port)},
-                      s.path("ctrund.log"));
+  std::unique_ptr<ChildProcess> daemon;
+  const std::uint16_t port = start_daemon(daemon, s);
   auto node = [&](const std::string& log) {
     return std::make_unique<ChildProcess>(
         ctrun_args({"--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
                     "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=grow",
-                    "--rdzv_conf=last_call_timeout=0.2", TEST_WORKER_PATH, "sleep", "2"}),
+                    "--rdzv_conf=is_host=false,last_call_timeout=0.2", TEST_WORKER_PATH, "sleep",
+                    "2"}),
         s.path(log));
   };
   ::setenv("CTRUN_TEST_OUT", s.path("env").c_str(), 1);
