@@ -9,7 +9,7 @@ build_dir=build
 cmake_args=()
 if [[ "${1:-}" == "--sanitize" ]]; then
   build_dir=build-sanitize
-  cmake_args+=(-DCTRUN_SANITIZE=ON)
+  cmake_args+=(-DCTRUN_SANITIZE=ON -DCTRUN_BUILD_BENCH=OFF)
 elif [[ $# -gt 0 ]]; then
   echo "scripts/test.sh: unknown argument '$1' (expected nothing or --sanitize)" >&2
   exit 2

@@ -74,7 +74,8 @@ bool is_local_host(const std::string& host) {
   std::vector<std::string> wanted;
   for (addrinfo* a = found; a; a = a->ai_next) {
     char text[INET6_ADDRSTRLEN] = {};
-    if (getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST) == 0) {
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST) ==
+        0) {
       wanted.push_back(text);
     }
     if (a->ai_family == AF_INET &&
@@ -92,7 +93,8 @@ bool is_local_host(const std::string& host) {
       continue;
     }
     char text[INET6_ADDRSTRLEN] = {};
-    const socklen_t len = i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    const socklen_t len =
+        i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
     if (getnameinfo(i->ifa_addr, len, text, sizeof text, nullptr, 0, NI_NUMERICHOST) != 0) continue;
     for (const auto& w : wanted) local = local || w == text;
   }
@@ -223,7 +225,6 @@ class Agent::Impl {
   std::unique_ptr<rdzv::AsyncClient> client_;
   rdzv::RendezvousConfig config_;
   int requested_rank_ = -1;
-  bool use_agent_store_ = false;
 
   enum class Phase { kJoining, kRunning };
   Phase phase_ = Phase::kJoining;
@@ -257,7 +258,8 @@ Task<rdzv::Status> Agent::Impl::setup() {
     log_root_ = o.log_dir;
   } else {
     char tmpl[] = "/tmp/ctrun_XXXXXX";
-    if (!mkdtemp(tmpl)) co_return rdzv::Error{rdzv::ErrorCode::kInternal, "cannot create a temporary directory"};
+    if (!mkdtemp(tmpl))
+      co_return rdzv::Error{rdzv::ErrorCode::kInternal, "cannot create a temporary directory"};
     log_root_ = temp_root_ = tmpl;
   }
 
@@ -309,7 +311,9 @@ Task<rdzv::Status> Agent::Impl::setup() {
     server_options.host = endpoint_host_;
     server_options.port = endpoint_port_;
     server_options.service.token = token_;
-    server_options.service.log = [](const std::string& line) { rdzv::log_line("ctrun rendezvous", line); };
+    server_options.service.log = [](const std::string& line) {
+      rdzv::log_line("ctrun rendezvous", line);
+    };
     auto server = rdzv::Server::create(io_, server_options);
     if (server) {
       server_ = std::move(server).value();
@@ -332,10 +336,12 @@ Task<rdzv::Status> Agent::Impl::setup() {
   client_->set_event_handler([this](const rdzv::Json& e) {
     const std::string name = e.value("event", "");
     if (name == "round_reopened") {
-      post(Event{.kind = Event::Kind::kRoundReopened, .round = e.value("round", 0),
+      post(Event{.kind = Event::Kind::kRoundReopened,
+                 .round = e.value("round", 0),
                  .reason = e.value("reason", "")});
     } else if (name == "job_ended") {
-      post(Event{.kind = Event::Kind::kJobEnded, .state = e.value("state", ""),
+      post(Event{.kind = Event::Kind::kJobEnded,
+                 .state = e.value("state", ""),
                  .reason = e.value("reason", "")});
     } else if (name == "connection_lost") {
       post(Event{.kind = Event::Kind::kConnectionLost, .reason = e.value("reason", "")});
@@ -344,7 +350,11 @@ Task<rdzv::Status> Agent::Impl::setup() {
   if (auto s = co_await client_->connect(); !s) co_return s;
   client_->start_keep_alive(config_.keep_alive_interval);
   host_ = !o.local_addr.empty() ? o.local_addr : client_->local_address();
-  use_agent_store_ = false;  // workers' own TCPStore serves torch; see docs/env.md
+  if (!o.rdzv_conf.ignored_keys.empty()) {
+    std::string keys;
+    for (const auto& k : o.rdzv_conf.ignored_keys) keys += (keys.empty() ? "" : ", ") + k;
+    log("--rdzv_conf keys not used by ctrun, ignored: " + keys);
+  }
   co_return rdzv::ok_status();
 }
 
@@ -360,7 +370,9 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     const std::string dir = attempt_dir(restart_count, local_rank);
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    if (ec) return rdzv::Error{rdzv::ErrorCode::kInternal, "cannot create '" + dir + "': " + ec.message()};
+    if (ec)
+      return rdzv::Error{rdzv::ErrorCode::kInternal,
+                         "cannot create '" + dir + "': " + ec.message()};
 
     WorkerEnvInputs in;
     in.options = &o;
@@ -368,10 +380,10 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     in.local_world_size = local_world_size_;
     in.local_rank = local_rank;
     in.placement = RoundPlacement{round.group_rank, round.group_world_size, round.rank_offset,
-                                  round.world_size,   round.master_addr,      round.master_port,
+                                  round.world_size, round.master_addr,      round.master_port,
                                   restart_count};
     in.store = StoreEndpoint{endpoint_host_, endpoint_port_, round.store_prefix, token_};
-    in.use_agent_store = use_agent_store_;
+    in.use_agent_store = false;  // rank 0's worker serves torch's own store (docs/env.md)
     in.error_file = dir + "/error.json";
     in.set_omp_num_threads = set_omp;
 
@@ -380,8 +392,9 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     spec.command = command;
     spec.env = worker_environment(base, in);
     spec.prefix = "[" + o.role + std::to_string(round.rank_offset + local_rank) + "]:";
-    const bool console = o.local_ranks_filter.empty() ||
-                         std::count(o.local_ranks_filter.begin(), o.local_ranks_filter.end(), local_rank) > 0;
+    const bool console =
+        o.local_ranks_filter.empty() ||
+        std::count(o.local_ranks_filter.begin(), o.local_ranks_filter.end(), local_rank) > 0;
     const int redirect = o.redirects.for_rank(local_rank);
     const int tee = implicit_tee ? 3 : o.tee.for_rank(local_rank);
     const int to_file = redirect | tee;
@@ -401,11 +414,13 @@ Task<void> Agent::Impl::stop_workers(int signo) {
   if (workers_.running() == 0) co_return;
   asio::steady_timer done(io_, asio::steady_timer::time_point::max());
   bool stopped = false;
-  workers_.stop(signo, std::chrono::duration_cast<std::chrono::milliseconds>(seconds(options_.shutdown_timeout)),
-                [&] {
-                  stopped = true;
-                  done.cancel();
-                });
+  workers_.stop(
+      signo,
+      std::chrono::duration_cast<std::chrono::milliseconds>(seconds(options_.shutdown_timeout)),
+      [&] {
+        stopped = true;
+        done.cancel();
+      });
   while (!stopped) co_await done.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 

@@ -1,10 +1,10 @@
 #include "ctrun/launcher/options.h"
 
+#include <dirent.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdlib>
-#include <dirent.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -49,9 +49,18 @@ std::optional<double> to_number(const std::string& s) {
 }
 
 constexpr std::array<std::pair<const char*, int>, 12> kSignals{{
-    {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
-    {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGKILL", SIGKILL}, {"SIGABRT", SIGABRT},
-    {"SIGSEGV", SIGSEGV}, {"SIGBUS", SIGBUS},   {"SIGFPE", SIGFPE},   {"SIGPIPE", SIGPIPE},
+    {"SIGTERM", SIGTERM},
+    {"SIGINT", SIGINT},
+    {"SIGHUP", SIGHUP},
+    {"SIGQUIT", SIGQUIT},
+    {"SIGUSR1", SIGUSR1},
+    {"SIGUSR2", SIGUSR2},
+    {"SIGKILL", SIGKILL},
+    {"SIGABRT", SIGABRT},
+    {"SIGSEGV", SIGSEGV},
+    {"SIGBUS", SIGBUS},
+    {"SIGFPE", SIGFPE},
+    {"SIGPIPE", SIGPIPE},
 }};
 
 }  // namespace
@@ -126,8 +135,8 @@ Result<RendezvousConf> parse_rdzv_conf(const std::string& text) {
     } else if (key == "keep_alive_max_attempt") {
       auto v = to_int(value);
       if (!v || *v < 1) {
-        return bad("--rdzv_conf: keep_alive_max_attempt must be a positive integer, got '" +
-                   value + "'");
+        return bad("--rdzv_conf: keep_alive_max_attempt must be a positive integer, got '" + value +
+                   "'");
       }
       conf.keep_alive_max_attempt = static_cast<int>(*v);
     } else if (key == "is_host") {
@@ -148,7 +157,8 @@ Result<RendezvousConf> parse_rdzv_conf(const std::string& text) {
     }
   }
   if (conf.join_timeout <= 0) return bad("--rdzv_conf: join_timeout must be positive");
-  if (conf.keep_alive_interval <= 0) return bad("--rdzv_conf: keep_alive_interval must be positive");
+  if (conf.keep_alive_interval <= 0)
+    return bad("--rdzv_conf: keep_alive_interval must be positive");
   return conf;
 }
 
@@ -212,9 +222,10 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
       {"--rdzv_backend,--rdzv-backend", "rdzv_backend", "static, c10d or ctrund (default static)"},
       {"--rdzv_endpoint,--rdzv-endpoint", "rdzv_endpoint", "HOST[:PORT] of ctrund (port 29400)"},
       {"--rdzv_id,--rdzv-id", "rdzv_id", "Job id shared by every node (default none)"},
-      {"--rdzv_conf,--rdzv-conf", "rdzv_conf", "key=value,... (join_timeout, last_call_timeout, "
-                                               "close_timeout, keep_alive_interval, "
-                                               "keep_alive_max_attempt, is_host, token_file)"},
+      {"--rdzv_conf,--rdzv-conf", "rdzv_conf",
+       "key=value,... (join_timeout, last_call_timeout, "
+       "close_timeout, keep_alive_interval, "
+       "keep_alive_max_attempt, is_host, token_file)"},
       {"--max_restarts,--max-restarts", "max_restarts", "Restarts of the job before failing (0)"},
       {"--monitor_interval,--monitor-interval", "monitor_interval",
        "Accepted for torchrun compatibility; exits are seen at once"},
@@ -277,7 +288,8 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
 
   LaunchOptions& o = parsed.options;
   std::vector<std::string> rest = app.remaining();
-  if (rest.empty()) return bad("missing the training program: ctrun [options] ENTRYPOINT [args...]");
+  if (rest.empty())
+    return bad("missing the training program: ctrun [options] ENTRYPOINT [args...]");
   if (rest.front().size() > 1 && rest.front()[0] == '-') {
     return bad("unknown option '" + rest.front() + "' (see ctrun --help)");
   }
@@ -332,7 +344,8 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
   if (!value("nproc_per_node").empty()) {
     o.nproc_per_node = trim(value("nproc_per_node"));
     const auto n = to_int(o.nproc_per_node);
-    const bool word = o.nproc_per_node == "cpu" || o.nproc_per_node == "gpu" || o.nproc_per_node == "auto";
+    const bool word =
+        o.nproc_per_node == "cpu" || o.nproc_per_node == "gpu" || o.nproc_per_node == "auto";
     if (!word && (!n || *n < 1 || *n > 4096)) {
       return bad("--nproc_per_node: expected a positive integer, cpu, gpu or auto, got '" +
                  o.nproc_per_node + "'");
@@ -349,14 +362,17 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
   auto conf = parse_rdzv_conf(value("rdzv_conf"));
   if (!conf) return conf.error();
   o.rdzv_conf = conf.value();
-  if (auto s = int_flag("max_restarts", "--max_restarts", 0, 1 << 20, o.max_restarts); !s) return s.error();
-  if (auto s = seconds_flag("monitor_interval", "--monitor_interval", true, o.monitor_interval); !s) {
+  if (auto s = int_flag("max_restarts", "--max_restarts", 0, 1 << 20, o.max_restarts); !s)
+    return s.error();
+  if (auto s = seconds_flag("monitor_interval", "--monitor_interval", true, o.monitor_interval);
+      !s) {
     return s.error();
   }
   if (!value("start_method").empty()) {
     o.start_method = trim(value("start_method"));
     if (o.start_method != "spawn" && o.start_method != "fork" && o.start_method != "forkserver") {
-      return bad("--start_method: expected spawn, fork or forkserver, got '" + o.start_method + "'");
+      return bad("--start_method: expected spawn, fork or forkserver, got '" + o.start_method +
+                 "'");
     }
   }
   if (!value("role").empty()) o.role = value("role");
@@ -382,12 +398,14 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
     }
   }
   o.node_rank_given = !value("node_rank").empty();
-  if (auto s = int_flag("node_rank", "--node_rank", 0, (1 << 18) - 1, o.node_rank); !s) return s.error();
+  if (auto s = int_flag("node_rank", "--node_rank", 0, (1 << 18) - 1, o.node_rank); !s)
+    return s.error();
   if (!value("master_addr").empty()) o.master_addr = trim(value("master_addr"));
-  if (auto s = int_flag("master_port", "--master_port", 0, 65535, o.master_port); !s) return s.error();
+  if (auto s = int_flag("master_port", "--master_port", 0, 65535, o.master_port); !s)
+    return s.error();
   o.local_addr = trim(value("local_addr"));
-  const std::string signals =
-      value("signals_to_handle").empty() ? "SIGTERM,SIGINT,SIGHUP,SIGQUIT" : value("signals_to_handle");
+  const std::string signals = value("signals_to_handle").empty() ? "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+                                                                 : value("signals_to_handle");
   for (const auto& name : split(signals, ',')) {
     auto signo = signal_from_name(trim(name));
     if (!signo || *signo == SIGKILL) {
@@ -395,12 +413,13 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
     }
     o.signals_to_handle.push_back(*signo);
   }
-  if (auto s = seconds_flag("shutdown_timeout", "--shutdown_timeout", false, o.shutdown_timeout); !s) {
+  if (auto s = seconds_flag("shutdown_timeout", "--shutdown_timeout", false, o.shutdown_timeout);
+      !s) {
     return s.error();
   }
   if (o.node_rank >= o.max_nodes) {
-    return bad("--node_rank: " + std::to_string(o.node_rank) + " is not below the number of nodes (" +
-               std::to_string(o.max_nodes) + ")");
+    return bad("--node_rank: " + std::to_string(o.node_rank) +
+               " is not below the number of nodes (" + std::to_string(o.max_nodes) + ")");
   }
   return parsed;
 }
@@ -434,12 +453,14 @@ Result<int> resolve_nproc(const std::string& nproc_per_node, const MachineFacts&
   if (nproc_per_node == "cpu") return machine.cpu_count;
   if (nproc_per_node == "gpu") {
     if (machine.gpu_count == 0) {
-      return bad("--nproc_per_node=gpu: no NVIDIA GPU is visible (no /dev/nvidiaN, or "
-                 "CUDA_VISIBLE_DEVICES hides them all)");
+      return bad(
+          "--nproc_per_node=gpu: no NVIDIA GPU is visible (no /dev/nvidiaN, or "
+          "CUDA_VISIBLE_DEVICES hides them all)");
     }
     return machine.gpu_count;
   }
-  if (nproc_per_node == "auto") return machine.gpu_count > 0 ? machine.gpu_count : machine.cpu_count;
+  if (nproc_per_node == "auto")
+    return machine.gpu_count > 0 ? machine.gpu_count : machine.cpu_count;
   auto n = to_int(nproc_per_node);
   if (!n || *n < 1) return bad("--nproc_per_node: '" + nproc_per_node + "' is not a worker count");
   return static_cast<int>(*n);

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,7 +77,6 @@ struct WorkerGroup::Worker {
 };
 
 namespace {
-
 
 template <typename Buffer>
 void read_stream(asio::readable_pipe& pipe, Buffer& buf, OutputSink& sink,

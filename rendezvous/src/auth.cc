@@ -59,8 +59,9 @@ Result<std::string> read_token_file(const std::string& path) {
 
 Result<std::string> clean_token(std::string token, const std::string& source) {
   const char* space = " \t\r\n";
-  token.erase(0, token.find_first_not_of(space) == std::string::npos ? token.size()
-                                                                      : token.find_first_not_of(space));
+  token.erase(0, token.find_first_not_of(space) == std::string::npos
+                     ? token.size()
+                     : token.find_first_not_of(space));
   while (!token.empty() && std::strchr(space, token.back()) != nullptr) token.pop_back();
   if (token.empty()) return Error{ErrorCode::kBadRequest, source + " is empty"};
   return token;

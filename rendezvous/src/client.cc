@@ -71,9 +71,7 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
   void dispatch(Json frame);
   void flush();
   void fail_pending(const Error& error);
-  std::string endpoint_text() const {
-    return options_.host + ":" + std::to_string(options_.port);
-  }
+  std::string endpoint_text() const { return options_.host + ":" + std::to_string(options_.port); }
 
   asio::io_context& io_;
   ClientOptions options_;
@@ -93,14 +91,16 @@ Task<Status> AsyncClient::Impl::connect_once(const std::string& target) {
   tcp::resolver resolver(io_);
   auto [rec, endpoints] = co_await resolver.async_resolve(
       options_.host, std::to_string(options_.port), asio::as_tuple(asio::use_awaitable));
-  if (rec) co_return Error{ErrorCode::kConnection, "cannot resolve " + target + ": " + rec.message()};
+  if (rec)
+    co_return Error{ErrorCode::kConnection, "cannot resolve " + target + ": " + rec.message()};
   boost::system::error_code ec;
   socket_ = tcp::socket(io_);
   asio::steady_timer timer(io_, options_.handshake_timeout);
-  auto outcome = co_await (asio::async_connect(socket_, endpoints,
-                                               asio::redirect_error(asio::use_awaitable, ec)) ||
-                           timer.async_wait(asio::as_tuple(asio::use_awaitable)));
-  if (outcome.index() == 1) co_return Error{ErrorCode::kConnection, "connect to " + target + " timed out"};
+  auto outcome = co_await (
+      asio::async_connect(socket_, endpoints, asio::redirect_error(asio::use_awaitable, ec)) ||
+      timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+  if (outcome.index() == 1)
+    co_return Error{ErrorCode::kConnection, "connect to " + target + " timed out"};
   if (ec) co_return Error{ErrorCode::kConnection, "connect to " + target + ": " + ec.message()};
   socket_.set_option(tcp::no_delay(true), ec);
   co_return ok_status();
@@ -116,10 +116,12 @@ Task<Status> AsyncClient::Impl::connect() {
     if (s) {
       decoder_ = FrameDecoder(options_.max_frame_bytes);
       asio::steady_timer timer(io_, options_.handshake_timeout);
-      auto outcome = co_await (handshake() || timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+      auto outcome =
+          co_await (handshake() || timer.async_wait(asio::as_tuple(asio::use_awaitable)));
       if (outcome.index() == 1) {
         s = Error{ErrorCode::kTimeout, "no handshake from " + target + " within " +
-                                           std::to_string(millis(options_.handshake_timeout)) + " ms"};
+                                           std::to_string(millis(options_.handshake_timeout)) +
+                                           " ms"};
       } else {
         s = std::get<0>(std::move(outcome));
       }
@@ -131,10 +133,9 @@ Task<Status> AsyncClient::Impl::connect() {
     }
     if (s) break;
     if (std::chrono::steady_clock::now() + backoff > deadline) {
-      co_return Error{ErrorCode::kConnection,
-                      "could not reach ctrund at " + target + " within " +
-                          std::to_string(millis(options_.connect_timeout)) + " ms: " +
-                          s.error().message};
+      co_return Error{ErrorCode::kConnection, "could not reach ctrund at " + target + " within " +
+                                                  std::to_string(millis(options_.connect_timeout)) +
+                                                  " ms: " + s.error().message};
     }
     asio::steady_timer pause(io_, backoff);
     co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -142,7 +143,8 @@ Task<Status> AsyncClient::Impl::connect() {
   }
   connected_ = true;
   closed_ = false;
-  asio::co_spawn(io_, [self = shared_from_this()]() { return self->read_loop(); }, asio::detached);
+  asio::co_spawn(
+      io_, [self = shared_from_this()]() { return self->read_loop(); }, asio::detached);
   co_return ok_status();
 }
 
@@ -153,7 +155,9 @@ Task<Result<Json>> AsyncClient::Impl::read_frame() {
     if (frame.value()) co_return std::move(*frame.value());
     auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buffer_),
                                                     asio::as_tuple(asio::use_awaitable));
-    if (ec) co_return Error{ErrorCode::kConnection, "connection to " + endpoint_text() + ": " + ec.message()};
+    if (ec)
+      co_return Error{ErrorCode::kConnection,
+                      "connection to " + endpoint_text() + ": " + ec.message()};
     decoder_.feed(buffer_.data(), n);
   }
 }
@@ -164,8 +168,8 @@ Task<Status> AsyncClient::Impl::handshake() {
   auto hello = client_protocol::answer_challenge(challenge.value(), options_, endpoint_text());
   if (!hello) co_return hello.error();
   std::string bytes = encode_frame(hello.value().request);
-  auto [wec, written] = co_await asio::async_write(socket_, asio::buffer(bytes),
-                                                   asio::as_tuple(asio::use_awaitable));
+  auto [wec, written] =
+      co_await asio::async_write(socket_, asio::buffer(bytes), asio::as_tuple(asio::use_awaitable));
   if (wec) co_return Error{ErrorCode::kConnection, "sending hello: " + wec.message()};
   auto answer = co_await read_frame();
   if (!answer) co_return answer.error();
@@ -215,15 +219,16 @@ void AsyncClient::Impl::flush() {
   writing_ = true;
   out_in_flight_.swap(out_pending_);
   out_pending_.clear();
-  asio::async_write(socket_, asio::buffer(out_in_flight_),
-                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                      self->writing_ = false;
-                      if (ec) {
-                        self->close("write to " + self->endpoint_text() + " failed: " + ec.message());
-                        return;
-                      }
-                      self->flush();
-                    });
+  asio::async_write(
+      socket_, asio::buffer(out_in_flight_),
+      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+        self->writing_ = false;
+        if (ec) {
+          self->close("write to " + self->endpoint_text() + " failed: " + ec.message());
+          return;
+        }
+        self->flush();
+      });
 }
 
 Task<Result<Json>> AsyncClient::Impl::call(Json request, std::optional<Duration> timeout) {
@@ -279,7 +284,8 @@ void AsyncClient::Impl::start_keep_alive(Duration interval) {
       auto [ec] = co_await self->keep_alive_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
       if (ec || !self->connected_) co_return;
       // Not awaited in turn: a slow answer must not delay the next keep-alive.
-      asio::co_spawn(self->io_, self->call(client_protocol::keep_alive(), interval * 4), asio::detached);
+      asio::co_spawn(self->io_, self->call(client_protocol::keep_alive(), interval * 4),
+                     asio::detached);
     }
   };
   asio::co_spawn(io_, loop(shared_from_this(), interval), asio::detached);
@@ -321,7 +327,8 @@ namespace proto = client_protocol;
 Task<Status> AsyncClient::set(const std::string& key, const std::string& value) {
   return then(call(proto::set(key, value)), proto::no_payload);
 }
-Task<Result<std::string>> AsyncClient::get(const std::string& key, std::optional<Duration> timeout) {
+Task<Result<std::string>> AsyncClient::get(const std::string& key,
+                                           std::optional<Duration> timeout) {
   return then(call(proto::get(key, timeout)), proto::value_bytes);
 }
 Task<Result<std::int64_t>> AsyncClient::add(const std::string& key, std::int64_t delta) {
@@ -335,13 +342,16 @@ Task<Result<std::string>> AsyncClient::compare_set(const std::string& key,
 Task<Result<bool>> AsyncClient::check(const std::vector<std::string>& keys) {
   return then(call(proto::check(keys)), proto::ready);
 }
-Task<Status> AsyncClient::wait(const std::vector<std::string>& keys, std::optional<Duration> timeout) {
+Task<Status> AsyncClient::wait(const std::vector<std::string>& keys,
+                               std::optional<Duration> timeout) {
   return then(call(proto::wait(keys, timeout)), proto::no_payload);
 }
 Task<Result<bool>> AsyncClient::erase(const std::string& key) {
   return then(call(proto::erase(key)), proto::deleted);
 }
-Task<Result<std::int64_t>> AsyncClient::num_keys() { return then(call(proto::num_keys()), proto::count); }
+Task<Result<std::int64_t>> AsyncClient::num_keys() {
+  return then(call(proto::num_keys()), proto::count);
+}
 Task<Result<std::vector<std::string>>> AsyncClient::multi_get(const std::vector<std::string>& keys,
                                                               std::optional<Duration> timeout) {
   return then(call(proto::multi_get(keys, timeout)), proto::values);
@@ -352,7 +362,8 @@ Task<Status> AsyncClient::multi_set(const std::vector<std::string>& keys,
 }
 Task<Status> AsyncClient::ping() { return then(call(proto::ping()), proto::no_payload); }
 
-Task<Result<RoundAssignment>> AsyncClient::join(const NodeInfo& node, const RendezvousConfig& config) {
+Task<Result<RoundAssignment>> AsyncClient::join(const NodeInfo& node,
+                                                const RendezvousConfig& config) {
   Json request{{"op", "join"},
                {"node", node.node_id},
                {"host", node.host},
@@ -372,13 +383,15 @@ Task<Result<RoundAssignment>> AsyncClient::join(const NodeInfo& node, const Rend
 Task<Status> AsyncClient::leave() { return then(call(Json{{"op", "leave"}}), proto::no_payload); }
 
 Task<Status> AsyncClient::report(bool succeeded, const std::string& message) {
-  return then(call(Json{{"op", "report"},
-                        {"result", succeeded ? "succeeded" : "failed"},
-                        {"message", message}}),
-              proto::no_payload);
+  return then(
+      call(Json{
+          {"op", "report"}, {"result", succeeded ? "succeeded" : "failed"}, {"message", message}}),
+      proto::no_payload);
 }
 
-Task<Status> AsyncClient::close_job() { return then(call(Json{{"op", "close"}}), proto::no_payload); }
+Task<Status> AsyncClient::close_job() {
+  return then(call(Json{{"op", "close"}}), proto::no_payload);
+}
 
 Task<Result<Json>> AsyncClient::status() { return call(proto::status()); }
 
@@ -398,10 +411,10 @@ class Client::Impl {
       Status s = connect_once();
       if (s || !client_protocol::retryable(s.error())) return s;
       if (Clock::now() + backoff > deadline) {
-        return Error{ErrorCode::kConnection,
-                     "could not reach ctrund at " + endpoint() + " within " +
-                         std::to_string(millis(options_.connect_timeout)) + " ms: " +
-                         s.error().message};
+        return Error{ErrorCode::kConnection, "could not reach ctrund at " + endpoint() +
+                                                 " within " +
+                                                 std::to_string(millis(options_.connect_timeout)) +
+                                                 " ms: " + s.error().message};
       }
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, options_.max_backoff);
@@ -420,7 +433,8 @@ class Client::Impl {
       if (!frame) {
         if (frame.error().code == ErrorCode::kTimeout) {
           return Error{ErrorCode::kTimeout, "no answer to '" + request.value("op", "?") +
-                                                "' within " + std::to_string(millis(*timeout)) + " ms"};
+                                                "' within " + std::to_string(millis(*timeout)) +
+                                                " ms"};
         }
         return frame.error();
       }
@@ -460,7 +474,8 @@ class Client::Impl {
     while (true) {
       int wait_ms = -1;
       if (deadline != Clock::time_point::max()) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
         if (left.count() <= 0) return Error{ErrorCode::kTimeout, "timed out"};
         wait_ms = static_cast<int>(std::min<std::int64_t>(left.count() + 1, 1 << 30));
       }
@@ -474,8 +489,8 @@ class Client::Impl {
   Status write_all(const std::string& bytes, Clock::time_point deadline) {
     std::size_t sent = 0;
     while (sent < bytes.size()) {
-      const ssize_t n = ::send(socket_.native_handle(), bytes.data() + sent, bytes.size() - sent,
-                               MSG_NOSIGNAL);
+      const ssize_t n =
+          ::send(socket_.native_handle(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
       if (n > 0) {
         sent += static_cast<std::size_t>(n);
       } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
@@ -515,7 +530,8 @@ class Client::Impl {
     boost::system::error_code ec;
     tcp::resolver resolver(io_);
     auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port), ec);
-    if (ec) return Error{ErrorCode::kConnection, "cannot resolve " + endpoint() + ": " + ec.message()};
+    if (ec)
+      return Error{ErrorCode::kConnection, "cannot resolve " + endpoint() + ": " + ec.message()};
     const auto deadline = Clock::now() + options_.handshake_timeout;
     std::string last_error = "no address";
     for (const auto& entry : endpoints) {
@@ -624,13 +640,16 @@ Result<bool> Client::check(const std::vector<std::string>& keys) {
 Status Client::wait(const std::vector<std::string>& keys, std::optional<Duration> timeout) {
   return finish(call(proto::wait(keys, timeout)), proto::no_payload);
 }
-Result<bool> Client::erase(const std::string& key) { return finish(call(proto::erase(key)), proto::deleted); }
+Result<bool> Client::erase(const std::string& key) {
+  return finish(call(proto::erase(key)), proto::deleted);
+}
 Result<std::int64_t> Client::num_keys() { return finish(call(proto::num_keys()), proto::count); }
 Result<std::vector<std::string>> Client::multi_get(const std::vector<std::string>& keys,
                                                    std::optional<Duration> timeout) {
   return finish(call(proto::multi_get(keys, timeout)), proto::values);
 }
-Status Client::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+Status Client::multi_set(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values) {
   return finish(call(proto::multi_set(keys, values)), proto::no_payload);
 }
 Status Client::ping() { return finish(call(proto::ping()), proto::no_payload); }

@@ -39,10 +39,12 @@ Result<Hello> answer_challenge(const Json& challenge, const ClientOptions& optio
   }
   Hello hello;
   hello.server_nonce = server_nonce.value();
-  hello.request = Json{{"op", "hello"}, {"id", 0}, {"version", kProtocolVersion}, {"job", options.job}};
+  hello.request =
+      Json{{"op", "hello"}, {"id", 0}, {"version", kProtocolVersion}, {"job", options.job}};
   if (options.token) {
     hello.client_nonce = random_bytes(kNonceBytes);
-    hello.request["proof"] = to_binary(client_proof(*options.token, hello.server_nonce, options.job));
+    hello.request["proof"] =
+        to_binary(client_proof(*options.token, hello.server_nonce, options.job));
     hello.request["nonce"] = to_binary(hello.client_nonce);
   }
   return hello;
@@ -59,8 +61,9 @@ Status check_welcome(Json answer, const ClientOptions& options, const Hello& hel
   if (!payload) return payload.error();
   if (options.token) {
     auto proof = get_bytes(payload.value(), "proof");
-    if (!proof || !constant_time_equal(proof.value(), server_proof(*options.token, hello.client_nonce,
-                                                                   hello.server_nonce))) {
+    if (!proof ||
+        !constant_time_equal(
+            proof.value(), server_proof(*options.token, hello.client_nonce, hello.server_nonce))) {
       return Error{ErrorCode::kAuthFailed,
                    "ctrund at " + endpoint + " could not prove it holds the token"};
     }
@@ -107,6 +110,8 @@ Result<std::int64_t> value_int(const Json& answer) { return get_int(answer, "val
 Result<bool> ready(const Json& answer) { return answer.value("ready", false); }
 Result<bool> deleted(const Json& answer) { return answer.value("deleted", false); }
 Result<std::int64_t> count(const Json& answer) { return get_int(answer, "count"); }
-Result<std::vector<std::string>> values(const Json& answer) { return get_bytes_list(answer, "values"); }
+Result<std::vector<std::string>> values(const Json& answer) {
+  return get_bytes_list(answer, "values");
+}
 
 }  // namespace ctrun::rendezvous::client_protocol

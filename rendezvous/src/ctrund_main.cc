@@ -1,15 +1,15 @@
 // ctrund: the rendezvous daemon. Serves many jobs at once on one address.
-#include <boost/asio.hpp>
 #include <CLI/CLI.hpp>
+#include <boost/asio.hpp>
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 
@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](boost::system::error_code ec, int signo) {
     if (ec) return;
-    rdzv::log_line("ctrund", std::string("stopping on ") + (signo == SIGINT ? "SIGINT" : "SIGTERM"));
+    rdzv::log_line("ctrund",
+                   std::string("stopping on ") + (signo == SIGINT ? "SIGINT" : "SIGTERM"));
     server.value()->stop();
     io.stop();
   });

@@ -36,7 +36,8 @@ class BoundedDomBuilder {
     --depth_;
     return dom_.end_array();
   }
-  bool parse_error(std::size_t pos, const std::string& token, const nlohmann::detail::exception& e) {
+  bool parse_error(std::size_t pos, const std::string& token,
+                   const nlohmann::detail::exception& e) {
     return dom_.parse_error(pos, token, e);
   }
   bool exceeded() const { return exceeded_; }

@@ -25,7 +25,8 @@ Status validate(const RendezvousConfig& c) {
     return Error{ErrorCode::kBadRequest, "join_timeout must be positive"};
   }
   if (c.last_call_timeout < Duration::zero() || c.close_timeout < Duration::zero()) {
-    return Error{ErrorCode::kBadRequest, "last_call_timeout and close_timeout must not be negative"};
+    return Error{ErrorCode::kBadRequest,
+                 "last_call_timeout and close_timeout must not be negative"};
   }
   if (c.keep_alive_interval <= Duration::zero() || c.keep_alive_max_attempt < 1) {
     return Error{ErrorCode::kBadRequest,
@@ -36,10 +37,14 @@ Status validate(const RendezvousConfig& c) {
 
 std::string_view job_state_name(JobState state) {
   switch (state) {
-    case JobState::kRunning: return "running";
-    case JobState::kSucceeded: return "succeeded";
-    case JobState::kFailed: return "failed";
-    case JobState::kClosed: return "closed";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kSucceeded:
+      return "succeeded";
+    case JobState::kFailed:
+      return "failed";
+    case JobState::kClosed:
+      return "closed";
   }
   return "unknown";
 }
@@ -57,11 +62,11 @@ Json to_json(const RoundAssignment& a) {
 
 Result<RoundAssignment> round_assignment_from_json(const Json& j) {
   RoundAssignment a;
-  for (auto [name, out] : {std::pair{"round", &a.round}, std::pair{"group_rank", &a.group_rank},
-                           std::pair{"group_world_size", &a.group_world_size},
-                           std::pair{"rank_offset", &a.rank_offset},
-                           std::pair{"world_size", &a.world_size},
-                           std::pair{"master_port", &a.master_port}}) {
+  for (auto [name, out] :
+       {std::pair{"round", &a.round}, std::pair{"group_rank", &a.group_rank},
+        std::pair{"group_world_size", &a.group_world_size},
+        std::pair{"rank_offset", &a.rank_offset}, std::pair{"world_size", &a.world_size},
+        std::pair{"master_port", &a.master_port}}) {
     auto v = get_int(j, name);
     if (!v) return v.error();
     *out = static_cast<int>(v.value());
@@ -75,8 +80,8 @@ Result<RoundAssignment> round_assignment_from_json(const Json& j) {
   return a;
 }
 
-Rendezvous::Rendezvous(std::string job_id, RendezvousConfig config, const Clock& clock,
-                       Logger log, int generation)
+Rendezvous::Rendezvous(std::string job_id, RendezvousConfig config, const Clock& clock, Logger log,
+                       int generation)
     : job_id_(std::move(job_id)),
       config_(config),
       generation_(generation),
@@ -100,8 +105,8 @@ int Rendezvous::nodes_waiting() const {
 Result<std::vector<Notice>> Rendezvous::join(const NodeInfo& info) {
   if (state_ != JobState::kRunning) {
     return Error{ErrorCode::kClosed, "job '" + job_id_ + "' has ended (" +
-                                         std::string(job_state_name(state_)) + ": " +
-                                         end_reason_ + ")"};
+                                         std::string(job_state_name(state_)) + ": " + end_reason_ +
+                                         ")"};
   }
   if (info.node_id.empty()) return Error{ErrorCode::kBadRequest, "join needs a node id"};
   if (info.local_world_size < 1) {
@@ -182,10 +187,8 @@ void Rendezvous::reopen(const std::string& reason, const std::string& except,
     }
     place(n, Place::kStale);
     if (id != except) {
-      out.push_back(Notice{.kind = Notice::Kind::kRoundReopened,
-                           .node_id = id,
-                           .round = round_,
-                           .reason = reason});
+      out.push_back(Notice{
+          .kind = Notice::Kind::kRoundReopened, .node_id = id, .round = round_, .reason = reason});
     }
   }
   members_.clear();
@@ -243,7 +246,8 @@ void Rendezvous::form(std::vector<Notice>& out) {
     by_rank[rank] = candidates[i];
     placed[i] = true;
   };
-  for (std::size_t i = 0; i < seats; ++i) try_place(i, nodes_.at(candidates[i]).info.requested_rank);
+  for (std::size_t i = 0; i < seats; ++i)
+    try_place(i, nodes_.at(candidates[i]).info.requested_rank);
   for (std::size_t i = 0; i < seats; ++i) {
     auto last = last_rank_.find(candidates[i]);
     if (last != last_rank_.end()) try_place(i, last->second);
@@ -260,8 +264,7 @@ void Rendezvous::form(std::vector<Notice>& out) {
   RoundAssignment base;
   base.round = round_;
   base.group_world_size = n;
-  base.store_prefix =
-      "rdzv/" + std::to_string(generation_) + "/" + std::to_string(round_) + "/";
+  base.store_prefix = "rdzv/" + std::to_string(generation_) + "/" + std::to_string(round_) + "/";
   std::vector<int> offsets(seats);
   std::string roster;  // for the log: the first few ranks are enough to read
   for (int r = 0; r < n; ++r) {
@@ -323,7 +326,8 @@ void Rendezvous::keep_alive(const std::string& node_id) {
 Result<std::vector<Notice>> Rendezvous::report(const std::string& node_id, bool succeeded,
                                                const std::string& message) {
   auto it = nodes_.find(node_id);
-  if (it == nodes_.end() || (it->second.place != Place::kMember && it->second.place != Place::kStale)) {
+  if (it == nodes_.end() ||
+      (it->second.place != Place::kMember && it->second.place != Place::kStale)) {
     return Error{ErrorCode::kConflict,
                  "node '" + node_id + "' is not a member of job '" + job_id_ + "'"};
   }
@@ -355,11 +359,12 @@ void Rendezvous::end(JobState state, const std::string& reason, std::vector<Noti
   log(std::string(job_state_name(state)) + ": " + reason);
   for (const auto& [id, n] : nodes_) {
     if (n.place == Place::kPending || n.place == Place::kWaiting) {
-      out.push_back(Notice{.kind = Notice::Kind::kJoinFailed,
-                           .node_id = id,
-                           .error = Error{ErrorCode::kClosed, "job '" + job_id_ + "' ended (" +
-                                                                  std::string(job_state_name(state)) +
-                                                                  "): " + reason}});
+      out.push_back(Notice{
+          .kind = Notice::Kind::kJoinFailed,
+          .node_id = id,
+          .error =
+              Error{ErrorCode::kClosed, "job '" + job_id_ + "' ended (" +
+                                            std::string(job_state_name(state)) + "): " + reason}});
     } else {
       out.push_back(
           Notice{.kind = Notice::Kind::kJobEnded, .node_id = id, .reason = reason, .state = state});
@@ -387,9 +392,10 @@ std::vector<Notice> Rendezvous::tick() {
     const Place where = nodes_.at(id).place;
     if (where == Place::kPending || where == Place::kWaiting) {
       // Its join is still waiting for an answer: give it one.
-      out.push_back(Notice{.kind = Notice::Kind::kJoinFailed,
-                           .node_id = id,
-                           .error = Error{ErrorCode::kTimeout, "dropped from job '" + job_id_ + "': " + why}});
+      out.push_back(Notice{
+          .kind = Notice::Kind::kJoinFailed,
+          .node_id = id,
+          .error = Error{ErrorCode::kTimeout, "dropped from job '" + job_id_ + "': " + why}});
     }
     auto more = remove_node(id, why);
     out.insert(out.end(), more.begin(), more.end());
@@ -397,15 +403,14 @@ std::vector<Notice> Rendezvous::tick() {
   for (const auto& id : timed_out) {
     if (!nodes_.count(id)) continue;
     const int pending = count(Place::kPending);
-    out.push_back(Notice{
-        .kind = Notice::Kind::kJoinFailed,
-        .node_id = id,
-        .error = Error{ErrorCode::kTimeout,
-                       "round " + std::to_string(round_) + " of job '" + job_id_ +
-                           "' did not form within join_timeout (" +
-                           std::to_string(millis(config_.join_timeout)) + " ms): " +
-                           std::to_string(pending) + " of min " +
-                           std::to_string(config_.min_nodes) + " nodes joined"}});
+    out.push_back(Notice{.kind = Notice::Kind::kJoinFailed,
+                         .node_id = id,
+                         .error = Error{ErrorCode::kTimeout,
+                                        "round " + std::to_string(round_) + " of job '" + job_id_ +
+                                            "' did not form within join_timeout (" +
+                                            std::to_string(millis(config_.join_timeout)) +
+                                            " ms): " + std::to_string(pending) + " of min " +
+                                            std::to_string(config_.min_nodes) + " nodes joined"}});
     auto more = remove_node(id, "join timed out");
     out.insert(out.end(), more.begin(), more.end());
   }
@@ -420,7 +425,8 @@ Json Rendezvous::describe() const {
   Json nodes = Json::array();
   const TimePoint now = clock_.now();
   for (const auto& [id, n] : nodes_) {
-    static constexpr const char* kPlaces[] = {"pending", "waiting", "member", "stale", "new", "done"};
+    static constexpr const char* kPlaces[] = {"pending", "waiting", "member",
+                                              "stale",   "new",     "done"};
     auto rank = std::find(members_.begin(), members_.end(), id);
     nodes.push_back({{"node", id},
                      {"host", n.info.host},

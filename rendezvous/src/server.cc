@@ -72,9 +72,8 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void read() {
     socket_.async_read_some(asio::buffer(buffer_),
-                            [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
-                              self->on_read(ec, n);
-                            });
+                            [self = shared_from_this()](boost::system::error_code ec,
+                                                        std::size_t n) { self->on_read(ec, n); });
   }
 
   void on_read(boost::system::error_code ec, std::size_t n) {
@@ -173,7 +172,8 @@ class Server::Impl final : public Transport {
       if (ep.address().is_v6() && options_.host.empty()) {
         acceptor_.set_option(asio::ip::v6_only(false), ec);
       }
-      if (acceptor_.bind(ep, ec) || acceptor_.listen(asio::socket_base::max_listen_connections, ec)) {
+      if (acceptor_.bind(ep, ec) ||
+          acceptor_.listen(asio::socket_base::max_listen_connections, ec)) {
         last_error = ec.message();
         continue;
       }
@@ -209,8 +209,8 @@ class Server::Impl final : public Transport {
     if (it == sessions_.end()) return;
     auto session = it->second;  // may leave the map during the call
     if (!session->send(std::move(bytes))) {
-      log(session->peer() + " cut: over " +
-          std::to_string(options_.max_pending_write_bytes) + " bytes of answers not read");
+      log(session->peer() + " cut: over " + std::to_string(options_.max_pending_write_bytes) +
+          " bytes of answers not read");
     }
   }
   void close(ConnectionId id) override {
@@ -242,10 +242,9 @@ class Server::Impl final : public Transport {
       socket.set_option(tcp::no_delay(true), ignored);
       std::string peer = endpoint_text(socket.remote_endpoint(ignored));
       const ConnectionId id = next_id_++;
-      auto session = std::make_shared<Session>(std::move(socket), id, service_,
-                                               options_.max_pending_write_bytes,
-                                               [this](ConnectionId gone) { sessions_.erase(gone); },
-                                               alive_);
+      auto session = std::make_shared<Session>(
+          std::move(socket), id, service_, options_.max_pending_write_bytes,
+          [this](ConnectionId gone) { sessions_.erase(gone); }, alive_);
       session->set_peer(peer);
       sessions_.emplace(id, session);
       service_.on_connect(id, std::move(peer));

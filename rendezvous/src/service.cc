@@ -150,10 +150,11 @@ void Service::reply(const Connection& c, std::uint64_t id, Json body) {
   std::string frame = encode_frame(body);
   if (frame.size() - kFrameHeaderBytes > options_.max_frame_bytes) {
     // The client could not accept it (e.g. a multi_get of many large values): say so instead.
-    return fail(c, id, Error{ErrorCode::kLimit, "answer of " +
-                                                    std::to_string(frame.size() - kFrameHeaderBytes) +
-                                                    " bytes exceeds the frame limit of " +
-                                                    std::to_string(options_.max_frame_bytes)});
+    return fail(
+        c, id,
+        Error{ErrorCode::kLimit, "answer of " + std::to_string(frame.size() - kFrameHeaderBytes) +
+                                     " bytes exceeds the frame limit of " +
+                                     std::to_string(options_.max_frame_bytes)});
   }
   transport_.send(c.id, std::move(frame));
 }
@@ -207,17 +208,18 @@ void Service::op_hello(Connection& c, std::uint64_t id, const Json& req) {
   auto version = get_int(req, "version");
   if (!version) return reject(c, id, version.error());
   if (version.value() != kProtocolVersion) {
-    return reject(c, id, Error{ErrorCode::kBadVersion,
-                               "protocol version " + std::to_string(version.value()) +
-                                   " is not supported; this daemon speaks version " +
-                                   std::to_string(kProtocolVersion)});
+    return reject(
+        c, id,
+        Error{ErrorCode::kBadVersion, "protocol version " + std::to_string(version.value()) +
+                                          " is not supported; this daemon speaks version " +
+                                          std::to_string(kProtocolVersion)});
   }
   auto job = get_string(req, "job");
   if (!job) return reject(c, id, job.error());
   if (job.value().empty() || job.value().size() > options_.max_job_bytes) {
-    return reject(c, id, Error{ErrorCode::kBadRequest,
-                               "job id must be 1.." + std::to_string(options_.max_job_bytes) +
-                                   " bytes"});
+    return reject(c, id,
+                  Error{ErrorCode::kBadRequest,
+                        "job id must be 1.." + std::to_string(options_.max_job_bytes) + " bytes"});
   }
   Json body = Json::object();
   if (options_.token) {
@@ -241,7 +243,9 @@ void Service::op_hello(Connection& c, std::uint64_t id, const Json& req) {
   reply(c, id, std::move(body));
 }
 
-void Service::op_ping(Connection& c, std::uint64_t id, const Json&) { reply(c, id, Json::object()); }
+void Service::op_ping(Connection& c, std::uint64_t id, const Json&) {
+  reply(c, id, Json::object());
+}
 
 // ---- store -----------------------------------------------------------------------------------
 
@@ -284,8 +288,9 @@ void Service::wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bo
   auto timeout = get_int_or(req, "timeout_ms", -1);
   if (!timeout) return reject(c, id, timeout.error());
   if (req.contains("timeout_ms") && (timeout.value() < 0 || timeout.value() > kMaxTimeoutMillis)) {
-    return reject(c, id, Error{ErrorCode::kBadRequest, "field 'timeout_ms' is outside 0.." +
-                                                           std::to_string(kMaxTimeoutMillis)});
+    return reject(c, id,
+                  Error{ErrorCode::kBadRequest,
+                        "field 'timeout_ms' is outside 0.." + std::to_string(kMaxTimeoutMillis)});
   }
   Job& job = job_of(c);
   const bool ready = job.store.check(keys);
@@ -299,8 +304,9 @@ void Service::wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bo
   if (!ready && c.waiters.size() >= options_.max_waiters_per_connection) {
     return fail(c, id, Error{ErrorCode::kLimit, "too many waits outstanding on this connection"});
   }
-  const TimePoint deadline = timeout.value() < 0 ? TimePoint::max()
-                                                 : clock_.now() + std::chrono::milliseconds(timeout.value());
+  const TimePoint deadline = timeout.value() < 0
+                                 ? TimePoint::max()
+                                 : clock_.now() + std::chrono::milliseconds(timeout.value());
   auto slot = std::make_shared<KeyValueStore::WaiterId>(0);
   const ConnectionId cid = c.id;
   const std::string job_name = c.job;
@@ -310,9 +316,10 @@ void Service::wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bo
     Connection& conn = *it->second;
     conn.waiters.erase(*slot);
     if (!s) {
-      return fail(conn, id, Error{ErrorCode::kTimeout, "timed out waiting for " +
-                                                           std::to_string(keys.size()) +
-                                                           " key(s), first '" + shorten(keys.front()) + "'"});
+      return fail(
+          conn, id,
+          Error{ErrorCode::kTimeout, "timed out waiting for " + std::to_string(keys.size()) +
+                                         " key(s), first '" + shorten(keys.front()) + "'"});
     }
     Json body = Json::object();
     if (with_values) {
@@ -415,9 +422,10 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
       auto v = f.required ? get_int(req, f.name) : get_int_or(req, f.name, f.fallback);
       if (!v) return reject(c, id, v.error());
       if (v.value() < -1 || v.value() > f.max) {
-        return reject(c, id, Error{ErrorCode::kBadRequest, std::string("field '") + f.name +
-                                                               "' is outside -1.." +
-                                                               std::to_string(f.max)});
+        return reject(
+            c, id,
+            Error{ErrorCode::kBadRequest,
+                  std::string("field '") + f.name + "' is outside -1.." + std::to_string(f.max)});
       }
       f.value = v.value();
     }
@@ -434,13 +442,15 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
   }
   if (auto s = validate(config); !s) return fail(c, id, s.error());
   if (!c.node.empty() && c.node != info.node_id) {
-    return fail(c, id, Error{ErrorCode::kConflict, "this connection already speaks for node '" +
-                                                       c.node + "'"});
+    return fail(
+        c, id,
+        Error{ErrorCode::kConflict, "this connection already speaks for node '" + c.node + "'"});
   }
   if (info.node_id.size() > options_.max_job_bytes || info.host.size() > options_.max_job_bytes) {
-    return reject(c, id, Error{ErrorCode::kBadRequest,
-                               "node and host must be at most " +
-                                   std::to_string(options_.max_job_bytes) + " bytes"});
+    return reject(
+        c, id,
+        Error{ErrorCode::kBadRequest, "node and host must be at most " +
+                                          std::to_string(options_.max_job_bytes) + " bytes"});
   }
   Job& job = job_of(c);
   // Every node of an ended job is gone: the same id starts a new job (torchrun's default run id
@@ -455,12 +465,12 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
   } else if (job.rendezvous->config().min_nodes != config.min_nodes ||
              job.rendezvous->config().max_nodes != config.max_nodes) {
     const auto& have = job.rendezvous->config();
-    return fail(c, id, Error{ErrorCode::kConflict,
-                             "job '" + c.job + "' runs with nnodes " +
-                                 std::to_string(have.min_nodes) + ":" +
-                                 std::to_string(have.max_nodes) + ", this node asked for " +
-                                 std::to_string(config.min_nodes) + ":" +
-                                 std::to_string(config.max_nodes)});
+    return fail(
+        c, id,
+        Error{ErrorCode::kConflict,
+              "job '" + c.job + "' runs with nnodes " + std::to_string(have.min_nodes) + ":" +
+                  std::to_string(have.max_nodes) + ", this node asked for " +
+                  std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes)});
   }
   Rendezvous& rendezvous = fresh ? *fresh : *job.rendezvous;
   auto notices = rendezvous.join(info);
@@ -533,7 +543,8 @@ void Service::op_leave(Connection& c, std::uint64_t id, const Json&) {
     return fail(c, id, Error{ErrorCode::kConflict, "this connection has not joined"});
   }
   const std::string node = c.node;
-  if (c.join_request) fail(c, *c.join_request, Error{ErrorCode::kClosed, "left before the round formed"});
+  if (c.join_request)
+    fail(c, *c.join_request, Error{ErrorCode::kClosed, "left before the round formed"});
   c.join_request.reset();
   c.node.clear();
   job.node_connections.erase(node);
@@ -601,10 +612,11 @@ void Service::tick() {
   std::vector<std::pair<ConnectionId, std::string>> late;
   for (const auto& [id, c] : connections_) {
     if (!c->authenticated && now - c->opened_at >= options_.hello_timeout) {
-      late.emplace_back(id, "no hello within " + std::to_string(millis(options_.hello_timeout)) + " ms");
+      late.emplace_back(
+          id, "no hello within " + std::to_string(millis(options_.hello_timeout)) + " ms");
     } else if (c->mid_frame_since && now - *c->mid_frame_since >= options_.frame_timeout) {
-      late.emplace_back(id, "frame incomplete after " +
-                                std::to_string(millis(options_.frame_timeout)) + " ms");
+      late.emplace_back(
+          id, "frame incomplete after " + std::to_string(millis(options_.frame_timeout)) + " ms");
     }
   }
   for (const auto& [id, why] : late) {
@@ -627,7 +639,8 @@ void Service::gc_jobs() {
       keep = job.rendezvous->config().close_timeout;
     }
     if (job.connections == 0 && now - job.idle_since >= keep) {
-      log("job '" + it->first + "' dropped: no connections for " + std::to_string(millis(keep)) + " ms");
+      log("job '" + it->first + "' dropped: no connections for " + std::to_string(millis(keep)) +
+          " ms");
       it = jobs_.erase(it);
     } else {
       ++it;

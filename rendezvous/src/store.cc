@@ -108,7 +108,8 @@ Result<std::int64_t> KeyValueStore::add(const std::string& key, std::int64_t del
     const char* end = v->data() + v->size();
     auto [p, ec] = std::from_chars(v->data(), end, current);
     if (ec != std::errc() || p != end || v->empty()) {
-      return Error{ErrorCode::kBadRequest, "add on key '" + key + "' whose value is not an integer"};
+      return Error{ErrorCode::kBadRequest,
+                   "add on key '" + key + "' whose value is not an integer"};
     }
   }
   std::int64_t next = 0;

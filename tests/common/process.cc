@@ -64,7 +64,8 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
-std::optional<std::string> wait_for_file(const std::string& path, std::chrono::milliseconds timeout) {
+std::optional<std::string> wait_for_file(const std::string& path,
+                                         std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     std::string content = read_file(path);

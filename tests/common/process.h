@@ -31,7 +31,8 @@ class ChildProcess {
 
 std::string read_file(const std::string& path);
 // Polls (bounded) until `path` holds a line, e.g. a port file written by a daemon.
-std::optional<std::string> wait_for_file(const std::string& path, std::chrono::milliseconds timeout);
+std::optional<std::string> wait_for_file(const std::string& path,
+                                         std::chrono::milliseconds timeout);
 std::string temp_path(const std::string& name);
 
 }  // namespace ctrun::testing

@@ -24,7 +24,9 @@ namespace {
 // A scratch directory for one test, removed at the end.
 class Scratch {
  public:
-  Scratch() : dir_(temp_path("agent_" + std::to_string(counter_++))) { fs::create_directories(dir_); }
+  Scratch() : dir_(temp_path("agent_" + std::to_string(counter_++))) {
+    fs::create_directories(dir_);
+  }
   ~Scratch() {
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -64,7 +66,8 @@ bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 std::uint16_t start_daemon(std::unique_ptr<ChildProcess>& daemon, const Scratch& s) {
   const std::string port_file = s.path("ctrund.port");
   daemon = std::make_unique<ChildProcess>(
-      std::vector<std::string>{CTRUND_PATH, "--host", "127.0.0.1", "--port", "0", "--port_file", port_file},
+      std::vector<std::string>{CTRUND_PATH, "--host", "127.0.0.1", "--port", "0", "--port_file",
+                               port_file},
       s.path("ctrund.log"));
   auto port = wait_for_file(port_file, 10s);
   REQUIRE(port.has_value());
@@ -106,8 +109,8 @@ TEST_CASE("agent: standalone with 1 and with 4 workers") {
       CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
       CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
       CHECK(env["OMP_NUM_THREADS"] == (n > 1 ? "1" : "<unset>"));
-      CHECK(env["TORCHELASTIC_ERROR_FILE"].find("/attempt_0/" + std::to_string(rank) + "/error.json") !=
-            std::string::npos);
+      CHECK(env["TORCHELASTIC_ERROR_FILE"].find("/attempt_0/" + std::to_string(rank) +
+                                                "/error.json") != std::string::npos);
       ports.insert(env["MASTER_PORT"]);
     }
     CHECK(ports.size() == 1);  // one master for everybody
@@ -214,7 +217,8 @@ TEST_CASE("agent: SIGTERM stops every worker and grandchild, and the agent exits
     }
     return false;
   };
-  while (any_alive() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  while (any_alive() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
   CHECK_FALSE(any_alive());
   CHECK(read_file(s.path("agent.log")).find("received SIGTERM") != std::string::npos);
 }
@@ -230,8 +234,7 @@ TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes o
                     "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=survive",
                     // Round 0 forms only with both (max); the re-formed round needs no last call.
                     "--rdzv_conf=is_host=false,last_call_timeout=60", "--shutdown_timeout=2",
-                    TEST_WORKER_PATH,
-                    "until_alone", s.path("pids")}),
+                    TEST_WORKER_PATH, "until_alone", s.path("pids")}),
         s.path(log));
   };
   auto victim = node("victim.log");
@@ -256,13 +259,15 @@ TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes o
     return !content.empty() && content.find(") Z") == std::string::npos;
   };
   const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (running(worker) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  while (running(worker) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
   CHECK_FALSE(running(worker));
   // The survivor re-forms alone, at once: the daemon sees the agent's connection close. (Within
   // 8 s, less than the 15 s of missed keep-alives, so a descriptor leaked into a worker that
   // keeps the connection open fails this test.)
   const auto reform = std::chrono::steady_clock::now() + 8s;
-  while (read_file(s.path("survivor.log")).find("round 1: group rank 0 of 1") == std::string::npos &&
+  while (read_file(s.path("survivor.log")).find("round 1: group rank 0 of 1") ==
+             std::string::npos &&
          std::chrono::steady_clock::now() < reform) {
     std::this_thread::sleep_for(20ms);
   }
@@ -314,10 +319,10 @@ TEST_CASE("agent: a late second node joins a running 1:2 job without spending re
 
 TEST_CASE("agent: log files, tee, redirects and console prefixes") {
   Scratch s;
-  ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=2", "--rdzv_id=ignored",
-                                 "--log_dir", s.path("logs"), "--redirects=0:1", "--tee=1:3",
-                                 TEST_WORKER_PATH, "print"}),
-                     s.path("agent.log"));
+  ChildProcess agent(
+      ctrun_args({"--standalone", "--nproc_per_node=2", "--rdzv_id=ignored", "--log_dir",
+                  s.path("logs"), "--redirects=0:1", "--tee=1:3", TEST_WORKER_PATH, "print"}),
+      s.path("agent.log"));
   auto code = agent.wait(30s);
   const std::string console = read_file(s.path("agent.log"));
   INFO(console);
@@ -378,5 +383,6 @@ TEST_CASE("agent: a real PyTorch DDP script (gloo, env://) trains to the end") {
   REQUIRE(code.has_value());
   CHECK(*code == 0);
   CHECK(log.find("[default0]:epoch 1: loss=") != std::string::npos);
-  CHECK(log.find("[default0]:done: 2 epochs, world size 2, parameters identical") != std::string::npos);
+  CHECK(log.find("[default0]:done: 2 epochs, world size 2, parameters identical") !=
+        std::string::npos);
 }

@@ -41,7 +41,8 @@ bool can_unshare_network() {
 
 // Runs a launcher command line with a minimal environment; returns its exit code.
 std::optional<int> launch(const std::string& command, const std::string& log) {
-  ChildProcess p({"/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "HOME=/root", "/bin/sh", "-c", command}, log);
+  ChildProcess p(
+      {"/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "HOME=/root", "/bin/sh", "-c", command}, log);
   return p.wait(60s);
 }
 
@@ -51,12 +52,23 @@ const std::set<std::string> kOnlyTorchrun = {
     "PWD",       // set by the shell that starts torchrun inside the namespace
 };
 const std::set<std::string> kOnlyCtrun = {"CTRUN_STORE_ADDR", "CTRUN_STORE_PORT",
-                                           "CTRUN_STORE_PREFIX", "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
+                                          "CTRUN_STORE_PREFIX", "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
 // Keys whose values must be identical.
-const std::vector<std::string> kSameValue = {
-    "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
-    "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS", "NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "PATH", "HOME"};
+const std::vector<std::string> kSameValue = {"RANK",
+                                             "LOCAL_RANK",
+                                             "GROUP_RANK",
+                                             "ROLE_RANK",
+                                             "ROLE_NAME",
+                                             "LOCAL_WORLD_SIZE",
+                                             "WORLD_SIZE",
+                                             "GROUP_WORLD_SIZE",
+                                             "ROLE_WORLD_SIZE",
+                                             "TORCHELASTIC_RESTART_COUNT",
+                                             "TORCHELASTIC_MAX_RESTARTS",
+                                             "NCCL_ASYNC_ERROR_HANDLING",
+                                             "OMP_NUM_THREADS",
+                                             "PATH",
+                                             "HOME"};
 
 void compare(const Env& torch, const Env& ours, int rank) {
   for (const auto& [key, value] : torch) {
@@ -98,7 +110,8 @@ TEST_CASE("env: ctrun gives workers torchrun's environment") {
                    " --standalone --nproc_per_node=2 --no_python " +
                        worker + dir + "/torch'",
                    dir + "/torch.log") == std::optional<int>(0));
-    REQUIRE(launch(std::string(CTRUN_PATH) + " --standalone --nproc_per_node=2 " + worker + dir + "/ours",
+    REQUIRE(launch(std::string(CTRUN_PATH) + " --standalone --nproc_per_node=2 " + worker + dir +
+                       "/ours",
                    dir + "/ours.log") == std::optional<int>(0));
     for (int rank = 0; rank < 2; ++rank) {
       const Env torch = read_env(dir + "/torch." + std::to_string(rank));
@@ -121,7 +134,8 @@ TEST_CASE("env: ctrun gives workers torchrun's environment") {
                    " --nproc_per_node=2 --master_port=29517 --no_python " +
                        worker + dir + "/torch'",
                    dir + "/torch.log") == std::optional<int>(0));
-    REQUIRE(launch(std::string(CTRUN_PATH) + " --nproc_per_node=2 --master_port=0 " + worker + dir + "/ours",
+    REQUIRE(launch(std::string(CTRUN_PATH) + " --nproc_per_node=2 --master_port=0 " + worker + dir +
+                       "/ours",
                    dir + "/ours.log") == std::optional<int>(0));
     for (int rank = 0; rank < 2; ++rank) {
       const Env torch = read_env(dir + "/torch." + std::to_string(rank));

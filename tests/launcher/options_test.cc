@@ -24,7 +24,8 @@ LaunchOptions parse_ok(std::vector<std::string> args, std::map<std::string, std:
   return r.value().options;
 }
 
-std::string parse_error(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+std::string parse_error(std::vector<std::string> args,
+                        std::map<std::string, std::string> env = {}) {
   auto r = parse_launch_options(args, env_of(env));
   REQUIRE_FALSE(r.ok());
   return r.error().message;
@@ -57,12 +58,18 @@ TEST_CASE("options: torchrun's defaults") {
 
 TEST_CASE("options: every flag in both spellings") {
   const std::vector<std::pair<std::string, std::string>> pairs = {
-      {"--nproc_per_node", "--nproc-per-node"}, {"--rdzv_backend", "--rdzv-backend"},
-      {"--rdzv_endpoint", "--rdzv-endpoint"},   {"--rdzv_id", "--rdzv-id"},
-      {"--max_restarts", "--max-restarts"},     {"--monitor_interval", "--monitor-interval"},
-      {"--log_dir", "--log-dir"},               {"--node_rank", "--node-rank"},
-      {"--master_addr", "--master-addr"},       {"--master_port", "--master-port"},
-      {"--local_addr", "--local-addr"},         {"--shutdown_timeout", "--shutdown-timeout"},
+      {"--nproc_per_node", "--nproc-per-node"},
+      {"--rdzv_backend", "--rdzv-backend"},
+      {"--rdzv_endpoint", "--rdzv-endpoint"},
+      {"--rdzv_id", "--rdzv-id"},
+      {"--max_restarts", "--max-restarts"},
+      {"--monitor_interval", "--monitor-interval"},
+      {"--log_dir", "--log-dir"},
+      {"--node_rank", "--node-rank"},
+      {"--master_addr", "--master-addr"},
+      {"--master_port", "--master-port"},
+      {"--local_addr", "--local-addr"},
+      {"--shutdown_timeout", "--shutdown-timeout"},
   };
   for (const auto& [underscore, dash] : pairs) {
     const std::string value = underscore == "--rdzv_backend" ? "c10d" : "1";
@@ -89,7 +96,8 @@ TEST_CASE("options: every flag in both spellings") {
 }
 
 TEST_CASE("options: everything after the entrypoint belongs to the workers") {
-  auto o = parse_ok({"--nproc_per_node=4", "train.py", "--epochs", "10", "--nproc_per_node=9", "-m"});
+  auto o =
+      parse_ok({"--nproc_per_node=4", "train.py", "--epochs", "10", "--nproc_per_node=9", "-m"});
   CHECK(o.nproc_per_node == "4");
   CHECK(o.entrypoint == "train.py");
   CHECK(o.script_args == std::vector<std::string>{"--epochs", "10", "--nproc_per_node=9", "-m"});
@@ -110,13 +118,16 @@ TEST_CASE("options: PET_ variables, with flags taking precedence") {
   CHECK(from_env.max_restarts == 2);
   auto flag_wins = parse_ok({"--nproc_per_node=2", "x"}, {{"PET_NPROC_PER_NODE", "3"}});
   CHECK(flag_wins.nproc_per_node == "2");
-  CHECK(parse_error({"x"}, {{"PET_STANDALONE", "yes"}}) == "PET_STANDALONE: expected 0 or 1, got 'yes'");
-  CHECK(parse_error({"x"}, {{"PET_MAX_RESTARTS", "-1"}}).find("--max_restarts") != std::string::npos);
+  CHECK(parse_error({"x"}, {{"PET_STANDALONE", "yes"}}) ==
+        "PET_STANDALONE: expected 0 or 1, got 'yes'");
+  CHECK(parse_error({"x"}, {{"PET_MAX_RESTARTS", "-1"}}).find("--max_restarts") !=
+        std::string::npos);
 }
 
 TEST_CASE("options: nnodes, rdzv_conf, std specs and signals") {
-  auto o = parse_ok({"--nnodes=2:8", "--rdzv_conf=join_timeout=60,last_call_timeout=1.5,is_host=false,"
-                                    "keep_alive_max_attempt=5,token_file=/t,read_timeout=9",
+  auto o = parse_ok({"--nnodes=2:8",
+                     "--rdzv_conf=join_timeout=60,last_call_timeout=1.5,is_host=false,"
+                     "keep_alive_max_attempt=5,token_file=/t,read_timeout=9",
                      "--redirects=0:1,1:2", "--tee=3", "--signals_to_handle=SIGTERM,USR1", "x"});
   CHECK(o.min_nodes == 2);
   CHECK(o.max_nodes == 8);
@@ -142,20 +153,23 @@ TEST_CASE("options: bad values name the flag and what was expected") {
   CHECK(parse_error({"--nproc_per_node=0", "x"}).find("--nproc_per_node") == 0);
   CHECK(parse_error({"--rdzv_backend=etcd", "x"}) ==
         "--rdzv_backend: expected static, c10d or ctrund, got 'etcd'");
-  CHECK(parse_error({"--master_port=70000", "x"}).find("--master_port: expected an integer in 0..65535") == 0);
+  CHECK(parse_error({"--master_port=70000", "x"})
+            .find("--master_port: expected an integer in 0..65535") == 0);
   CHECK(parse_error({"--max_restarts=two", "x"}).find("--max_restarts") == 0);
   CHECK(parse_error({"--monitor_interval=0", "x"}).find("--monitor_interval") == 0);
   CHECK(parse_error({"--shutdown_timeout=-1", "x"}).find("--shutdown_timeout") == 0);
   CHECK(parse_error({"--redirects=4", "x"}).find("--redirects: expected 0-3") == 0);
   CHECK(parse_error({"--tee=0:9", "x"}).find("--tee") == 0);
-  CHECK(parse_error({"--rdzv_conf=join_timeout", "x"}).find("--rdzv_conf: expected key=value") == 0);
+  CHECK(parse_error({"--rdzv_conf=join_timeout", "x"}).find("--rdzv_conf: expected key=value") ==
+        0);
   CHECK(parse_error({"--rdzv_conf=join_timeout=soon", "x"}).find("--rdzv_conf: join_timeout") == 0);
   CHECK(parse_error({"--rdzv_conf=is_host=maybe", "x"}).find("is_host") != std::string::npos);
   CHECK(parse_error({"--signals_to_handle=SIGFOO", "x"}).find("SIGFOO") != std::string::npos);
   CHECK(parse_error({"--signals_to_handle=SIGKILL", "x"}).find("SIGKILL") != std::string::npos);
   CHECK(parse_error({"--local_ranks_filter=a", "x"}).find("--local_ranks_filter") == 0);
   CHECK(parse_error({"--nnodes=2", "--node_rank=2", "x"}).find("--node_rank: 2 is not below") == 0);
-  CHECK(parse_error({"-m", "--no_python", "x"}).find("cannot be used together") != std::string::npos);
+  CHECK(parse_error({"-m", "--no_python", "x"}).find("cannot be used together") !=
+        std::string::npos);
   CHECK(parse_error({}).find("missing the training program") == 0);
   CHECK(parse_error({"--frobnicate", "x"}).find("frobnicate") != std::string::npos);
   CHECK(parse_error({"--nnodes"}).find("nnodes") != std::string::npos);

@@ -1,12 +1,12 @@
 // A worker for the agent's tests. Usage: test_worker MODE [ARGS...]
 //   env FILE_PREFIX     write the torchrun variables to FILE_PREFIX.<RANK>, exit 0
 //   exit CODE           exit with CODE
-//   fail_once           local rank 1 exits 3 on the first attempt; everyone else writes env, exits 0
-//   sleep SECONDS       sleep, then write env to $CTRUN_TEST_OUT.<RANK> if set, exit 0
-//   grandchild FILE     start a grandchild that sleeps, write both pids to FILE.<RANK>, sleep
-//   print               print two lines to stdout and one to stderr
-//   dumpenv FILE_PREFIX write the whole environment to FILE_PREFIX.<RANK>, exit 0
-//   until_alone FILE    write the pid to FILE.<RANK>; exit 0 once the only node in the round,
+//   fail_once           local rank 1 exits 3 on the first attempt; everyone else writes env, exits
+//   0 sleep SECONDS       sleep, then write env to $CTRUN_TEST_OUT.<RANK> if set, exit 0 grandchild
+//   FILE     start a grandchild that sleeps, write both pids to FILE.<RANK>, sleep print print two
+//   lines to stdout and one to stderr dumpenv FILE_PREFIX write the whole environment to
+//   FILE_PREFIX.<RANK>, exit 0 until_alone FILE    write the pid to FILE.<RANK>; exit 0 once the
+//   only node in the round,
 //                       else sleep (a node-loss test: the survivor finishes by itself)
 #include <signal.h>
 #include <unistd.h>
@@ -29,12 +29,26 @@ std::string env(const char* name) {
 
 void write_env(const std::string& prefix) {
   std::ofstream out(prefix + "." + env("RANK"));
-  for (const char* name :
-       {"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
-        "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-        "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS",
-        "CTRUN_STORE_ADDR", "CTRUN_STORE_PORT", "CTRUN_STORE_PREFIX"}) {
+  for (const char* name : {"RANK",
+                           "LOCAL_RANK",
+                           "GROUP_RANK",
+                           "ROLE_RANK",
+                           "ROLE_NAME",
+                           "LOCAL_WORLD_SIZE",
+                           "WORLD_SIZE",
+                           "GROUP_WORLD_SIZE",
+                           "ROLE_WORLD_SIZE",
+                           "MASTER_ADDR",
+                           "MASTER_PORT",
+                           "TORCHELASTIC_RESTART_COUNT",
+                           "TORCHELASTIC_MAX_RESTARTS",
+                           "TORCHELASTIC_RUN_ID",
+                           "TORCHELASTIC_USE_AGENT_STORE",
+                           "TORCHELASTIC_ERROR_FILE",
+                           "OMP_NUM_THREADS",
+                           "CTRUN_STORE_ADDR",
+                           "CTRUN_STORE_PORT",
+                           "CTRUN_STORE_PREFIX"}) {
     out << name << "=" << env(name) << "\n";
   }
 }

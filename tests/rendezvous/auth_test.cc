@@ -29,13 +29,9 @@ TEST_CASE("auth: constant_time_equal") {
 
 TEST_CASE("auth: token files") {
   const std::string path = "ctrun_auth_test_token";
-  {
-    std::ofstream(path) << "s3cret \n";
-  }
+  { std::ofstream(path) << "s3cret \n"; }
   CHECK(read_token_file(path).value() == "s3cret");
-  {
-    std::ofstream(path) << "\n\n";
-  }
+  { std::ofstream(path) << "\n\n"; }
   auto empty = read_token_file(path);
   REQUIRE_FALSE(empty);
   CHECK(empty.error().message.find("is empty") != std::string::npos);

@@ -28,10 +28,10 @@ namespace {
 class Daemon {
  public:
   explicit Daemon(std::vector<std::string> extra = {}, std::string host = "127.0.0.1")
-      : port_file_(temp_path("port_" + std::to_string(counter_++))),
-        log_(port_file_ + ".log") {
+      : port_file_(temp_path("port_" + std::to_string(counter_++))), log_(port_file_ + ".log") {
     std::remove(port_file_.c_str());
-    std::vector<std::string> argv = {CTRUND_PATH, "--host", host, "--port", "0", "--port_file", port_file_};
+    std::vector<std::string> argv = {CTRUND_PATH, "--host",      host,      "--port",
+                                     "0",         "--port_file", port_file_};
     argv.insert(argv.end(), extra.begin(), extra.end());
     process_ = std::make_unique<ChildProcess>(argv, log_);
     auto port = wait_for_file(port_file_, 10s);
@@ -84,7 +84,9 @@ class RawSocket {
   }
   ~RawSocket() { close(fd_); }
   bool connected() const { return connected_; }
-  void write(const std::string& bytes) { (void)::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
+  void write(const std::string& bytes) {
+    (void)::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  }
   // Reads frames until the peer closes (or 5 s pass); returns them.
   std::vector<Json> read_until_closed() {
     FrameDecoder decoder;
@@ -342,9 +344,9 @@ TEST_CASE("daemon: SIGTERM and SIGINT stop it cleanly") {
 TEST_CASE("daemon: bad flags give one clear line and exit 2") {
   const std::string log = temp_path("badflags.log");
   for (auto args : std::vector<std::vector<std::string>>{{"--port", "http"},
-                                                        {"--max_frame_bytes", "1"},
-                                                        {"--token_file", "/nonexistent/token"},
-                                                        {"--frobnicate"}}) {
+                                                         {"--max_frame_bytes", "1"},
+                                                         {"--token_file", "/nonexistent/token"},
+                                                         {"--frobnicate"}}) {
     std::remove(log.c_str());
     std::vector<std::string> argv = {CTRUND_PATH};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -363,7 +365,8 @@ TEST_CASE("daemon: bad flags give one clear line and exit 2") {
 TEST_CASE("daemon: a busy port is a clear error") {
   Daemon first;
   const std::string log = temp_path("busy.log");
-  ChildProcess second({CTRUND_PATH, "--host", "127.0.0.1", "--port", std::to_string(first.port())}, log);
+  ChildProcess second({CTRUND_PATH, "--host", "127.0.0.1", "--port", std::to_string(first.port())},
+                      log);
   auto code = second.wait(5s);
   REQUIRE(code.has_value());
   CHECK(*code == 1);
@@ -388,8 +391,10 @@ TEST_CASE("client: connect retries until the daemon is up, and gives up with a c
   const std::string log = temp_path("late.log");
   std::thread starter([&] {
     std::this_thread::sleep_for(300ms);
-    late = std::make_unique<ChildProcess>(
-        std::vector<std::string>{CTRUND_PATH, "--host", "127.0.0.1", "--port", std::to_string(port)}, log);
+    late =
+        std::make_unique<ChildProcess>(std::vector<std::string>{CTRUND_PATH, "--host", "127.0.0.1",
+                                                                "--port", std::to_string(port)},
+                                       log);
   });
   auto client = Client::connect(options);
   starter.join();
@@ -415,8 +420,8 @@ TEST_CASE("client: a killed daemon is reported as connection_lost") {
   std::vector<Json> events;
   client.set_event_handler([&](const Json& e) { events.push_back(e); });
   std::optional<Status> connected;
-  boost::asio::co_spawn(io, [&]() -> Task<void> { connected = co_await client.connect(); },
-                        boost::asio::detached);
+  boost::asio::co_spawn(
+      io, [&]() -> Task<void> { connected = co_await client.connect(); }, boost::asio::detached);
   const auto deadline = std::chrono::steady_clock::now() + 5s;
   while (!connected && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
   REQUIRE(connected);

@@ -24,15 +24,24 @@ std::vector<std::string> seed_corpus() {
       {{"op", "set"}, {"id", 1}, {"key", "k"}, {"value", to_binary("v")}},
       {{"op", "get"}, {"id", 2}, {"key", "k"}, {"timeout_ms", 0}},
       {{"op", "add"}, {"id", 3}, {"key", "n"}, {"delta", 1}},
-      {{"op", "compare_set"}, {"id", 4}, {"key", "k"}, {"expected", to_binary("")}, {"desired", to_binary("x")}},
+      {{"op", "compare_set"},
+       {"id", 4},
+       {"key", "k"},
+       {"expected", to_binary("")},
+       {"desired", to_binary("x")}},
       {{"op", "check"}, {"id", 5}, {"keys", {"k", "n"}}},
       {{"op", "wait"}, {"id", 6}, {"keys", {"k"}}, {"timeout_ms", 1}},
       {{"op", "delete"}, {"id", 7}, {"key", "k"}},
       {{"op", "num_keys"}, {"id", 8}},
       {{"op", "multi_get"}, {"id", 9}, {"keys", {"k"}}, {"timeout_ms", 0}},
       {{"op", "multi_set"}, {"id", 10}, {"keys", {"a"}}, {"values", {to_binary("b")}}},
-      {{"op", "join"}, {"id", 11}, {"node", "n"}, {"host", "h"}, {"local_world_size", 1},
-       {"min_nodes", 1}, {"max_nodes", 2}},
+      {{"op", "join"},
+       {"id", 11},
+       {"node", "n"},
+       {"host", "h"},
+       {"local_world_size", 1},
+       {"min_nodes", 1},
+       {"max_nodes", 2}},
       {{"op", "keep_alive"}, {"id", 12}},
       {{"op", "report"}, {"id", 13}, {"result", "failed"}, {"message", "m"}},
       {{"op", "status"}, {"id", 14}},
@@ -52,11 +61,21 @@ std::string mutate(std::string s, std::mt19937& rng) {
   for (int e = 0; e < edits && !s.empty(); ++e) {
     const std::size_t at = rng() % s.size();
     switch (rng() % 5) {
-      case 0: s[at] = static_cast<char>(s[at] ^ (1 << (rng() % 8))); break;  // bit flip
-      case 1: s[at] = static_cast<char>(byte(rng)); break;                   // byte change
-      case 2: s.erase(at, 1 + rng() % 4); break;                             // deletion
-      case 3: s.insert(at, 1, static_cast<char>(byte(rng))); break;          // insertion
-      case 4: s.resize(at); break;                                           // truncation
+      case 0:
+        s[at] = static_cast<char>(s[at] ^ (1 << (rng() % 8)));
+        break;  // bit flip
+      case 1:
+        s[at] = static_cast<char>(byte(rng));
+        break;  // byte change
+      case 2:
+        s.erase(at, 1 + rng() % 4);
+        break;  // deletion
+      case 3:
+        s.insert(at, 1, static_cast<char>(byte(rng)));
+        break;  // insertion
+      case 4:
+        s.resize(at);
+        break;  // truncation
     }
   }
   // Keep the length prefix consistent half the time, so the body parser is exercised too.
@@ -88,7 +107,8 @@ TEST_CASE("fuzz: 120,000 random and mutated inputs never break the decoder") {
   const auto corpus = seed_corpus();
   int decoded = 0, rejected = 0;
   for (int i = 0; i < 120'000; ++i) {
-    const std::string input = i % 3 == 0 ? random_input(rng) : mutate(corpus[rng() % corpus.size()], rng);
+    const std::string input =
+        i % 3 == 0 ? random_input(rng) : mutate(corpus[rng() % corpus.size()], rng);
     FrameDecoder decoder(1 << 16);
     // Feed in random slices, as a socket would deliver them.
     std::size_t pos = 0;
@@ -124,7 +144,8 @@ TEST_CASE("fuzz: 100,000 mutated requests never break the service") {
   options.max_frame_bytes = 1 << 16;
   ServiceHarness h(options);
   auto keeper = h.connect_hello("keeper");
-  REQUIRE(h.call(keeper, Json{{"op", "set"}, {"key", "precious"}, {"value", to_binary("data")}})["ok"] ==
+  REQUIRE(h.call(keeper,
+                 Json{{"op", "set"}, {"key", "precious"}, {"value", to_binary("data")}})["ok"] ==
           true);
 
   int inputs = 0;
@@ -133,7 +154,8 @@ TEST_CASE("fuzz: 100,000 mutated requests never break the service") {
     auto c = h.connect();
     h.transport.take(c);
     if (rng() % 8 != 0) {
-      h.send(c, Json{{"op", "hello"}, {"id", 0}, {"version", 1}, {"job", rng() % 2 ? "j" : "keeper"}});
+      h.send(c,
+             Json{{"op", "hello"}, {"id", 0}, {"version", 1}, {"job", rng() % 2 ? "j" : "keeper"}});
     }
     for (int k = 0; k < 20 && !h.transport.closed.count(c); ++k, ++inputs) {
       const std::string input = rng() % 4 == 0 ? corpus[rng() % corpus.size()]

@@ -132,7 +132,8 @@ TEST_CASE("frame: deep nesting is refused instead of overflowing the stack") {
 
 TEST_CASE("frame: a frame with too many elements is refused") {
   // An array header announcing 2M nil elements, all present.
-  std::string body = "\x81\xa1x\xdd" + std::string("\x00\x20\x00\x00", 4) + std::string(2u << 20, '\xc0');
+  std::string body =
+      "\x81\xa1x\xdd" + std::string("\x00\x20\x00\x00", 4) + std::string(2u << 20, '\xc0');
   std::string bytes = raw_frame(body);
   FrameDecoder decoder(4u << 20);
   decoder.feed(bytes.data(), bytes.size());

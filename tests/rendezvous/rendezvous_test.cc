@@ -395,7 +395,7 @@ TEST_CASE("rendezvous: a survivor that vanishes instead of rejoining is not wait
   join_ok(r, node("c"));
   REQUIRE(r.formed());
   r.remove_node("a", "connection closed");  // b, c stale
-  CHECK(join_ok(r, node("b")).empty());      // waits for c
+  CHECK(join_ok(r, node("b")).empty());     // waits for c
   auto formed = r.remove_node("c", "connection closed");
   REQUIRE(formed.size() == 1);
   CHECK(formed[0].kind == Notice::Kind::kRoundFormed);

@@ -11,8 +11,12 @@ using namespace std::chrono_literals;
 namespace {
 
 Json join_request(const std::string& node, int min, int max, int local_world_size = 1) {
-  return Json{{"op", "join"},         {"node", node},       {"host", node + ".host"},
-              {"master_port", 29500}, {"min_nodes", min},   {"max_nodes", max},
+  return Json{{"op", "join"},
+              {"node", node},
+              {"host", node + ".host"},
+              {"master_port", 29500},
+              {"min_nodes", min},
+              {"max_nodes", max},
               {"local_world_size", local_world_size}};
 }
 
@@ -94,11 +98,12 @@ TEST_CASE("service: token authentication") {
     auto c = h.connect();
     Json challenge = h.transport.take(c);
     const auto& n = challenge["nonce"].get_binary();
-    h.send(c, Json{{"op", "hello"},
-                   {"id", 0},
-                   {"version", 1},
-                   {"job", "j"},
-                   {"proof", to_binary(client_proof("guess", std::string(n.begin(), n.end()), "j"))}});
+    h.send(c,
+           Json{{"op", "hello"},
+                {"id", 0},
+                {"version", 1},
+                {"job", "j"},
+                {"proof", to_binary(client_proof("guess", std::string(n.begin(), n.end()), "j"))}});
     CHECK(is_error(h.transport.take(c), "auth_failed"));
   }
   SECTION("a proof replayed on another connection") {
@@ -125,7 +130,8 @@ TEST_CASE("service: token authentication") {
                    {"id", 0},
                    {"version", 1},
                    {"job", "other"},
-                   {"proof", to_binary(client_proof("s3cret", std::string(n.begin(), n.end()), "j"))}});
+                   {"proof",
+                    to_binary(client_proof("s3cret", std::string(n.begin(), n.end()), "j"))}});
     CHECK(is_error(h.transport.take(c), "auth_failed"));
   }
 }
@@ -243,7 +249,8 @@ TEST_CASE("service: jobs do not see each other's keys") {
   auto a = h.connect_hello("job-a");
   auto b = h.connect_hello("job-b");
   h.call(a, Json{{"op", "set"}, {"key", "secret"}, {"value", to_binary("a's")}});
-  CHECK(is_error(h.call(b, Json{{"op", "get"}, {"key", "secret"}, {"timeout_ms", 0}}), "not_found"));
+  CHECK(
+      is_error(h.call(b, Json{{"op", "get"}, {"key", "secret"}, {"timeout_ms", 0}}), "not_found"));
   CHECK(h.call(b, Json{{"op", "num_keys"}})["count"] == 0);
   CHECK(h.service->num_jobs() == 2);
 }
@@ -377,8 +384,9 @@ TEST_CASE("service: report ends the job and pushes job_ended") {
   h.send(b, with_id(join_request("b", 2, 2), 1));
   h.transport.take(a);
   h.transport.take(b);
-  CHECK(h.call(a, Json{{"op", "report"}, {"result", "failed"}, {"message", "rank 1 exit 3"}})["ok"] ==
-        true);
+  CHECK(
+      h.call(a, Json{{"op", "report"}, {"result", "failed"}, {"message", "rank 1 exit 3"}})["ok"] ==
+      true);
   Json ended_a = h.transport.take(a);
   Json ended_b = h.transport.take(b);
   CHECK(ended_b["event"] == "job_ended");
@@ -520,7 +528,8 @@ TEST_CASE("service: an answer larger than a frame is refused with a clear error"
   h.call(c, Json{{"op", "set"}, {"key", "b"}, {"value", to_binary(std::string(600, 'b'))}});
   Json answer = h.call(c, Json{{"op", "multi_get"}, {"keys", {"a", "b"}}});
   CHECK(is_error(answer, "limit"));
-  CHECK(answer["error"]["message"].get<std::string>().find("frame limit of 1024") != std::string::npos);
+  CHECK(answer["error"]["message"].get<std::string>().find("frame limit of 1024") !=
+        std::string::npos);
   CHECK_FALSE(h.transport.closed.count(c));
 }
 

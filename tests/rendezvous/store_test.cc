@@ -70,7 +70,7 @@ TEST_CASE("store: limits give clear errors and change nothing") {
   auto third = store.set("c", "3");
   REQUIRE_FALSE(third);
   CHECK(third.error().message.find("maximum of 2 keys") != std::string::npos);
-  REQUIRE(store.set("a", std::string(16, 'x')));  // replacing is fine
+  REQUIRE(store.set("a", std::string(16, 'x')));      // replacing is fine
   auto total = store.set("b", std::string(16, 'y'));  // 1+16 + 1+16 = 34 <= 40, fine
   REQUIRE(total);
   StoreLimits tight = limits;

@@ -31,8 +31,8 @@ using Task = boost::asio::awaitable<T>;
 struct ClientOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 29400;
-  std::string job = "default";         // the job (rdzv_id) whose store and rendezvous to use
-  std::optional<std::string> token;    // proves the daemon's shared token
+  std::string job = "default";       // the job (rdzv_id) whose store and rendezvous to use
+  std::optional<std::string> token;  // proves the daemon's shared token
   Duration connect_timeout = std::chrono::seconds(60);  // keep retrying this long
   Duration initial_backoff = std::chrono::milliseconds(50);
   Duration max_backoff = std::chrono::seconds(2);

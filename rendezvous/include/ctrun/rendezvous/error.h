@@ -41,7 +41,7 @@ class [[nodiscard]] Result {
  public:
   // Default-constructed only where a framework demands it (asio's co_spawn): an error.
   Result() : v_(Error{ErrorCode::kInternal, "no result"}) {}
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
   Result(Error error) : v_(std::move(error)) {}  // NOLINT
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }

@@ -31,8 +31,8 @@ struct RendezvousConfig {
 Status validate(const RendezvousConfig& config);
 
 struct NodeInfo {
-  std::string node_id;      // unique per agent process
-  std::string host;         // where this node's workers are reached (MASTER_ADDR if rank 0)
+  std::string node_id;  // unique per agent process
+  std::string host;     // where this node's workers are reached (MASTER_ADDR if rank 0)
   int local_world_size = 1;
   int master_port = 0;      // a free port on `host`, offered for MASTER_PORT
   int requested_rank = -1;  // a static --node_rank, or -1 for any
@@ -132,7 +132,7 @@ class Rendezvous {
   const Clock& clock_;
   Logger log_;
   std::map<std::string, Node> nodes_;
-  std::array<int, 6> place_counts_{};  // nodes in each Place
+  std::array<int, 6> place_counts_{};     // nodes in each Place
   std::map<std::string, int> last_rank_;  // group ranks of the last formed round
   std::vector<std::string> members_;      // the formed round, by group rank
   int round_ = 0;

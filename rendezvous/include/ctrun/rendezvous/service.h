@@ -39,9 +39,9 @@ struct ServiceOptions {
   std::size_t max_waiters_per_connection = 4096;
   std::size_t max_job_bytes = 256;  // length of a job id
   StoreLimits store_limits;
-  Duration hello_timeout = std::chrono::seconds(10);  // connect to hello
-  Duration frame_timeout = std::chrono::seconds(10);  // first to last byte of a frame
-  Duration idle_job_timeout = std::chrono::minutes(5);  // a job with no connections is dropped
+  Duration hello_timeout = std::chrono::seconds(10);         // connect to hello
+  Duration frame_timeout = std::chrono::seconds(10);         // first to last byte of a frame
+  Duration idle_job_timeout = std::chrono::minutes(5);       // a job with no connections is dropped
   std::function<std::string(std::size_t)> random = nullptr;  // nonce source; OpenSSL when null
   std::function<void(const std::string&)> log = nullptr;
 };
