@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issue 2 and prints their tables with ratios:
+# Runs every benchmark of issues 2 and 3 and prints their tables with ratios:
 #   store_bench       ctrund vs PyTorch's TCPStore: set+get throughput (1/4/16 client processes), latency
 #   rdzv_bench        ctrund rendezvous of 16..4096 nodes: formation time, daemon peak memory
 #   c10d_rdzv_bench   torch's c10d dynamic rendezvous vs ctrund at 16 and 64 nodes
+#   launch_bench      the ctrun launcher vs torchrun: launch time and memory, worker restart,
+#                     node failure
 # Usage: scripts/bench/run.sh [--quick]
 # Builds build-bench/ first if needed (one job at a time: the machine is shared; BENCH_JOBS=N
 # to change). Everything runs inside a loopback-only network namespace, because TCPStore binds
@@ -26,7 +28,8 @@ if [[ " $* " != *" --in-netns "* ]]; then
     cmake -S "$root" -B "$build" -G Ninja -DCTRUN_BUILD_TESTS=OFF -DCTRUN_BUILD_BENCH=ON \
       -DCTRUN_WITH_TORCH=ON -DCMAKE_BUILD_TYPE=Release
   fi
-  nice -n 19 ninja -C "$build" -j "${BENCH_JOBS:-1}" ctrund rdzv_bench store_bench
+  nice -n 19 ninja -C "$build" -j "${BENCH_JOBS:-1}" ctrund rdzv_bench store_bench \
+    ctrun launch_probe launch_measure
   # Re-run this script in a fresh network namespace with only the loopback interface.
   unshare_flags=(-n)
   [ "$(id -u)" -eq 0 ] || unshare_flags=(-r -n)
@@ -52,4 +55,5 @@ run() {  # every benchmark is bounded: none may hang the run
 run 1200 "$bench/store_bench" "${quick[@]}"
 run 900 "$bench/rdzv_bench" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/c10d_rdzv_bench.py" --rdzv_bench "$bench/rdzv_bench" "${quick[@]}"
+run 900 /usr/bin/python3 "$root/scripts/bench/launch_bench.py" "${quick[@]}"
 exit $status

@@ -60,7 +60,8 @@ void check(int rc, const char* what) {
 
 Pipe Pipe::create() {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
   return Pipe{fds[0], fds[1]};
 }
 
@@ -155,7 +156,8 @@ std::optional<std::string> Child::read_line(Clock::time_point deadline) {
       return line;
     }
     if (stdout_fd_ < 0) return std::nullopt;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return std::nullopt;
     pollfd p{stdout_fd_, POLLIN, 0};
     const int ready = poll(&p, 1, static_cast<int>(std::min<long>(left.count() + 1, 1000)));
@@ -252,7 +254,8 @@ long raise_nofile_limit() {
 std::string make_temp_dir(const std::string& prefix) {
   const char* base = std::getenv("TMPDIR");
   std::string templ = std::string(base && *base ? base : "/tmp") + "/" + prefix + "XXXXXX";
-  if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
+  if (!mkdtemp(templ.data()))
+    throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
   return templ;
 }
 

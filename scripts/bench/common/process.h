@@ -19,9 +19,9 @@ class Child {
  public:
   struct Options {
     std::vector<std::string> argv;
-    int stdin_fd = -1;        // -1: /dev/null
+    int stdin_fd = -1;            // -1: /dev/null
     bool capture_stdout = false;  // true: readable through read_line()
-    std::string stderr_path;  // empty: inherit
+    std::string stderr_path;      // empty: inherit
   };
 
   static Child spawn(const Options& options);  // throws std::runtime_error

@@ -18,9 +18,9 @@ struct StormOptions {
 
 struct StormResult {
   bool ok = false;
-  std::string error;          // why not ok
-  double join_wall_s = 0;     // first join sent .. last join answer received
-  double first_answer_s = 0;  // first join sent .. first answer received
+  std::string error;               // why not ok
+  double join_wall_s = 0;          // first join sent .. last join answer received
+  double first_answer_s = 0;       // first join sent .. first answer received
   std::uint64_t answer_bytes = 0;  // received after the joins went out: the answers, framed
 };
 

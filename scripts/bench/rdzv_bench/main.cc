@@ -47,7 +47,8 @@ std::optional<Row> run_once(const std::string& ctrund, int nodes, const std::str
   row.daemon_cpu_s = bench::read_cpu_seconds(daemon.pid());
   daemon.stop();
   if (!r.ok) {
-    std::cerr << "rdzv_bench: " << nodes << " nodes: " << r.error << " (daemon log " << o.stderr_path << ")\n";
+    std::cerr << "rdzv_bench: " << nodes << " nodes: " << r.error << " (daemon log "
+              << o.stderr_path << ")\n";
     return std::nullopt;
   }
   row.join_wall_s = r.join_wall_s;
@@ -105,23 +106,32 @@ int main(int argc, char** argv) {
         failed = true;
         break;
       }
-      std::fprintf(stderr, "rep %d %5d nodes: join %8.1f ms, daemon peak %.1f MiB, daemon cpu %.2f s\n",
+      std::fprintf(stderr,
+                   "rep %d %5d nodes: join %8.1f ms, daemon peak %.1f MiB, daemon cpu %.2f s\n",
                    rep + 1, n, row->join_wall_s * 1e3, row->daemon_hwm_mib, row->daemon_cpu_s);
       runs.push_back(*row);
     }
     if (runs.empty()) continue;
     // The run with the median join time represents this N (its memory and CPU go with it).
-    std::sort(runs.begin(), runs.end(), [](const Row& a, const Row& b) { return a.join_wall_s < b.join_wall_s; });
+    std::sort(runs.begin(), runs.end(),
+              [](const Row& a, const Row& b) { return a.join_wall_s < b.join_wall_s; });
     rows.push_back(runs[(runs.size() - 1) / 2]);
   }
   if (!failed) bench::remove_tree(dir);
 
-  std::printf("\nrdzv_bench: one round of N nodes (min = max = N), fresh ctrund per run, median of %d\n\n", reps);
-  std::printf("| nodes | join wall (ms) | first answer (ms) | answer (bytes) | daemon VmHWM (MiB) | daemon CPU (s) | target |\n");
-  std::printf("|------:|---------------:|------------------:|---------------:|-------------------:|---------------:|--------|\n");
+  std::printf(
+      "\nrdzv_bench: one round of N nodes (min = max = N), fresh ctrund per run, median of %d\n\n",
+      reps);
+  std::printf(
+      "| nodes | join wall (ms) | first answer (ms) | answer (bytes) | daemon VmHWM (MiB) | daemon "
+      "CPU (s) | target |\n");
+  std::printf(
+      "|------:|---------------:|------------------:|---------------:|-------------------:|--------"
+      "-------:|--------|\n");
   for (const auto& r : rows) {
-    std::printf("| %5d | %14.1f | %17.1f | %14.0f | %18.1f | %14.2f | %s |\n", r.nodes, r.join_wall_s * 1e3,
-                r.first_answer_s * 1e3, r.answer_bytes, r.daemon_hwm_mib, r.daemon_cpu_s, verdict(r).c_str());
+    std::printf("| %5d | %14.1f | %17.1f | %14.0f | %18.1f | %14.2f | %s |\n", r.nodes,
+                r.join_wall_s * 1e3, r.first_answer_s * 1e3, r.answer_bytes, r.daemon_hwm_mib,
+                r.daemon_cpu_s, verdict(r).c_str());
   }
   if (!json_out.empty()) {
     std::ofstream out(json_out);

@@ -21,7 +21,9 @@ double micros(Clock::duration d) { return std::chrono::duration<double, std::mic
 double cpu_seconds() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  auto s = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
   return s(u.ru_utime) + s(u.ru_stime);
 }
 
@@ -38,13 +40,17 @@ void wait_for_start() {
 
 std::string format_result(const ClientResult& r) {
   char line[256];
-  std::snprintf(line, sizeof line, "result pairs=%ld elapsed_s=%.6f get_p50_us=%.2f get_p99_us=%.2f set_p50_us=%.2f cpu_s=%.6f",
-                r.pairs, r.elapsed_s, r.get_p50_us, r.get_p99_us, r.set_p50_us, r.cpu_s);
+  std::snprintf(
+      line, sizeof line,
+      "result pairs=%ld elapsed_s=%.6f get_p50_us=%.2f get_p99_us=%.2f set_p50_us=%.2f cpu_s=%.6f",
+      r.pairs, r.elapsed_s, r.get_p50_us, r.get_p99_us, r.set_p50_us, r.cpu_s);
   return line;
 }
 
 bool parse_result(const std::string& line, ClientResult& out) {
-  return std::sscanf(line.c_str(), "result pairs=%ld elapsed_s=%lf get_p50_us=%lf get_p99_us=%lf set_p50_us=%lf cpu_s=%lf",
+  return std::sscanf(line.c_str(),
+                     "result pairs=%ld elapsed_s=%lf get_p50_us=%lf get_p99_us=%lf set_p50_us=%lf "
+                     "cpu_s=%lf",
                      &out.pairs, &out.elapsed_s, &out.get_p50_us, &out.get_p99_us, &out.set_p50_us,
                      &out.cpu_s) == 6;
 }
@@ -97,7 +103,8 @@ int run_client(const ClientSpec& spec) {
     std::fflush(stdout);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "store_bench client %d (%s): %s\n", spec.index, spec.backend.c_str(), e.what());
+    std::fprintf(stderr, "store_bench client %d (%s): %s\n", spec.index, spec.backend.c_str(),
+                 e.what());
     return 1;
   }
 }

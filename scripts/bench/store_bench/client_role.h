@@ -8,19 +8,19 @@ namespace store_bench {
 struct ClientSpec {
   std::string backend;  // "ctrun", "ctrun_raw" or "tcpstore"
   int port = 0;
-  int index = 0;        // distinct per client: its keys are "c<index>/k<n>"
+  int index = 0;  // distinct per client: its keys are "c<index>/k<n>"
   int duration_ms = 1000;
   int value_bytes = 32;
   int distinct_keys = 1024;
 };
 
 struct ClientResult {
-  long pairs = 0;           // set+get pairs done
+  long pairs = 0;  // set+get pairs done
   double elapsed_s = 0;
   double get_p50_us = 0;
   double get_p99_us = 0;
   double set_p50_us = 0;
-  double cpu_s = 0;         // this process's CPU time (user + system, all threads) in the run
+  double cpu_s = 0;  // this process's CPU time (user + system, all threads) in the run
 };
 
 // Connects, prints "ready", waits for EOF on stdin (the shared start signal), runs set+get

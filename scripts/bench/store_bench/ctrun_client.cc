@@ -13,7 +13,8 @@ class CtrunStoreClient final : public StoreClient {
   explicit CtrunStoreClient(std::unique_ptr<rdzv::Client> client) : client_(std::move(client)) {}
 
   void set(const std::string& key, const std::string& value) override {
-    if (auto s = client_->set(key, value); !s) throw std::runtime_error("ctrund set: " + s.error().message);
+    if (auto s = client_->set(key, value); !s)
+      throw std::runtime_error("ctrund set: " + s.error().message);
   }
 
   std::string get(const std::string& key) override {

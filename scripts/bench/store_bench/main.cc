@@ -61,7 +61,8 @@ Server start_server(const std::string& backend, const Settings& s, const std::st
   }
   Server server{Child::spawn(o), 0};
   auto port = bench::wait_for_port_file(port_file, Clock::now() + std::chrono::seconds(30));
-  if (!port) throw std::runtime_error(backend + " server did not report a port; see " + o.stderr_path);
+  if (!port)
+    throw std::runtime_error(backend + " server did not report a port; see " + o.stderr_path);
   server.port = *port;
   return server;
 }
@@ -73,9 +74,19 @@ Measurement measure(const std::string& backend, const Server& server, int nclien
   std::vector<Child> clients;
   for (int i = 0; i < nclients; ++i) {
     Child::Options o;
-    o.argv = {self_path(), "--role", "client", "--backend", backend, "--port", std::to_string(port),
-              "--index", std::to_string(i), "--duration_ms", std::to_string(s.duration_ms),
-              "--value_bytes", std::to_string(s.value_bytes)};
+    o.argv = {self_path(),
+              "--role",
+              "client",
+              "--backend",
+              backend,
+              "--port",
+              std::to_string(port),
+              "--index",
+              std::to_string(i),
+              "--duration_ms",
+              std::to_string(s.duration_ms),
+              "--value_bytes",
+              std::to_string(s.value_bytes)};
     o.stdin_fd = go.read_fd;
     o.capture_stdout = true;
     o.stderr_path = dir + "/clients.log";
@@ -85,12 +96,14 @@ Measurement measure(const std::string& backend, const Server& server, int nclien
   const auto ready_deadline = Clock::now() + std::chrono::seconds(60);
   for (auto& c : clients) {
     auto line = c.read_line(ready_deadline);
-    if (line != "ready") throw std::runtime_error(backend + " client not ready; see " + dir + "/clients.log");
+    if (line != "ready")
+      throw std::runtime_error(backend + " client not ready; see " + dir + "/clients.log");
   }
   const double server_cpu_start = bench::read_cpu_seconds(server.process.pid());
   go.close_write();  // EOF on every client's stdin: start
 
-  const auto done_deadline = Clock::now() + std::chrono::milliseconds(s.duration_ms) + std::chrono::seconds(60);
+  const auto done_deadline =
+      Clock::now() + std::chrono::milliseconds(s.duration_ms) + std::chrono::seconds(60);
   Measurement m;
   double ops = 0, client_cpu = 0;
   std::vector<ClientResult> results;
@@ -130,16 +143,19 @@ int orchestrate(const Settings& s) {
   store_bench::Results results;
   try {
     for (int rep = 0; rep < s.reps; ++rep) {
-      std::map<std::string, Server> servers;  // all alive for the whole repetition, idle when not measured
+      std::map<std::string, Server>
+          servers;  // all alive for the whole repetition, idle when not measured
       for (const auto& backend : backends) servers.emplace(backend, start_server(backend, s, dir));
       for (std::size_t i = 0; i < s.clients.size(); ++i) {
         const int n = s.clients[i];
         for (std::size_t b = 0; b < backends.size(); ++b) {
           // Interleave finely and rotate the order, so bursts of load from others on this shared
           // machine fall on every side alike.
-          const std::string& backend = backends[(b + i + static_cast<std::size_t>(rep)) % backends.size()];
+          const std::string& backend =
+              backends[(b + i + static_cast<std::size_t>(rep)) % backends.size()];
           Measurement m = measure(backend, servers.at(backend), n, s, dir);
-          std::fprintf(stderr, "rep %d %-9s %2d clients: %9.0f ops/s  get p50 %.1f us p99 %.1f us\n",
+          std::fprintf(stderr,
+                       "rep %d %-9s %2d clients: %9.0f ops/s  get p50 %.1f us p99 %.1f us\n",
                        rep + 1, backend.c_str(), n, m.ops_per_s, m.get_p50_us, m.get_p99_us);
           results[backend][n].push_back(m);
         }
@@ -171,7 +187,9 @@ int main(int argc, char** argv) {
   app.add_option("--duration_ms", s.duration_ms, "length of each run");
   app.add_option("--value_bytes", s.value_bytes, "value size");
   app.add_flag("--quick", quick, "one short repetition");
-  app.add_option("--backends", s.backends, "of ctrun, tcpstore, ctrun_raw (the tables need the first two)")->delimiter(',');
+  app.add_option("--backends", s.backends,
+                 "of ctrun, tcpstore, ctrun_raw (the tables need the first two)")
+      ->delimiter(',');
   app.add_option("--backend", client.backend);
   app.add_option("--port", client.port);
   app.add_option("--index", client.index);

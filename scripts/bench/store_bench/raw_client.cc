@@ -36,7 +36,8 @@ class RawCtrunClient final : public StoreClient {
     int one = 1;
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     Json challenge = read_frame();
-    if (challenge.value("event", "") != "challenge") throw std::runtime_error("no challenge from ctrund");
+    if (challenge.value("event", "") != "challenge")
+      throw std::runtime_error("no challenge from ctrund");
     call(Json{{"op", "hello"}, {"version", rdzv::kProtocolVersion}, {"job", "store_bench"}});
   }
   ~RawCtrunClient() override { ::close(fd_); }
@@ -86,6 +87,8 @@ class RawCtrunClient final : public StoreClient {
 
 }  // namespace
 
-std::unique_ptr<StoreClient> connect_ctrun_raw(int port) { return std::make_unique<RawCtrunClient>(port); }
+std::unique_ptr<StoreClient> connect_ctrun_raw(int port) {
+  return std::make_unique<RawCtrunClient>(port);
+}
 
 }  // namespace store_bench

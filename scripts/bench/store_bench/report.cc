@@ -37,19 +37,24 @@ void print_report(const Results& results, const ReportInfo& info) {
   std::vector<std::string> ours = {"ctrun"};
   if (t.has("ctrun_raw")) ours.push_back("ctrun_raw");
 
-  std::printf("\nstore_bench: set+get of %d-byte values, distinct keys per client, %d ms per run, "
-              "median of %d runs\n", info.value_bytes, info.duration_ms, info.reps);
+  std::printf(
+      "\nstore_bench: set+get of %d-byte values, distinct keys per client, %d ms per run, "
+      "median of %d runs\n",
+      info.value_bytes, info.duration_ms, info.reps);
   std::printf("\n| clients | TCPStore ops/s |");
   for (const auto& b : ours) std::printf(" %s ops/s | ratio to TCPStore |", label(b));
   std::printf("\n|--------:|---------------:|");
-  for (const auto& b : ours) std::printf("%s:|------------------:|", std::string(std::string(label(b)).size() + 7, '-').c_str());
+  for (const auto& b : ours)
+    std::printf("%s:|------------------:|",
+                std::string(std::string(label(b)).size() + 7, '-').c_str());
   std::printf("\n");
   for (int n : info.clients) {
     const double theirs = t.median_of("tcpstore", n, &Measurement::ops_per_s);
     std::printf("| %7d | %14.0f |", n, theirs);
     for (const auto& b : ours) {
       const double v = t.median_of(b, n, &Measurement::ops_per_s);
-      std::printf(" %*.0f | %16.2fx |", static_cast<int>(std::string(label(b)).size() + 6), v, v / theirs);
+      std::printf(" %*.0f | %16.2fx |", static_cast<int>(std::string(label(b)).size() + 6), v,
+                  v / theirs);
     }
     std::printf("\n");
   }
@@ -58,23 +63,29 @@ void print_report(const Results& results, const ReportInfo& info) {
   std::printf("\n| latency, %d client (us) | TCPStore |", one);
   for (const auto& b : ours) std::printf(" %s |", label(b));
   std::printf("\n|------------------------|---------:|");
-  for (const auto& b : ours) std::printf("%s:|", std::string(std::string(label(b)).size() + 1, '-').c_str());
+  for (const auto& b : ours)
+    std::printf("%s:|", std::string(std::string(label(b)).size() + 1, '-').c_str());
   std::printf("\n");
   for (auto [name, field] : {std::pair{"get median", &Measurement::get_p50_us},
                              std::pair{"get p99", &Measurement::get_p99_us},
                              std::pair{"set median", &Measurement::set_p50_us}}) {
     std::printf("| %-22s | %8.1f |", name, t.median_of("tcpstore", one, field));
     for (const auto& b : ours) {
-      std::printf(" %*.1f |", static_cast<int>(std::string(label(b)).size()), t.median_of(b, one, field));
+      std::printf(" %*.1f |", static_cast<int>(std::string(label(b)).size()),
+                  t.median_of(b, one, field));
     }
     std::printf("\n");
   }
 
-  std::printf("\nCPU time per op in us, clients + server (the machine has 2 cores: at saturation, "
-              "throughput ~ 2e6 / total):\n\n| clients |    TCPStore |");
+  std::printf(
+      "\nCPU time per op in us, clients + server (the machine has 2 cores: at saturation, "
+      "throughput ~ 2e6 / total):\n\n| clients |    TCPStore |");
   for (const auto& b : ours) std::printf(" %13s |", label(b));
   std::printf("\n|--------:|------------:|");
-  for (const auto& b : ours) std::printf("%s:|", std::string(std::max<std::size_t>(13, std::string(label(b)).size()) + 1, '-').c_str());
+  for (const auto& b : ours)
+    std::printf(
+        "%s:|",
+        std::string(std::max<std::size_t>(13, std::string(label(b)).size()) + 1, '-').c_str());
   std::printf("\n");
   auto cpu = [&t](const std::string& b, int n) {
     char buf[64];
@@ -85,7 +96,9 @@ void print_report(const Results& results, const ReportInfo& info) {
   for (int n : info.clients) {
     std::printf("| %7d | %11s |", n, cpu("tcpstore", n).c_str());
     for (const auto& b : ours) {
-      std::printf(" %*s |", static_cast<int>(std::max<std::size_t>(13, std::string(label(b)).size())), cpu(b, n).c_str());
+      std::printf(" %*s |",
+                  static_cast<int>(std::max<std::size_t>(13, std::string(label(b)).size())),
+                  cpu(b, n).c_str());
     }
     std::printf("\n");
   }
@@ -94,9 +107,10 @@ void print_report(const Results& results, const ReportInfo& info) {
   const double ratio = t.median_of("ctrun", most, &Measurement::ops_per_s) /
                        t.median_of("tcpstore", most, &Measurement::ops_per_s);
   const double rtt = t.median_of("ctrun", one, &Measurement::get_p50_us);
-  std::printf("\ntargets (ctrun Client): >= 2x TCPStore throughput at %d clients: %.2fx %s; "
-              "median get RTT < 100 us: %.1f us %s\n",
-              most, ratio, ratio >= 2 ? "MET" : "MISSED", rtt, rtt < 100 ? "MET" : "MISSED");
+  std::printf(
+      "\ntargets (ctrun Client): >= 2x TCPStore throughput at %d clients: %.2fx %s; "
+      "median get RTT < 100 us: %.1f us %s\n",
+      most, ratio, ratio >= 2 ? "MET" : "MISSED", rtt, rtt < 100 ? "MET" : "MISSED");
 }
 
 }  // namespace store_bench
