@@ -62,6 +62,25 @@ std::uint16_t free_port() {
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
+// One agent of a 1:2 job with one worker, against the ctrund on `port` (is_host=false: the
+// rendezvous stays up whichever agent dies).
+std::unique_ptr<ChildProcess> start_elastic_node(const Scratch& s, std::uint16_t port,
+                                                 const std::string& run_id,
+                                                 const std::string& rdzv_conf,
+                                                 const std::vector<std::string>& worker_args,
+                                                 const std::string& log) {
+  std::vector<std::string> args = {"--nnodes=1:2",
+                                   "--nproc_per_node=1",
+                                   "--rdzv_backend=c10d",
+                                   "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                                   "--rdzv_id=" + run_id,
+                                   "--rdzv_conf=is_host=false," + rdzv_conf,
+                                   "--shutdown_timeout=2",
+                                   TEST_WORKER_PATH};
+  args.insert(args.end(), worker_args.begin(), worker_args.end());
+  return std::make_unique<ChildProcess>(ctrun_args(args), s.path(log));
+}
+
 // A ctrund on 127.0.0.1, listening before this returns; its port.
 std::uint16_t start_daemon(std::unique_ptr<ChildProcess>& daemon, const Scratch& s) {
   const std::string port_file = s.path("ctrund.port");
@@ -228,14 +247,10 @@ TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes o
   // The rendezvous runs apart from both agents (is_host=false): killing one must not take it.
   std::unique_ptr<ChildProcess> daemon;
   const std::uint16_t port = start_daemon(daemon, s);
+  // Round 0 forms only with both (max); the re-formed round needs no last call.
   auto node = [&](const std::string& log) {
-    return std::make_unique<ChildProcess>(
-        ctrun_args({"--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-                    "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=survive",
-                    // Round 0 forms only with both (max); the re-formed round needs no last call.
-                    "--rdzv_conf=is_host=false,last_call_timeout=60", "--shutdown_timeout=2",
-                    TEST_WORKER_PATH, "until_alone", s.path("pids")}),
-        s.path(log));
+    return start_elastic_node(s, port, "survive", "last_call_timeout=60",
+                              {"until_alone", s.path("pids")}, log);
   };
   auto victim = node("victim.log");
   auto survivor = node("survivor.log");
@@ -286,12 +301,7 @@ TEST_CASE("agent: a late second node joins a running 1:2 job without spending re
   std::unique_ptr<ChildProcess> daemon;
   const std::uint16_t port = start_daemon(daemon, s);
   auto node = [&](const std::string& log) {
-    return std::make_unique<ChildProcess>(
-        ctrun_args({"--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-                    "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=grow",
-                    "--rdzv_conf=is_host=false,last_call_timeout=0.2", TEST_WORKER_PATH, "sleep",
-                    "2"}),
-        s.path(log));
+    return start_elastic_node(s, port, "grow", "last_call_timeout=0.2", {"sleep", "2"}, log);
   };
   ::setenv("CTRUN_TEST_OUT", s.path("env").c_str(), 1);
   auto first = node("first.log");

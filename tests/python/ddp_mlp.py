@@ -9,6 +9,7 @@ The data is synthetic but learnable: labels come from a fixed random "teacher" l
 """
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -99,10 +100,14 @@ def main() -> None:
     assert all(torch.equal(gathered[0], g) for g in gathered), "parameters diverged across ranks"
     if rank == 0:
         print(f"done: {args.epochs} epochs, world size {world}, parameters identical", flush=True)
-    # torch 1.13 can deadlock at exit (main thread joining while rank 0's TCPStore threads poll)
-    # when ranks tear down at different moments; leaving together avoids it.
+    # torch 1.13 can deadlock in its own teardown (destroy_process_group or interpreter exit:
+    # the main thread joins while rank 0's TCPStore threads poll), under torchrun as under
+    # ctrun. Once every rank is past this barrier nothing needs the group any more, so leave
+    # without the teardown.
     dist.barrier()
-    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
