@@ -16,6 +16,7 @@
 #include "ctrun/rendezvous/auth.h"
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/log.h"
+#include "ctrun/rendezvous/message.h"
 #include "ctrun/rendezvous/server.h"
 #include "worker_group.h"
 
@@ -137,7 +138,16 @@ std::vector<std::string> current_environment() {
 }
 
 struct Event {
-  enum class Kind { kJoined, kWorkerExit, kRoundReopened, kJobEnded, kConnectionLost, kSignal };
+  enum class Kind {
+    kJoined,
+    kWorkerExit,
+    kRoundReopened,
+    kJobEnded,
+    kConnectionLost,
+    kSignal,
+    kIgnored,  // pushed frames of kinds this agent does not act on
+  };
+
   Kind kind;
   std::optional<rdzv::Result<rdzv::RoundAssignment>> joined{};
   WorkerExit exit{};
@@ -146,6 +156,31 @@ struct Event {
   std::string state{};
   std::string reason{};
 };
+
+// A pushed frame as an Event. A frame this agent cannot read is as good as a lost daemon.
+Event event_from_daemon(const rdzv::Json& e) {
+  auto name = rdzv::get_string(e, "event");
+  auto reason = rdzv::get_string_or(e, "reason", "");
+  if (!name || !reason) {
+    return Event{.kind = Event::Kind::kConnectionLost, .reason = "malformed event from ctrund"};
+  }
+  if (name.value() == "round_reopened") {
+    auto round = rdzv::get_int(e, "round");
+    if (!round) return Event{.kind = Event::Kind::kConnectionLost, .reason = round.error().message};
+    return Event{.kind = Event::Kind::kRoundReopened,
+                 .round = static_cast<int>(round.value()),
+                 .reason = reason.value()};
+  }
+  if (name.value() == "job_ended") {
+    auto state = rdzv::get_string(e, "state");
+    if (!state) return Event{.kind = Event::Kind::kConnectionLost, .reason = state.error().message};
+    return Event{.kind = Event::Kind::kJobEnded, .state = state.value(), .reason = reason.value()};
+  }
+  if (name.value() == "connection_lost") {
+    return Event{.kind = Event::Kind::kConnectionLost, .reason = reason.value()};
+  }
+  return Event{.kind = Event::Kind::kIgnored};
+}
 
 }  // namespace
 
@@ -333,22 +368,9 @@ Task<rdzv::Status> Agent::Impl::setup() {
   client_options.token = token_;
   client_options.connect_timeout = config_.join_timeout;
   client_ = std::make_unique<rdzv::AsyncClient>(io_, client_options);
-  client_->set_event_handler([this](const rdzv::Json& e) {
-    const std::string name = e.value("event", "");
-    if (name == "round_reopened") {
-      post(Event{.kind = Event::Kind::kRoundReopened,
-                 .round = e.value("round", 0),
-                 .reason = e.value("reason", "")});
-    } else if (name == "job_ended") {
-      post(Event{.kind = Event::Kind::kJobEnded,
-                 .state = e.value("state", ""),
-                 .reason = e.value("reason", "")});
-    } else if (name == "connection_lost") {
-      post(Event{.kind = Event::Kind::kConnectionLost, .reason = e.value("reason", "")});
-    }
-  });
+  client_->set_event_handler([this](const rdzv::Json& e) { post(event_from_daemon(e)); });
   if (auto s = co_await client_->connect(); !s) co_return s;
-  client_->start_keep_alive(config_.keep_alive_interval);
+  client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
   host_ = !o.local_addr.empty() ? o.local_addr : client_->local_address();
   if (!o.rdzv_conf.ignored_keys.empty()) {
     std::string keys;
@@ -410,8 +432,9 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   });
 }
 
+// Always through WorkerGroup::stop, even when no worker is left running: the process groups may
+// still hold a failed worker's children (data loaders, compilers), which must go too.
 Task<void> Agent::Impl::stop_workers(int signo) {
-  if (workers_.running() == 0) co_return;
   asio::steady_timer done(io_, asio::steady_timer::time_point::max());
   bool stopped = false;
   workers_.stop(
@@ -494,6 +517,8 @@ Task<int> Agent::Impl::main() {
             std::to_string(endpoint_port_) + ": " + e.reason);
         co_await stop_workers(SIGTERM);
         co_return kExitFailure;
+      case Event::Kind::kIgnored:
+        break;
       case Event::Kind::kSignal:
         log("received " + signal_name(e.signo) + ": stopping workers");
         co_await stop_workers(e.signo);

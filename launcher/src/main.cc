@@ -12,6 +12,9 @@
 int main(int argc, char** argv) {
   using namespace ctrun::launcher;
   std::signal(SIGPIPE, SIG_IGN);
+  // A parent that ignores SIGCHLD would make the kernel reap our workers before we see how
+  // they ended.
+  std::signal(SIGCHLD, SIG_DFL);
   const EnvLookup env = process_env();
   auto parsed = parse_launch_options(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!parsed) {

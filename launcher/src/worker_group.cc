@@ -50,6 +50,13 @@ struct ChildSetup {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != agent) _exit(127);  // the agent died before prctl took effect
     close_inherited_descriptors();
+    // Start as a fresh process would: dispositions the agent set to "ignore" (SIGPIPE) survive
+    // exec, and so does a blocked mask.
+    signal(SIGPIPE, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     return {};
   }
 };
@@ -107,6 +114,7 @@ WorkerGroup::~WorkerGroup() {
 rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler on_exit) {
   on_exit_ = std::move(on_exit);
   stopping_ = false;
+  kill_groups(SIGKILL);  // whatever the last group left behind goes before its pgids are forgotten
   workers_.clear();
   const pid_t agent = getpid();
   for (const auto& spec : specs) {
@@ -138,9 +146,9 @@ rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler
     std::weak_ptr<int> alive = alive_;
     read_stream(w->out_pipe, w->out_buf, w->out, w, alive);
     read_stream(w->err_pipe, w->err_buf, w->err, w, alive);
-    w->process->async_wait([this, w, alive](boost::system::error_code, int) {
+    w->process->async_wait([this, w, alive](boost::system::error_code ec, int) {
       if (alive.expired()) return;
-      on_worker_exit(*w, w->process->native_exit_code());
+      on_worker_exit(*w, ec ? -1 : w->process->native_exit_code());
     });
     workers_.push_back(std::move(w));
   }
@@ -153,10 +161,14 @@ void WorkerGroup::on_worker_exit(Worker& w, int native_status) {
   e.local_rank = w.local_rank;
   e.pid = w.pid;
   e.at = std::chrono::system_clock::now();
-  if (WIFSIGNALED(native_status)) {
+  if (native_status != -1 && WIFSIGNALED(native_status)) {
     e.signal = WTERMSIG(native_status);
-  } else if (WIFEXITED(native_status)) {
+  } else if (native_status != -1 && WIFEXITED(native_status)) {
     e.exit_code = WEXITSTATUS(native_status);
+  } else {
+    // The wait failed (e.g. the kernel reaped it because SIGCHLD was ignored): the outcome is
+    // unknown, and unknown is not success.
+    e.exit_code = 255;
   }
   if (stopping_) return check_stopped();
   if (on_exit_) on_exit_(e);
@@ -171,6 +183,14 @@ void WorkerGroup::stop(int signo, std::chrono::milliseconds grace, std::function
   grace_timer_.async_wait([this, alive](boost::system::error_code ec) {
     if (ec || alive.expired()) return;
     kill_groups(SIGKILL);
+    // A process stuck in the kernel (uninterruptible sleep) ignores even SIGKILL: after a last
+    // bounded wait, stop waiting for it rather than hang the agent.
+    grace_timer_.expires_after(std::chrono::seconds(10));
+    grace_timer_.async_wait([this, alive](boost::system::error_code ec2) {
+      if (ec2 || alive.expired()) return;
+      for (auto& w : workers_) w->exited = true;
+      check_stopped();
+    });
   });
   check_stopped();
 }

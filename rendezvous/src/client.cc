@@ -42,7 +42,7 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
   Task<Status> connect();
   Task<Result<Json>> call(Json request, std::optional<Duration> timeout);
   void close(const std::string& reason);
-  void start_keep_alive(Duration interval);
+  void start_keep_alive(Duration interval, int max_missed);
 
   std::string local_address() const {
     boost::system::error_code ec;
@@ -187,7 +187,14 @@ Task<void> AsyncClient::Impl::read_loop() {
       co_return;
     }
     if (frame.value()) {
-      dispatch(std::move(*frame.value()));
+      // A handler that throws (say, on a mistyped field) must not end this loop silently:
+      // calls would wait forever while keep-alives still flow. Drop the connection instead.
+      try {
+        dispatch(std::move(*frame.value()));
+      } catch (const std::exception& e) {
+        close(std::string("malformed frame from daemon: ") + e.what());
+        co_return;
+      }
       continue;
     }
     auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buffer_),
@@ -277,18 +284,30 @@ void AsyncClient::Impl::close(const std::string& reason) {
   }
 }
 
-void AsyncClient::Impl::start_keep_alive(Duration interval) {
-  auto loop = [](std::shared_ptr<Impl> self, Duration interval) -> Task<void> {
+void AsyncClient::Impl::start_keep_alive(Duration interval, int max_missed) {
+  auto loop = [](std::shared_ptr<Impl> self, Duration interval, int max_missed) -> Task<void> {
+    // Keep-alives in a row with no answer within four intervals.
+    auto missed = std::make_shared<int>(0);
     while (self->connected_) {
       self->keep_alive_timer_.expires_after(interval);
       auto [ec] = co_await self->keep_alive_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
       if (ec || !self->connected_) co_return;
+      if (*missed >= max_missed) {
+        // A daemon that is stopped or cut off without a reset never closes the socket.
+        self->close("ctrund at " + self->endpoint_text() + " answered none of the last " +
+                    std::to_string(*missed) + " keep-alives");
+        co_return;
+      }
       // Not awaited in turn: a slow answer must not delay the next keep-alive.
       asio::co_spawn(self->io_, self->call(client_protocol::keep_alive(), interval * 4),
-                     asio::detached);
+                     [missed](std::exception_ptr, Result<Json> answer) {
+                       const bool unanswered =
+                           !answer && answer.error().code == ErrorCode::kTimeout;
+                       *missed = unanswered ? *missed + 1 : 0;
+                     });
     }
   };
-  asio::co_spawn(io_, loop(shared_from_this(), interval), asio::detached);
+  asio::co_spawn(io_, loop(shared_from_this(), interval, max_missed), asio::detached);
 }
 
 // ---- AsyncClient -----------------------------------------------------------------------------
@@ -302,7 +321,9 @@ bool AsyncClient::connected() const { return impl_->connected_; }
 std::string AsyncClient::local_address() const { return impl_->local_address(); }
 void AsyncClient::close() { impl_->close("closed by client"); }
 void AsyncClient::set_event_handler(EventHandler handler) { impl_->on_event_ = std::move(handler); }
-void AsyncClient::start_keep_alive(Duration interval) { impl_->start_keep_alive(interval); }
+void AsyncClient::start_keep_alive(Duration interval, int max_missed) {
+  impl_->start_keep_alive(interval, max_missed);
+}
 
 Task<Result<Json>> AsyncClient::call(Json request, std::optional<Duration> timeout) {
   return impl_->call(std::move(request), timeout);
@@ -426,8 +447,13 @@ class Client::Impl {
     if (!connected_) return Error{ErrorCode::kConnection, "not connected to " + endpoint()};
     const std::uint64_t id = next_id_++;
     request["id"] = id;
-    const auto deadline = timeout ? Clock::now() + *timeout : Clock::time_point::max();
-    if (auto s = write_all(encode_frame(request), Clock::time_point::max()); !s) return s.error();
+    // Beyond 2^40 ms (as the daemon reads timeouts) a deadline is the same as none.
+    const bool bounded = timeout && millis(*timeout) < (std::int64_t{1} << 40);
+    const auto deadline = bounded ? Clock::now() + *timeout : Clock::time_point::max();
+    if (auto s = write_all(encode_frame(request), deadline); !s) {
+      disconnect();  // a frame may be half written: the stream is out of step
+      return s.error();
+    }
     while (true) {
       auto frame = read_frame(deadline);
       if (!frame) {

@@ -22,12 +22,17 @@ Json with_timeout(Json request, std::optional<Duration> timeout) {
 Result<Hello> answer_challenge(const Json& challenge, const ClientOptions& options,
                                const std::string& endpoint) {
   if (auto err = response_payload(challenge); !err) return err.error();  // e.g. at its limit
-  if (challenge.value("event", "") != "challenge") {
+  auto event = get_string(challenge, "event");
+  if (!event || event.value() != "challenge") {
     return Error{ErrorCode::kBadFrame, endpoint + " is not a ctrund (no challenge)"};
   }
   auto server_nonce = get_bytes(challenge, "nonce");
   if (!server_nonce) return server_nonce.error();
-  const bool auth_required = challenge.value("auth", false);
+  auto auth = challenge.find("auth");
+  if (auth == challenge.end() || !auth->is_boolean()) {
+    return Error{ErrorCode::kBadFrame, endpoint + " sent a challenge without a boolean 'auth'"};
+  }
+  const bool auth_required = auth->get<bool>();
   if (auth_required && !options.token) {
     return Error{ErrorCode::kAuthFailed,
                  "ctrund at " + endpoint + " requires a token and none was given"};
@@ -107,8 +112,20 @@ Json status() { return Json{{"op", "status"}}; }
 Status no_payload(const Json&) { return ok_status(); }
 Result<std::string> value_bytes(const Json& answer) { return get_bytes(answer, "value"); }
 Result<std::int64_t> value_int(const Json& answer) { return get_int(answer, "value"); }
-Result<bool> ready(const Json& answer) { return answer.value("ready", false); }
-Result<bool> deleted(const Json& answer) { return answer.value("deleted", false); }
+namespace {
+
+Result<bool> get_bool(const Json& answer, const char* field) {
+  auto it = answer.find(field);
+  if (it == answer.end() || !it->is_boolean()) {
+    return Error{ErrorCode::kBadFrame, std::string("answer has no boolean '") + field + "'"};
+  }
+  return it->get<bool>();
+}
+
+}  // namespace
+
+Result<bool> ready(const Json& answer) { return get_bool(answer, "ready"); }
+Result<bool> deleted(const Json& answer) { return get_bool(answer, "deleted"); }
 Result<std::int64_t> count(const Json& answer) { return get_int(answer, "count"); }
 Result<std::vector<std::string>> values(const Json& answer) {
   return get_bytes_list(answer, "values");

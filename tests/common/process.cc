@@ -64,6 +64,17 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
+std::map<std::string, std::string> read_env_file(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
 std::optional<std::string> wait_for_file(const std::string& path,
                                          std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ class ChildProcess {
 };
 
 std::string read_file(const std::string& path);
+// KEY=VALUE lines of a file (an environment dump) as a map.
+std::map<std::string, std::string> read_env_file(const std::string& path);
 // Polls (bounded) until `path` holds a line, e.g. a port file written by a daemon.
 std::optional<std::string> wait_for_file(const std::string& path,
                                          std::chrono::milliseconds timeout);

@@ -43,17 +43,6 @@ std::vector<std::string> ctrun_args(std::vector<std::string> args) {
   return args;
 }
 
-std::map<std::string, std::string> read_env(const std::string& path) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(read_file(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return out;
-}
-
 std::uint16_t free_port() {
   boost::asio::io_context io;
   boost::asio::ip::tcp::acceptor probe(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
@@ -69,14 +58,11 @@ std::unique_ptr<ChildProcess> start_elastic_node(const Scratch& s, std::uint16_t
                                                  const std::string& rdzv_conf,
                                                  const std::vector<std::string>& worker_args,
                                                  const std::string& log) {
-  std::vector<std::string> args = {"--nnodes=1:2",
-                                   "--nproc_per_node=1",
-                                   "--rdzv_backend=c10d",
-                                   "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
-                                   "--rdzv_id=" + run_id,
-                                   "--rdzv_conf=is_host=false," + rdzv_conf,
-                                   "--shutdown_timeout=2",
-                                   TEST_WORKER_PATH};
+  std::vector<std::string> args = {
+      "--nnodes=1:2",         "--nproc_per_node=1",
+      "--rdzv_backend=c10d",  "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+      "--rdzv_id=" + run_id,  "--rdzv_conf=is_host=false," + rdzv_conf,
+      "--shutdown_timeout=2", TEST_WORKER_PATH};
   args.insert(args.end(), worker_args.begin(), worker_args.end());
   return std::make_unique<ChildProcess>(ctrun_args(args), s.path(log));
 }
@@ -117,7 +103,7 @@ TEST_CASE("agent: standalone with 1 and with 4 workers") {
     CHECK(*code == 0);
     std::set<std::string> ports;
     for (int rank = 0; rank < n; ++rank) {
-      auto env = read_env(s.path("env." + std::to_string(rank)));
+      auto env = read_env_file(s.path("env." + std::to_string(rank)));
       CHECK(env["RANK"] == std::to_string(rank));
       CHECK(env["LOCAL_RANK"] == std::to_string(rank));
       CHECK(env["WORLD_SIZE"] == std::to_string(n));
@@ -128,6 +114,7 @@ TEST_CASE("agent: standalone with 1 and with 4 workers") {
       CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
       CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
       CHECK(env["OMP_NUM_THREADS"] == (n > 1 ? "1" : "<unset>"));
+      CHECK(env["X_SIGPIPE_IGNORED"] == "0");  // the agent ignores SIGPIPE; workers must not
       CHECK(env["TORCHELASTIC_ERROR_FILE"].find("/attempt_0/" + std::to_string(rank) +
                                                 "/error.json") != std::string::npos);
       ports.insert(env["MASTER_PORT"]);
@@ -156,7 +143,7 @@ TEST_CASE("agent: two agents on 127.0.0.1 are two nodes with four unique ranks")
   CHECK(*code_b == 0);
   std::set<std::string> groups;
   for (int rank = 0; rank < 4; ++rank) {
-    auto env = read_env(s.path("env." + std::to_string(rank)));
+    auto env = read_env_file(s.path("env." + std::to_string(rank)));
     CHECK(env["RANK"] == std::to_string(rank));
     CHECK(env["WORLD_SIZE"] == "4");
     CHECK(env["GROUP_WORLD_SIZE"] == "2");
@@ -178,10 +165,33 @@ TEST_CASE("agent: a worker that fails once is restarted and the job succeeds") {
   INFO(log);
   REQUIRE(code.has_value());
   CHECK(*code == 0);
-  CHECK(read_env(s.path("env.0"))["TORCHELASTIC_RESTART_COUNT"] == "1");
-  CHECK(read_env(s.path("env.1"))["TORCHELASTIC_RESTART_COUNT"] == "1");
+  CHECK(read_env_file(s.path("env.0"))["TORCHELASTIC_RESTART_COUNT"] == "1");
+  CHECK(read_env_file(s.path("env.1"))["TORCHELASTIC_RESTART_COUNT"] == "1");
   CHECK(log.find("exited with code 3") != std::string::npos);
   CHECK(log.find("restarting the job (1 of 2 restarts)") != std::string::npos);
+}
+
+TEST_CASE("agent: a failed worker's children do not outlive the restart") {
+  Scratch s;
+  ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=1", "--max_restarts=1",
+                                 TEST_WORKER_PATH, "orphan_then_fail", s.path("orphan")}),
+                     s.path("agent.log"));
+  auto code = agent.wait(30s);
+  INFO(read_file(s.path("agent.log")));
+  REQUIRE(code == std::optional<int>(0));
+  const pid_t orphan = std::stoi(read_file(s.path("orphan")));
+  REQUIRE(orphan > 0);
+  // Gone, or a zombie waiting for init to reap it.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  auto running = [&] {
+    std::ifstream stat("/proc/" + std::to_string(orphan) + "/stat");
+    std::string content;
+    std::getline(stat, content);
+    return !content.empty() && content.find(") Z") == std::string::npos;
+  };
+  while (running() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  CHECK_FALSE(running());
 }
 
 TEST_CASE("agent: a worker that always fails spends the budget and is named as root cause") {
@@ -321,7 +331,7 @@ TEST_CASE("agent: a late second node joins a running 1:2 job without spending re
   CHECK(*a == 0);
   CHECK(*b == 0);
   for (int rank = 0; rank < 2; ++rank) {
-    auto env = read_env(s.path("env." + std::to_string(rank)));
+    auto env = read_env_file(s.path("env." + std::to_string(rank)));
     CHECK(env["WORLD_SIZE"] == "2");
     CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");  // growing is not a restart
   }

@@ -23,17 +23,6 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-Env read_env(const std::string& path) {
-  Env out;
-  std::istringstream in(read_file(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return out;
-}
-
 bool can_unshare_network() {
   ChildProcess probe({"/usr/bin/unshare", "-n", "/bin/true"}, "/dev/null");
   return probe.wait(10s) == std::optional<int>(0);
@@ -114,8 +103,8 @@ TEST_CASE("env: ctrun gives workers torchrun's environment") {
                        "/ours",
                    dir + "/ours.log") == std::optional<int>(0));
     for (int rank = 0; rank < 2; ++rank) {
-      const Env torch = read_env(dir + "/torch." + std::to_string(rank));
-      const Env ours = read_env(dir + "/ours." + std::to_string(rank));
+      const Env torch = read_env_file(dir + "/torch." + std::to_string(rank));
+      const Env ours = read_env_file(dir + "/ours." + std::to_string(rank));
       INFO(read_file(dir + "/torch.log"));
       REQUIRE(torch.count("RANK"));
       REQUIRE(ours.count("RANK"));
@@ -138,8 +127,8 @@ TEST_CASE("env: ctrun gives workers torchrun's environment") {
                        "/ours",
                    dir + "/ours.log") == std::optional<int>(0));
     for (int rank = 0; rank < 2; ++rank) {
-      const Env torch = read_env(dir + "/torch." + std::to_string(rank));
-      const Env ours = read_env(dir + "/ours." + std::to_string(rank));
+      const Env torch = read_env_file(dir + "/torch." + std::to_string(rank));
+      const Env ours = read_env_file(dir + "/ours." + std::to_string(rank));
       compare(torch, ours, rank);
       CHECK(torch.at("TORCHELASTIC_RUN_ID") == "none");
       CHECK(ours.at("TORCHELASTIC_RUN_ID") == "none");

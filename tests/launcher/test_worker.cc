@@ -51,6 +51,10 @@ void write_env(const std::string& prefix) {
                            "CTRUN_STORE_PREFIX"}) {
     out << name << "=" << env(name) << "\n";
   }
+  // Not a variable: how the worker's SIGPIPE was set up (it must start at the default).
+  struct sigaction pipe_action {};
+  sigaction(SIGPIPE, nullptr, &pipe_action);
+  out << "X_SIGPIPE_IGNORED=" << (pipe_action.sa_handler == SIG_IGN ? 1 : 0) << "\n";
 }
 
 }  // namespace
@@ -92,6 +96,16 @@ int main(int argc, char** argv) {
     if (env("GROUP_WORLD_SIZE") == "1") return 0;
     std::this_thread::sleep_for(std::chrono::seconds(300));
     return 0;
+  }
+  if (mode == "orphan_then_fail" && argc > 2) {
+    if (env("TORCHELASTIC_RESTART_COUNT") != "0") return 0;
+    const pid_t child = fork();
+    if (child == 0) {
+      execl("/bin/sleep", "sleep", "300", nullptr);
+      _exit(127);
+    }
+    std::ofstream(argv[2]) << child << "\n";
+    return 3;
   }
   if (mode == "print") {
     std::printf("hello from %s\nsecond line\n", env("RANK").c_str());

@@ -187,7 +187,7 @@ TEST_CASE("daemon: eight nodes rendezvous and a lost node is pushed to the other
             results[i] = s.error();
             co_return;
           }
-          clients[i]->start_keep_alive(1s);
+          clients[i]->start_keep_alive(1s, 3);
           NodeInfo node{"node" + std::to_string(i), "127.0.0.1", 2, 29500 + i, -1};
           results[i] = co_await clients[i]->join(node, config);
         },
@@ -431,6 +431,31 @@ TEST_CASE("client: a killed daemon is reported as connection_lost") {
   while (events.empty() && std::chrono::steady_clock::now() < deadline + 5s) io.run_for(10ms);
   REQUIRE(events.size() == 1);
   CHECK(events[0]["event"] == "connection_lost");
+  CHECK_FALSE(client.connected());
+}
+
+TEST_CASE("client: a daemon that stops answering keep-alives is reported as connection_lost") {
+  Daemon daemon;
+  boost::asio::io_context io;
+  AsyncClient client(io, daemon.options());
+  std::vector<Json> events;
+  client.set_event_handler([&](const Json& e) { events.push_back(e); });
+  std::optional<Status> connected;
+  boost::asio::co_spawn(
+      io, [&]() -> Task<void> { connected = co_await client.connect(); }, boost::asio::detached);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!connected && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
+  REQUIRE(connected);
+  REQUIRE(connected->ok());
+  client.start_keep_alive(50ms, 3);
+  // Frozen, not dead: the socket stays open, only answers stop.
+  daemon.process().signal(SIGSTOP);
+  const auto start = std::chrono::steady_clock::now();
+  while (events.empty() && std::chrono::steady_clock::now() - start < 5s) io.run_for(10ms);
+  daemon.process().signal(SIGCONT);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0]["event"] == "connection_lost");
+  CHECK(events[0]["reason"].get<std::string>().find("keep-alives") != std::string::npos);
   CHECK_FALSE(client.connected());
 }
 

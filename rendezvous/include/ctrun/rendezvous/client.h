@@ -83,13 +83,14 @@ class AsyncClient {
   Task<Status> ping();
 
   // Rendezvous. join() returns when the round forms (or fails); while it waits, keep-alives
-  // must flow: start_keep_alive() sends one every `interval` until close().
+  // must flow: start_keep_alive() sends one every `interval` until close(), and closes the
+  // connection (a connection_lost event) when `max_missed` in a row go unanswered.
   Task<Result<RoundAssignment>> join(const NodeInfo& node, const RendezvousConfig& config);
   Task<Status> leave();
   Task<Status> report(bool succeeded, const std::string& message);
   Task<Status> close_job();
   Task<Result<Json>> status();
-  void start_keep_alive(Duration interval);
+  void start_keep_alive(Duration interval, int max_missed);
 
  private:
   class Impl;
