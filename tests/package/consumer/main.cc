@@ -1,13 +1,18 @@
-// Starts an embedded rendezvous server and talks to it through the installed client library.
+// Reads the worker environment, then starts an embedded rendezvous server and talks to it
+// through the installed client library.
 #include <boost/asio/io_context.hpp>
 #include <cstdio>
 #include <thread>
 
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/server.h"
+#include "ctrun/worker/env.h"
 
 int main() {
   namespace rdzv = ctrun::rendezvous;
+  // No launcher here: the worker runtime sees a single process.
+  auto env = ctrun::worker::read_worker_env(ctrun::worker::process_environment());
+  if (!env || env.value().world_size != 1) return 1;
   boost::asio::io_context io;
   rdzv::ServerOptions options;
   options.host = "127.0.0.1";

@@ -1,0 +1,101 @@
+#include "ctrun/worker/env.h"
+
+#include <catch2/catch.hpp>
+#include <map>
+
+using namespace ctrun::worker;
+
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+std::string error_of(std::map<std::string, std::string> vars) {
+  auto r = read_worker_env(env_of(std::move(vars)));
+  REQUIRE_FALSE(r);
+  return r.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("worker env: no launcher is a single process") {
+  auto w = read_worker_env(env_of({}));
+  REQUIRE(w);
+  CHECK_FALSE(w.value().launched);
+  CHECK(w.value().rank == 0);
+  CHECK(w.value().world_size == 1);
+  CHECK(w.value().local_world_size == 1);
+  CHECK_FALSE(w.value().store);
+}
+
+TEST_CASE("worker env: what ctrun gives") {
+  auto w = read_worker_env(env_of({{"RANK", "5"},
+                                   {"LOCAL_RANK", "1"},
+                                   {"WORLD_SIZE", "8"},
+                                   {"LOCAL_WORLD_SIZE", "4"},
+                                   {"GROUP_RANK", "1"},
+                                   {"MASTER_ADDR", "10.0.0.1"},
+                                   {"MASTER_PORT", "29511"},
+                                   {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                   {"TORCHELASTIC_MAX_RESTARTS", "3"},
+                                   {"TORCHELASTIC_RUN_ID", "job"},
+                                   {"TORCHELASTIC_ERROR_FILE", "/tmp/e.json"},
+                                   {"CTRUN_STORE_ADDR", "10.0.0.9"},
+                                   {"CTRUN_STORE_PORT", "29400"},
+                                   {"CTRUN_STORE_PREFIX", "rdzv/0/2/"},
+                                   {"CTRUN_RDZV_TOKEN", "tok"}}));
+  REQUIRE(w);
+  const WorkerEnv& e = w.value();
+  CHECK(e.launched);
+  CHECK(e.rank == 5);
+  CHECK(e.local_rank == 1);
+  CHECK(e.world_size == 8);
+  CHECK(e.local_world_size == 4);
+  CHECK(e.group_rank == 1);
+  CHECK(e.master_addr == "10.0.0.1");
+  CHECK(e.master_port == 29511);
+  CHECK(e.restart_count == 2);
+  CHECK(e.max_restarts == 3);
+  CHECK(e.run_id == "job");
+  CHECK(e.error_file == "/tmp/e.json");
+  REQUIRE(e.store);
+  CHECK(e.store->host == "10.0.0.9");
+  CHECK(e.store->port == 29400);
+  CHECK(e.store->prefix == "rdzv/0/2/");
+  CHECK(e.store->token == std::optional<std::string>("tok"));
+}
+
+TEST_CASE("worker env: torchrun's (no CTRUN_STORE_*) needs MASTER_PORT beyond one worker") {
+  auto w = read_worker_env(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"}}));
+  REQUIRE(w);
+  CHECK_FALSE(w.value().store);
+  CHECK(w.value().local_rank == 1);  // defaults from RANK when a launcher leaves it out
+  CHECK(error_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}}).find("MASTER_PORT: not set") == 0);
+}
+
+TEST_CASE("worker env: bad values name the variable") {
+  CHECK(error_of({{"RANK", "0"}, {"WORLD_SIZE", "four"}}) ==
+        "WORLD_SIZE: expected a positive integer, got 'four'");
+  CHECK(error_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}) ==
+        "RANK: expected an integer in 0..1, got '2'");
+  CHECK(error_of({{"RANK", "-1"}, {"WORLD_SIZE", "2"}}).find("RANK:") == 0);
+  CHECK(error_of({{"RANK", "0"}}) == "WORLD_SIZE: not set, but RANK is");
+  CHECK(error_of({{"WORLD_SIZE", "1"}}) == "RANK: not set, but WORLD_SIZE is");
+  CHECK(error_of({{"RANK", "0"},
+                  {"WORLD_SIZE", "2"},
+                  {"LOCAL_WORLD_SIZE", "2"},
+                  {"LOCAL_RANK", "2"},
+                  {"MASTER_PORT", "1"}})
+            .find("LOCAL_RANK: expected an integer in 0..1") == 0);
+  CHECK(error_of({{"MASTER_PORT", "http"}}).find("MASTER_PORT:") == 0);
+  CHECK(error_of({{"CTRUN_STORE_ADDR", "h"}}).find("CTRUN_STORE_PORT: not set") == 0);
+  CHECK(
+      error_of({{"CTRUN_STORE_ADDR", "h"}, {"CTRUN_STORE_PORT", "0"}}).find("CTRUN_STORE_PORT:") ==
+      0);
+  CHECK(error_of({{"TORCHELASTIC_RESTART_COUNT", "x"}}).find("TORCHELASTIC_RESTART_COUNT:") == 0);
+}
