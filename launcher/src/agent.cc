@@ -404,7 +404,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     in.placement = RoundPlacement{round.group_rank, round.group_world_size, round.rank_offset,
                                   round.world_size, round.master_addr,      round.master_port,
                                   restart_count};
-    in.store = StoreEndpoint{endpoint_host_, endpoint_port_, round.store_prefix, token_};
+    in.store = rdzv::StoreAddress{endpoint_host_, endpoint_port_, round.store_prefix, token_};
     in.use_agent_store = false;  // rank 0's worker serves torch's own store (docs/env.md)
     in.error_file = dir + "/error.json";
     in.set_omp_num_threads = set_omp;

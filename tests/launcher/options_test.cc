@@ -4,17 +4,13 @@
 #include <csignal>
 #include <map>
 
+#include "fake_env.h"
+
 using namespace ctrun::launcher;
 
-namespace {
+using ctrun::testing::env_of;
 
-EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+namespace {
 
 LaunchOptions parse_ok(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
   auto r = parse_launch_options(args, env_of(env));

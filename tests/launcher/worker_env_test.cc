@@ -33,7 +33,7 @@ TEST_CASE("worker env: torchrun's variables for a rank on the second node") {
   in.local_world_size = 4;
   in.local_rank = 2;
   in.placement = RoundPlacement{1, 2, 4, 8, "10.0.0.1", 29511, 2};
-  in.store = StoreEndpoint{"10.0.0.9", 29400, "rdzv/0/3/", std::string("tok")};
+  in.store = ctrun::rendezvous::StoreAddress{"10.0.0.9", 29400, "rdzv/0/3/", std::string("tok")};
   in.error_file = "/tmp/x/error.json";
   in.set_omp_num_threads = true;
   auto env = as_map(worker_environment({"PATH=/bin", "RANK=99", "HOME=/root"}, in));

@@ -69,6 +69,16 @@ std::unique_ptr<Client> connect(const ClientOptions& options) {
   return std::move(c).value();
 }
 
+// Connects an AsyncClient by running `io` (bounded); true when connected.
+bool connect_async(boost::asio::io_context& io, AsyncClient& client) {
+  std::optional<Status> connected;
+  boost::asio::co_spawn(
+      io, [&]() -> Task<void> { connected = co_await client.connect(); }, boost::asio::detached);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!connected && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
+  return connected && connected->ok();
+}
+
 // A plain TCP socket for speaking bytes that no client library would send.
 class RawSocket {
  public:
@@ -419,16 +429,11 @@ TEST_CASE("client: a killed daemon is reported as connection_lost") {
   AsyncClient client(io, daemon.options());
   std::vector<Json> events;
   client.set_event_handler([&](const Json& e) { events.push_back(e); });
-  std::optional<Status> connected;
-  boost::asio::co_spawn(
-      io, [&]() -> Task<void> { connected = co_await client.connect(); }, boost::asio::detached);
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (!connected && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
-  REQUIRE(connected);
-  REQUIRE(connected->ok());
+  REQUIRE(connect_async(io, client));
   daemon.process().signal(SIGKILL);
   REQUIRE(daemon.process().wait(5s));
-  while (events.empty() && std::chrono::steady_clock::now() < deadline + 5s) io.run_for(10ms);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (events.empty() && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
   REQUIRE(events.size() == 1);
   CHECK(events[0]["event"] == "connection_lost");
   CHECK_FALSE(client.connected());
@@ -440,13 +445,7 @@ TEST_CASE("client: a daemon that stops answering keep-alives is reported as conn
   AsyncClient client(io, daemon.options());
   std::vector<Json> events;
   client.set_event_handler([&](const Json& e) { events.push_back(e); });
-  std::optional<Status> connected;
-  boost::asio::co_spawn(
-      io, [&]() -> Task<void> { connected = co_await client.connect(); }, boost::asio::detached);
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (!connected && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
-  REQUIRE(connected);
-  REQUIRE(connected->ok());
+  REQUIRE(connect_async(io, client));
   client.start_keep_alive(50ms, 3);
   // Frozen, not dead: the socket stays open, only answers stop.
   daemon.process().signal(SIGSTOP);

@@ -3,17 +3,13 @@
 #include <catch2/catch.hpp>
 #include <map>
 
+#include "fake_env.h"
+
 using namespace ctrun::worker;
 
-namespace {
+using ctrun::testing::env_of;
 
-EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+namespace {
 
 std::string error_of(std::map<std::string, std::string> vars) {
   auto r = read_worker_env(env_of(std::move(vars)));

@@ -87,8 +87,8 @@ Result<WorkerEnv> read_worker_env(const EnvLookup& env) {
     if (host->empty()) return bad("CTRUN_STORE_ADDR", "a host name or address", *host);
     auto store_port = int_var(env, "CTRUN_STORE_PORT", 1, 65535, std::nullopt);
     if (!store_port) return store_port.error();
-    w.store = StoreAddress{*host, store_port.value(), env("CTRUN_STORE_PREFIX").value_or(""),
-                           env("CTRUN_RDZV_TOKEN")};
+    w.store = rendezvous::StoreAddress{
+        *host, store_port.value(), env("CTRUN_STORE_PREFIX").value_or(""), env("CTRUN_RDZV_TOKEN")};
   }
   if (w.world_size > 1 && !w.store && w.master_port == 0) {
     return Error{ErrorCode::kBadRequest,

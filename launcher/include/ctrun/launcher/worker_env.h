@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ctrun/launcher/options.h"
+#include "ctrun/rendezvous/store_address.h"
 
 namespace ctrun::launcher {
 
@@ -21,21 +22,13 @@ struct RoundPlacement {
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: restarts of the job so far
 };
 
-// Where the C++ runtime finds the daemon's store for this round (CTRUN_STORE_*).
-struct StoreEndpoint {
-  std::string host;
-  int port = 0;
-  std::string prefix;
-  std::optional<std::string> token;
-};
-
 struct WorkerEnvInputs {
   const LaunchOptions* options = nullptr;
   std::string run_id;
   int local_world_size = 1;
   int local_rank = 0;
   RoundPlacement placement;
-  StoreEndpoint store;
+  rendezvous::StoreAddress store;  // passed on as CTRUN_STORE_*
   bool use_agent_store = false;
   std::string error_file;
   bool set_omp_num_threads = false;  // OMP_NUM_THREADS unset and more than one local worker

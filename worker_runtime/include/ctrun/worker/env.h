@@ -7,19 +7,12 @@
 #include <string>
 
 #include "ctrun/rendezvous/error.h"
+#include "ctrun/rendezvous/store_address.h"
 
 namespace ctrun::worker {
 
 using rendezvous::Error;
 using rendezvous::Result;
-
-// Where the rendezvous daemon's store is for this round (CTRUN_STORE_*), when ctrun says so.
-struct StoreAddress {
-  std::string host;
-  int port = 0;
-  std::string prefix;
-  std::optional<std::string> token;
-};
 
 struct WorkerEnv {
   int rank = 0;
@@ -32,8 +25,8 @@ struct WorkerEnv {
   int restart_count = 0;
   int max_restarts = 0;
   std::string run_id;
-  std::string error_file;  // empty: none given
-  std::optional<StoreAddress> store;
+  std::string error_file;                         // empty: none given
+  std::optional<rendezvous::StoreAddress> store;  // when ctrun gives CTRUN_STORE_*
   bool launched = false;  // started by a launcher (RANK and WORLD_SIZE were set)
 };
 
