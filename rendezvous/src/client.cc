@@ -22,14 +22,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using namespace asio::experimental::awaitable_operators;
 
-namespace {
-
-std::int64_t millis(Duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
-}  // namespace
-
 class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
  public:
   Impl(asio::io_context& io, ClientOptions options)
@@ -120,7 +112,7 @@ Task<Status> AsyncClient::Impl::connect() {
           co_await (handshake() || timer.async_wait(asio::as_tuple(asio::use_awaitable)));
       if (outcome.index() == 1) {
         s = Error{ErrorCode::kTimeout, "no handshake from " + target + " within " +
-                                           std::to_string(millis(options_.handshake_timeout)) +
+                                           std::to_string(to_millis(options_.handshake_timeout)) +
                                            " ms"};
       } else {
         s = std::get<0>(std::move(outcome));
@@ -133,9 +125,10 @@ Task<Status> AsyncClient::Impl::connect() {
     }
     if (s) break;
     if (std::chrono::steady_clock::now() + backoff > deadline) {
-      co_return Error{ErrorCode::kConnection, "could not reach ctrund at " + target + " within " +
-                                                  std::to_string(millis(options_.connect_timeout)) +
-                                                  " ms: " + s.error().message};
+      co_return Error{ErrorCode::kConnection,
+                      "could not reach ctrund at " + target + " within " +
+                          std::to_string(to_millis(options_.connect_timeout)) +
+                          " ms: " + s.error().message};
     }
     asio::steady_timer pause(io_, backoff);
     co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -257,7 +250,7 @@ Task<Result<Json>> AsyncClient::Impl::call(Json request, std::optional<Duration>
   pending_.erase(id);
   if (pending.result) co_return std::move(*pending.result);
   co_return Error{ErrorCode::kTimeout, "no answer to '" + request.value("op", "?") + "' within " +
-                                           std::to_string(millis(timeout.value_or(Duration{}))) +
+                                           std::to_string(to_millis(timeout.value_or(Duration{}))) +
                                            " ms"};
 }
 
@@ -393,10 +386,10 @@ Task<Result<RoundAssignment>> AsyncClient::join(const NodeInfo& node,
                {"requested_rank", node.requested_rank},
                {"min_nodes", config.min_nodes},
                {"max_nodes", config.max_nodes},
-               {"join_timeout_ms", millis(config.join_timeout)},
-               {"last_call_timeout_ms", millis(config.last_call_timeout)},
-               {"close_timeout_ms", millis(config.close_timeout)},
-               {"keep_alive_interval_ms", millis(config.keep_alive_interval)},
+               {"join_timeout_ms", to_millis(config.join_timeout)},
+               {"last_call_timeout_ms", to_millis(config.last_call_timeout)},
+               {"close_timeout_ms", to_millis(config.close_timeout)},
+               {"keep_alive_interval_ms", to_millis(config.keep_alive_interval)},
                {"keep_alive_max_attempt", config.keep_alive_max_attempt}};
   return then(call(std::move(request)), round_assignment_from_json);
 }
@@ -432,10 +425,10 @@ class Client::Impl {
       Status s = connect_once();
       if (s || !client_protocol::retryable(s.error())) return s;
       if (Clock::now() + backoff > deadline) {
-        return Error{ErrorCode::kConnection, "could not reach ctrund at " + endpoint() +
-                                                 " within " +
-                                                 std::to_string(millis(options_.connect_timeout)) +
-                                                 " ms: " + s.error().message};
+        return Error{ErrorCode::kConnection,
+                     "could not reach ctrund at " + endpoint() + " within " +
+                         std::to_string(to_millis(options_.connect_timeout)) +
+                         " ms: " + s.error().message};
       }
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, options_.max_backoff);
@@ -448,7 +441,7 @@ class Client::Impl {
     const std::uint64_t id = next_id_++;
     request["id"] = id;
     // Beyond 2^40 ms (as the daemon reads timeouts) a deadline is the same as none.
-    const bool bounded = timeout && millis(*timeout) < (std::int64_t{1} << 40);
+    const bool bounded = timeout && to_millis(*timeout) < kMaxTimeoutMillis;
     const auto deadline = bounded ? Clock::now() + *timeout : Clock::time_point::max();
     if (auto s = write_all(encode_frame(request), deadline); !s) {
       disconnect();  // a frame may be half written: the stream is out of step
@@ -459,7 +452,7 @@ class Client::Impl {
       if (!frame) {
         if (frame.error().code == ErrorCode::kTimeout) {
           return Error{ErrorCode::kTimeout, "no answer to '" + request.value("op", "?") +
-                                                "' within " + std::to_string(millis(*timeout)) +
+                                                "' within " + std::to_string(to_millis(*timeout)) +
                                                 " ms"};
         }
         return frame.error();
@@ -479,9 +472,6 @@ class Client::Impl {
  private:
   using Clock = std::chrono::steady_clock;
 
-  static std::int64_t millis(Duration d) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-  }
   std::string endpoint() const { return options_.host + ":" + std::to_string(options_.port); }
 
   void disconnect() {

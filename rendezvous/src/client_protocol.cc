@@ -5,14 +5,10 @@
 namespace ctrun::rendezvous::client_protocol {
 namespace {
 
-std::int64_t millis(Duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
 Json with_timeout(Json request, std::optional<Duration> timeout) {
   // The daemon takes 0..2^40 ms; a longer wait is the same as no deadline.
-  if (timeout && millis(*timeout) < (std::int64_t{1} << 40)) {
-    request["timeout_ms"] = std::max<std::int64_t>(0, millis(*timeout));
+  if (timeout && to_millis(*timeout) < kMaxTimeoutMillis) {
+    request["timeout_ms"] = std::max<std::int64_t>(0, to_millis(*timeout));
   }
   return request;
 }

@@ -6,13 +6,6 @@
 #include "ctrun/rendezvous/message.h"
 
 namespace ctrun::rendezvous {
-namespace {
-
-std::int64_t millis(Duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
-}  // namespace
 
 Status validate(const RendezvousConfig& c) {
   if (c.min_nodes < 1) return Error{ErrorCode::kBadRequest, "min_nodes must be at least 1"};
@@ -388,7 +381,7 @@ std::vector<Notice> Rendezvous::tick() {
     }
   }
   for (const auto& id : silent) {
-    const std::string why = "no keep-alive for " + std::to_string(millis(silence_limit)) + " ms";
+    const std::string why = "no keep-alive for " + std::to_string(to_millis(silence_limit)) + " ms";
     const Place where = nodes_.at(id).place;
     if (where == Place::kPending || where == Place::kWaiting) {
       // Its join is still waiting for an answer: give it one.
@@ -408,7 +401,7 @@ std::vector<Notice> Rendezvous::tick() {
                          .error = Error{ErrorCode::kTimeout,
                                         "round " + std::to_string(round_) + " of job '" + job_id_ +
                                             "' did not form within join_timeout (" +
-                                            std::to_string(millis(config_.join_timeout)) +
+                                            std::to_string(to_millis(config_.join_timeout)) +
                                             " ms): " + std::to_string(pending) + " of min " +
                                             std::to_string(config_.min_nodes) + " nodes joined"}});
     auto more = remove_node(id, "join timed out");
@@ -434,7 +427,7 @@ Json Rendezvous::describe() const {
                      {"place", kPlaces[static_cast<int>(n.place)]},
                      {"group_rank", rank == members_.end() ? -1 : rank - members_.begin()},
                      {"succeeded", n.succeeded},
-                     {"last_seen_ms_ago", millis(now - n.last_seen)}});
+                     {"last_seen_ms_ago", to_millis(now - n.last_seen)}});
   }
   return Json{{"job", job_id_},
               {"state", job_state_name(state_)},

@@ -56,13 +56,6 @@ const std::unordered_map<std::string_view, Service::Handler> Service::kHandlers 
 
 namespace {
 
-std::int64_t millis(Duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
-// About 35 years: long enough for anything, short enough that clock + timeout cannot overflow.
-constexpr std::int64_t kMaxTimeoutMillis = std::int64_t{1} << 40;
-
 // Keys quoted in error messages are cut short, so an error frame stays small.
 std::string shorten(const std::string& key) {
   return key.size() <= 128 ? key : key.substr(0, 128) + "...";
@@ -413,10 +406,10 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
         {"requested_rank", false, -1, 1 << 18},
         {"min_nodes", true, 0, 1 << 18},
         {"max_nodes", true, 0, 1 << 18},
-        {"join_timeout_ms", false, millis(config.join_timeout), kMaxTimeoutMillis},
-        {"last_call_timeout_ms", false, millis(config.last_call_timeout), kMaxTimeoutMillis},
-        {"close_timeout_ms", false, millis(config.close_timeout), kMaxTimeoutMillis},
-        {"keep_alive_interval_ms", false, millis(config.keep_alive_interval), kMaxTimeoutMillis},
+        {"join_timeout_ms", false, to_millis(config.join_timeout), kMaxTimeoutMillis},
+        {"last_call_timeout_ms", false, to_millis(config.last_call_timeout), kMaxTimeoutMillis},
+        {"close_timeout_ms", false, to_millis(config.close_timeout), kMaxTimeoutMillis},
+        {"keep_alive_interval_ms", false, to_millis(config.keep_alive_interval), kMaxTimeoutMillis},
         {"keep_alive_max_attempt", false, config.keep_alive_max_attempt, 1 << 20}};
     for (auto& f : fields) {
       auto v = f.required ? get_int(req, f.name) : get_int_or(req, f.name, f.fallback);
@@ -613,10 +606,10 @@ void Service::tick() {
   for (const auto& [id, c] : connections_) {
     if (!c->authenticated && now - c->opened_at >= options_.hello_timeout) {
       late.emplace_back(
-          id, "no hello within " + std::to_string(millis(options_.hello_timeout)) + " ms");
+          id, "no hello within " + std::to_string(to_millis(options_.hello_timeout)) + " ms");
     } else if (c->mid_frame_since && now - *c->mid_frame_since >= options_.frame_timeout) {
-      late.emplace_back(
-          id, "frame incomplete after " + std::to_string(millis(options_.frame_timeout)) + " ms");
+      late.emplace_back(id, "frame incomplete after " +
+                                std::to_string(to_millis(options_.frame_timeout)) + " ms");
     }
   }
   for (const auto& [id, why] : late) {
@@ -639,7 +632,7 @@ void Service::gc_jobs() {
       keep = job.rendezvous->config().close_timeout;
     }
     if (job.connections == 0 && now - job.idle_since >= keep) {
-      log("job '" + it->first + "' dropped: no connections for " + std::to_string(millis(keep)) +
+      log("job '" + it->first + "' dropped: no connections for " + std::to_string(to_millis(keep)) +
           " ms");
       it = jobs_.erase(it);
     } else {

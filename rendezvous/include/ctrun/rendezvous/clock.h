@@ -2,11 +2,17 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace ctrun::rendezvous {
 
 using Duration = std::chrono::steady_clock::duration;
 using TimePoint = std::chrono::steady_clock::time_point;
+
+// Whole milliseconds, as durations travel on the wire and appear in messages.
+inline std::int64_t to_millis(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
 
 class Clock {
  public:

@@ -11,6 +11,10 @@
 
 namespace ctrun::rendezvous {
 
+// The longest timeout a request may carry (timeout_ms and the join's *_ms fields): about 35
+// years, so that now + timeout cannot overflow. A longer wait means no deadline.
+inline constexpr std::int64_t kMaxTimeoutMillis = std::int64_t{1} << 40;
+
 // Byte strings travel as MessagePack bin; std::string holds them (binary-safe).
 Json to_binary(const std::string& bytes);
 
