@@ -101,8 +101,7 @@ Task<Status> AsyncClient::Impl::connect_once(const std::string& target) {
 Task<Status> AsyncClient::Impl::connect() {
   if (connected_) co_return ok_status();
   const std::string target = endpoint_text();
-  const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
-  Duration backoff = options_.initial_backoff;
+  client_protocol::ConnectRetry retry(options_);
   while (true) {
     Status s = co_await connect_once(target);
     if (s) {
@@ -117,22 +116,16 @@ Task<Status> AsyncClient::Impl::connect() {
       } else {
         s = std::get<0>(std::move(outcome));
       }
-      if (!s && !client_protocol::retryable(s.error())) {
-        boost::system::error_code ignored;
-        socket_.close(ignored);
-        co_return s;
-      }
     }
     if (s) break;
-    if (std::chrono::steady_clock::now() + backoff > deadline) {
-      co_return Error{ErrorCode::kConnection,
-                      "could not reach ctrund at " + target + " within " +
-                          std::to_string(to_millis(options_.connect_timeout)) +
-                          " ms: " + s.error().message};
+    auto pause = retry.next(s.error(), target);
+    if (!pause) {
+      boost::system::error_code ignored;
+      socket_.close(ignored);
+      co_return pause.error();
     }
-    asio::steady_timer pause(io_, backoff);
-    co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
-    backoff = std::min(backoff * 2, options_.max_backoff);
+    asio::steady_timer timer(io_, pause.value());
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
   }
   connected_ = true;
   closed_ = false;
@@ -419,19 +412,13 @@ class Client::Impl {
       : options_(std::move(options)), socket_(io_), decoder_(options_.max_frame_bytes) {}
 
   Status connect() {
-    const auto deadline = Clock::now() + options_.connect_timeout;
-    Duration backoff = options_.initial_backoff;
+    client_protocol::ConnectRetry retry(options_);
     while (true) {
       Status s = connect_once();
-      if (s || !client_protocol::retryable(s.error())) return s;
-      if (Clock::now() + backoff > deadline) {
-        return Error{ErrorCode::kConnection,
-                     "could not reach ctrund at " + endpoint() + " within " +
-                         std::to_string(to_millis(options_.connect_timeout)) +
-                         " ms: " + s.error().message};
-      }
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, options_.max_backoff);
+      if (s) return s;
+      auto pause = retry.next(s.error(), endpoint());
+      if (!pause) return pause.error();
+      std::this_thread::sleep_for(pause.value());
     }
   }
 

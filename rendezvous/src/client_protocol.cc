@@ -56,6 +56,23 @@ bool retryable(const Error& error) {
          error.code == ErrorCode::kTimeout;
 }
 
+ConnectRetry::ConnectRetry(const ClientOptions& options)
+    : options_(options),
+      deadline_(std::chrono::steady_clock::now() + options.connect_timeout),
+      backoff_(options.initial_backoff) {}
+
+Result<Duration> ConnectRetry::next(const Error& failure, const std::string& endpoint) {
+  if (!retryable(failure)) return failure;
+  if (std::chrono::steady_clock::now() + backoff_ > deadline_) {
+    return Error{ErrorCode::kConnection, "could not reach ctrund at " + endpoint + " within " +
+                                             std::to_string(to_millis(options_.connect_timeout)) +
+                                             " ms: " + failure.message};
+  }
+  const Duration pause = backoff_;
+  backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+  return pause;
+}
+
 Status check_welcome(Json answer, const ClientOptions& options, const Hello& hello,
                      const std::string& endpoint) {
   auto payload = response_payload(std::move(answer));

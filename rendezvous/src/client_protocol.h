@@ -23,6 +23,20 @@ Result<Hello> answer_challenge(const Json& challenge, const ClientOptions& optio
 // A refusal (version, token) will not change on retry; a full daemon (kLimit) or a dropped
 // connection may clear up.
 bool retryable(const Error& error);
+
+// The connect retry policy of both clients: pauses doubling from initial_backoff up to
+// max_backoff, for as long as connect_timeout allows.
+class ConnectRetry {
+ public:
+  explicit ConnectRetry(const ClientOptions& options);
+  // After a failed attempt: the pause before the next one, or the error to give up with.
+  Result<Duration> next(const Error& failure, const std::string& endpoint);
+
+ private:
+  const ClientOptions& options_;
+  std::chrono::steady_clock::time_point deadline_;
+  Duration backoff_;
+};
 // Checks the daemon's answer to hello, including its proof of the token.
 Status check_welcome(Json answer, const ClientOptions& options, const Hello& hello,
                      const std::string& endpoint);
