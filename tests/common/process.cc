@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -88,6 +90,19 @@ std::optional<std::string> wait_for_file(const std::string& path,
 
 std::string temp_path(const std::string& name) {
   return "/tmp/ctrun_test_" + std::to_string(getpid()) + "_" + name;
+}
+
+ScratchDir::ScratchDir(const std::string& name) {
+  static std::atomic<int> counter{0};
+  dir_ = temp_path(name + "_" + std::to_string(counter++));
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+  std::filesystem::create_directories(dir_);
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
 }
 
 }  // namespace ctrun::testing

@@ -38,4 +38,19 @@ std::optional<std::string> wait_for_file(const std::string& path,
                                          std::chrono::milliseconds timeout);
 std::string temp_path(const std::string& name);
 
+// A fresh directory under /tmp for one test, removed with everything in it at the end.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name = "scratch");
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::string& path() const { return dir_; }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+ private:
+  std::string dir_;
+};
+
 }  // namespace ctrun::testing

@@ -22,20 +22,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // A scratch directory for one test, removed at the end.
-class Scratch {
- public:
-  Scratch() : dir_(temp_path("agent_" + std::to_string(counter_++))) {
-    fs::create_directories(dir_);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
- private:
-  static inline int counter_ = 0;
-  std::string dir_;
+struct Scratch : ScratchDir {
+  Scratch() : ScratchDir("agent") {}
 };
 
 std::vector<std::string> ctrun_args(std::vector<std::string> args) {

@@ -72,6 +72,15 @@ TEST_CASE("worker env: torchrun's (no CTRUN_STORE_*) needs MASTER_PORT beyond on
   CHECK_FALSE(w.value().store);
   CHECK(w.value().local_rank == 1);  // defaults from RANK when a launcher leaves it out
   CHECK(error_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}}).find("MASTER_PORT: not set") == 0);
+  CHECK_FALSE(w.value().use_agent_store);
+  auto agent = read_worker_env(env_of({{"RANK", "1"},
+                                       {"WORLD_SIZE", "2"},
+                                       {"MASTER_PORT", "29500"},
+                                       {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  REQUIRE(agent);
+  CHECK(agent.value().use_agent_store);
+  CHECK(error_of({{"TORCHELASTIC_USE_AGENT_STORE", "yes"}}) ==
+        "TORCHELASTIC_USE_AGENT_STORE: expected True or False, got 'yes'");
 }
 
 TEST_CASE("worker env: bad values name the variable") {

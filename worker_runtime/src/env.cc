@@ -82,6 +82,15 @@ Result<WorkerEnv> read_worker_env(const EnvLookup& env) {
   w.max_restarts = max_restarts.value();
   w.run_id = env("TORCHELASTIC_RUN_ID").value_or("");
   w.error_file = env("TORCHELASTIC_ERROR_FILE").value_or("");
+  if (auto agent_store = env("TORCHELASTIC_USE_AGENT_STORE")) {
+    // torch compares with the string "True" (str(bool)); accept the spellings people write.
+    if (*agent_store == "True" || *agent_store == "true" || *agent_store == "1") {
+      w.use_agent_store = true;
+    } else if (*agent_store != "False" && *agent_store != "false" && *agent_store != "0" &&
+               !agent_store->empty()) {
+      return bad("TORCHELASTIC_USE_AGENT_STORE", "True or False", *agent_store);
+    }
+  }
 
   if (auto host = env("CTRUN_STORE_ADDR")) {
     if (host->empty()) return bad("CTRUN_STORE_ADDR", "a host name or address", *host);

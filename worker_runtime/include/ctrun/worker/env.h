@@ -27,6 +27,9 @@ struct WorkerEnv {
   std::string run_id;
   std::string error_file;                         // empty: none given
   std::optional<rendezvous::StoreAddress> store;  // when ctrun gives CTRUN_STORE_*
+  // TORCHELASTIC_USE_AGENT_STORE: torchrun's agent already serves a TCPStore at
+  // MASTER_ADDR:MASTER_PORT; otherwise rank 0's worker starts one there.
+  bool use_agent_store = false;
   bool launched = false;  // started by a launcher (RANK and WORLD_SIZE were set)
 };
 

@@ -1,0 +1,154 @@
+// The trainers as users run them: under ctrun (and the reference torchrun), several processes,
+// a worker SIGKILLed mid-epoch and resumed from its checkpoint, a failing trainer's error file.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <regex>
+
+#include "process.h"
+
+using namespace ctrun::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::string> ctrun_mlp(std::vector<std::string> ctrun_flags,
+                                   std::vector<std::string> mlp_flags) {
+  std::vector<std::string> argv{CTRUN_PATH};
+  argv.insert(argv.end(), ctrun_flags.begin(), ctrun_flags.end());
+  argv.push_back(MLP_PATH);
+  argv.insert(argv.end(), mlp_flags.begin(), mlp_flags.end());
+  return argv;
+}
+
+// The value after `prefix` on the last line that has it, e.g. "final loss " -> "0.123456".
+std::string last_value(const std::string& log, const std::string& prefix) {
+  std::string found;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    const auto at = line.find(prefix);
+    if (at == std::string::npos) continue;
+    std::istringstream rest(line.substr(at + prefix.size()));
+    rest >> found;
+  }
+  return found;
+}
+
+int run(const std::vector<std::string>& argv, const std::string& log,
+        std::chrono::milliseconds timeout = 120s) {
+  ChildProcess p(argv, log);
+  auto rc = p.wait(timeout);
+  REQUIRE(rc);
+  return *rc;
+}
+
+bool can_unshare_network() {
+  ChildProcess probe({"/usr/bin/unshare", "-n", "/bin/true"}, "/dev/null");
+  return probe.wait(10s) == 0;
+}
+
+const std::vector<std::string> kSmall = {"--epochs", "2", "--samples", "1536", "--seed", "7"};
+
+}  // namespace
+
+TEST_CASE("trainers: mlp on 2 and 3 ranks ends with bit-identical replicas") {
+  ScratchDir s("mlp_ranks");
+  for (int n : {2, 3}) {
+    const std::string log = s.path("ranks" + std::to_string(n) + ".log");
+    REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=" + std::to_string(n)}, kSmall), log) ==
+            0);
+    const std::string out = read_file(log);
+    INFO(out);
+    CHECK(out.find("parameters identical on all " + std::to_string(n) + " rank(s)") !=
+          std::string::npos);
+    CHECK(out.find("epoch 2/2 loss") != std::string::npos);
+    CHECK(std::stod(last_value(out, "final loss ")) < 2.0);  // it learned (chance is ln 10 = 2.3)
+  }
+}
+
+TEST_CASE("trainers: a worker SIGKILLed mid-epoch resumes from its checkpoint to the same loss") {
+  ScratchDir s("mlp_resume");
+  std::vector<std::string> flags = kSmall;
+  flags.insert(flags.end(), {"--checkpoint_every", "4"});
+
+  auto uninterrupted = flags;
+  uninterrupted.insert(uninterrupted.end(), {"--checkpoint_dir", s.path("a")});
+  REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2"}, uninterrupted), s.path("a.log")) ==
+          0);
+
+  auto killed = flags;
+  // 12 steps per epoch: step 18 is mid-way through the second; the last save was at step 16.
+  killed.insert(killed.end(), {"--checkpoint_dir", s.path("b"), "--inject_kill_at_step", "18"});
+  REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2", "--max_restarts=1"}, killed),
+              s.path("b.log")) == 0);
+
+  const std::string a = read_file(s.path("a.log"));
+  const std::string b = read_file(s.path("b.log"));
+  INFO(b);
+  CHECK(b.find("SIGKILL") != std::string::npos);
+  CHECK(b.find("resumed at step 16 (epoch 2") != std::string::npos);
+  const std::string loss = last_value(a, "final loss ");
+  REQUIRE_FALSE(loss.empty());
+  CHECK(last_value(b, "final loss ") == loss);
+  CHECK(last_value(b, "digest ") == last_value(a, "digest "));  // the very same parameters
+}
+
+TEST_CASE("trainers: a resumed run may have another world size") {
+  ScratchDir s("mlp_rescale");
+  auto flags = kSmall;
+  flags.insert(flags.end(), {"--checkpoint_dir", s.path("ckpt"), "--max_steps", "10"});
+  REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2"}, flags), s.path("two.log")) == 0);
+  flags = kSmall;
+  flags.insert(flags.end(), {"--checkpoint_dir", s.path("ckpt")});
+  REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=3"}, flags), s.path("three.log")) == 0);
+  const std::string out = read_file(s.path("three.log"));
+  INFO(out);
+  // 1536 samples / (2 ranks x 64) = 12 steps per epoch: step 10 is in the first epoch.
+  CHECK(out.find("resumed at step 10 (epoch 1, written by a world of 2, now 3)") !=
+        std::string::npos);
+  CHECK(out.find("parameters identical on all 3 rank(s)") != std::string::npos);
+}
+
+TEST_CASE("trainers: a trainer's exception is its error file and ctrun's root cause") {
+  ScratchDir s("mlp_error");
+  // No GPU here (or, on a GPU machine, an impossible backend): the trainer throws.
+  REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=1"},
+                        {"--device", "cpu", "--backend", "nccl", "--epochs", "1"}),
+              s.path("err.log")) == 1);
+  const std::string out = read_file(s.path("err.log"));
+  INFO(out);
+  CHECK(out.find("Root Cause (first observed failure)") != std::string::npos);
+  CHECK(out.find("error_file: <N/A>") == std::string::npos);
+  CHECK(std::regex_search(out, std::regex("nccl: (no CUDA device|this build|tensors must be)")));
+}
+
+TEST_CASE("trainers: bad trainer flags are one-line errors") {
+  ScratchDir s("mlp_flags");
+  ChildProcess p({MLP_PATH, "--epochs", "zero"}, s.path("flags.log"));
+  CHECK(p.wait(30s) != 0);
+  CHECK(read_file(s.path("flags.log")).find("--epochs") != std::string::npos);
+}
+
+TEST_CASE("trainers: mlp under the reference torchrun learns the same as under ctrun") {
+  if (!can_unshare_network()) {
+    WARN("skipped: needs root for a loopback-only network namespace (unshare -n)");
+    return;
+  }
+  ScratchDir s("mlp_torchrun");
+  REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2"}, kSmall), s.path("ctrun.log")) ==
+          0);
+  std::string mlp_args;
+  for (const auto& a : kSmall) mlp_args += " " + a;
+  // Static rendezvous: torchrun's agent serves the TCPStore (TORCHELASTIC_USE_AGENT_STORE=True).
+  // Standalone (c10d): rank 0's worker starts one.
+  for (const std::string mode : {"--nnodes=1 --master_port=29511", "--standalone"}) {
+    const std::string log = s.path("torchrun.log");
+    const std::string cmd = "ip link set lo up && /usr/bin/python3 " TORCHRUN_REF_PATH " " + mode +
+                            " --nproc_per_node=2 --no_python " MLP_PATH + mlp_args;
+    REQUIRE(run({"/usr/bin/unshare", "-n", "sh", "-c", cmd}, log, 180s) == 0);
+    const std::string out = read_file(log);
+    INFO(mode << "\n" << out);
+    CHECK(out.find("parameters identical on all 2 rank(s)") != std::string::npos);
+    CHECK(last_value(out, "final loss ") == last_value(read_file(s.path("ctrun.log")), "final loss "));
+    std::remove(log.c_str());
+  }
+}

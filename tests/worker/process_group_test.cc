@@ -1,0 +1,165 @@
+// The process group's bootstraps (the daemon's store, a TCPStore as under torchrun, alone) and
+// its failure modes: a peer that never comes is a timeout error, not a hang.
+#include "ctrun/worker/process_group.h"
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <catch2/catch.hpp>
+
+#include "ctrun/rendezvous/server.h"
+#include "gloo_ranks.h"
+
+using namespace std::chrono_literals;
+using ctrun::worker::CollectiveError;
+using ctrun::worker::ProcessGroup;
+using ctrun::worker::WorkerEnv;
+
+namespace {
+
+std::uint16_t free_port() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor probe(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  return probe.local_endpoint().port();
+}
+
+// Every rank of `envs` joins on its own thread; each sums rank + 1 and gathers its rank.
+std::vector<std::pair<double, std::vector<long>>> sum_and_gather(std::vector<WorkerEnv> envs) {
+  std::vector<std::pair<double, std::vector<long>>> out(envs.size());
+  std::vector<std::exception_ptr> errors(envs.size());
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < envs.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ctrun::worker::ProcessGroupOptions options;
+        options.timeout = 20s;
+        auto group = ctrun::worker::init_process_group(envs[r], options);
+        auto t = torch::full({3}, static_cast<double>(group->rank() + 1), torch::kDouble);
+        group->all_reduce(t);
+        auto gathered = group->all_gather(torch::full({1}, group->rank(), torch::kLong));
+        std::vector<long> ranks;
+        for (const auto& g : gathered) ranks.push_back(g.item<long>());
+        group->barrier();
+        out[r] = {t[2].item<double>(), ranks};
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return out;
+}
+
+WorkerEnv env_for(int rank, int world) {
+  WorkerEnv e;
+  e.rank = e.local_rank = rank;
+  e.world_size = e.local_world_size = world;
+  e.launched = true;
+  e.run_id = "pg_test";
+  return e;
+}
+
+void check_sum_and_gather(const std::vector<std::pair<double, std::vector<long>>>& results) {
+  const int world = static_cast<int>(results.size());
+  std::vector<long> expected_ranks;
+  for (int r = 0; r < world; ++r) expected_ranks.push_back(r);
+  for (const auto& [sum, ranks] : results) {
+    CHECK(sum == world * (world + 1) / 2);
+    CHECK(ranks == expected_ranks);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("process group: bootstraps through the rendezvous daemon's store (ctrun)") {
+  at::set_num_threads(1);
+  boost::asio::io_context io;
+  ctrun::rendezvous::ServerOptions server_options;
+  server_options.host = "127.0.0.1";
+  server_options.port = 0;
+  auto server = ctrun::rendezvous::Server::create(io, server_options);
+  REQUIRE(server);
+  server.value()->start();
+  std::thread loop([&] { io.run_for(60s); });
+  std::vector<WorkerEnv> envs;
+  for (int r = 0; r < 3; ++r) {
+    envs.push_back(env_for(r, 3));
+    envs.back().store =
+        ctrun::rendezvous::StoreAddress{"127.0.0.1", server.value()->port(), "rdzv/0/0/", {}};
+  }
+  check_sum_and_gather(sum_and_gather(envs));
+  // A restart of the same round (restart count 1) does not trip over the first attempt's keys.
+  for (auto& e : envs) e.restart_count = 1;
+  check_sum_and_gather(sum_and_gather(envs));
+  io.stop();
+  loop.join();
+}
+
+TEST_CASE("process group: bootstraps through a TCPStore at MASTER_ADDR:MASTER_PORT (torchrun)") {
+  at::set_num_threads(1);
+  std::vector<WorkerEnv> envs;
+  const std::uint16_t port = free_port();
+  for (int r = 0; r < 2; ++r) {
+    envs.push_back(env_for(r, 2));
+    envs.back().master_addr = "127.0.0.1";
+    envs.back().master_port = port;  // rank 0 serves it (TORCHELASTIC_USE_AGENT_STORE=False)
+  }
+  check_sum_and_gather(sum_and_gather(envs));
+}
+
+TEST_CASE("process group: alone, with no launcher") {
+  auto results = sum_and_gather({WorkerEnv{}});
+  check_sum_and_gather(results);
+}
+
+TEST_CASE("process group: a peer that never joins the collective is a timeout error") {
+  at::set_num_threads(1);
+  std::atomic<bool> rank0_done{false};
+  const auto started = std::chrono::steady_clock::now();
+  auto errors = ctrun::testing::run_gloo_ranks<std::string>(
+      2,
+      [&](int rank, ProcessGroup& group) -> std::string {
+        if (rank == 1) {
+          // Alive but silent, until rank 0 has given up.
+          while (!rank0_done && std::chrono::steady_clock::now() - started < 30s) {
+            std::this_thread::sleep_for(10ms);
+          }
+          return "";
+        }
+        std::string error = "no error";
+        try {
+          group.all_reduce(torch::ones({4}));
+        } catch (const CollectiveError& e) {
+          error = e.what();
+        }
+        rank0_done = true;
+        return error;
+      },
+      1500ms);
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  CHECK_THAT(errors[0], Catch::StartsWith("gloo all_reduce failed:") &&
+                            Catch::Contains("imed out"));
+  CHECK(elapsed < 20s);
+}
+
+TEST_CASE("process group: backend names and an NCCL group without a GPU are clear errors") {
+  CHECK(ctrun::worker::parse_backend("gloo") == ctrun::worker::Backend::kGloo);
+  CHECK(ctrun::worker::parse_backend("nccl") == ctrun::worker::Backend::kNccl);
+  CHECK_THROWS_WITH(ctrun::worker::parse_backend("mpi"), "backend: expected gloo or nccl, got 'mpi'");
+  ctrun::worker::ProcessGroupOptions options;
+  options.backend = ctrun::worker::Backend::kNccl;
+  if (torch::cuda::is_available()) return;  // a GPU machine: the NCCL tests run there instead
+  try {
+    ctrun::worker::init_process_group(WorkerEnv{}, options);
+    FAIL("an NCCL group formed without a GPU");
+  } catch (const CollectiveError& e) {
+    const std::string what = e.what();
+    CHECK(what.rfind("nccl: ", 0) == 0);
+    CHECK((what.find("no CUDA device") != std::string::npos ||
+           what.find("no NCCL backend") != std::string::npos));
+  }
+}

@@ -1,0 +1,201 @@
+#include "train_loop.h"
+
+#include <csignal>
+#include <torch/nn/module.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/optimizer.h>
+#include <torch/utils.h>
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+
+#include "ctrun/worker/checkpoint.h"
+#include "ctrun/worker/ddp.h"
+#include "ctrun/worker/log.h"
+#include "ctrun/worker/lr_schedule.h"
+#include "ctrun/worker/sampler.h"
+#include "ctrun/worker/throughput.h"
+
+namespace ctrun::trainers {
+
+using worker::fixed;
+using worker::log_rank0;
+
+Run start_run(const TrainOptions& options, const worker::WorkerEnv& env) {
+  Run run;
+  run.env = env;
+  if (options.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      throw std::runtime_error(
+          "--device cuda: no CUDA device (this LibTorch has no CUDA, or none is visible)");
+    }
+    run.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+  }
+  const std::string backend =
+      options.backend.empty() ? (options.device == "cuda" ? "nccl" : "gloo") : options.backend;
+  worker::ProcessGroupOptions pg_options;
+  pg_options.backend = worker::parse_backend(backend);
+  pg_options.timeout = std::chrono::seconds(options.timeout_s);
+  run.group = worker::init_process_group(env, pg_options);
+  torch::manual_seed(options.seed);
+  return run;
+}
+
+namespace {
+
+// DDP's promise, checked once at the end: every rank holds bit-identical parameters.
+void check_replicas(Run& run, const torch::nn::Module& model) {
+  std::uint64_t digest = 1469598103934665603ULL;  // FNV-1a over the parameters' bytes
+  for (const auto& p : model.parameters()) {
+    const torch::Tensor cpu = p.detach().to(torch::kCPU).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(cpu.data_ptr());
+    for (std::size_t i = 0; i < cpu.nbytes(); ++i) digest = (digest ^ bytes[i]) * 1099511628211ULL;
+  }
+  const auto gathered = run.group->all_gather(
+      torch::tensor({static_cast<int64_t>(digest)}, torch::kLong).to(run.device));
+  for (std::size_t r = 0; r < gathered.size(); ++r) {
+    if (gathered[r].item<int64_t>() != static_cast<int64_t>(digest)) {
+      throw std::runtime_error("parameters differ between rank " + std::to_string(run.env.rank) +
+                               " and rank " + std::to_string(r) + " after training");
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  log_rank0(run.env.rank, "parameters identical on all " + std::to_string(gathered.size()) +
+                              " rank(s), digest " + hex);
+}
+
+}  // namespace
+
+int train(const TrainOptions& o, Run& run, TrainTask& task) {
+  const int rank = run.env.rank;
+  const int world = run.env.world_size;
+  auto optimizer = task.make_optimizer(o.lr);
+
+  std::optional<worker::Checkpointer> checkpointer;
+  worker::TrainingProgress progress;
+  progress.world_size = world;
+  if (!o.checkpoint_dir.empty()) {
+    checkpointer.emplace(o.checkpoint_dir, rank);
+    if (auto loaded = checkpointer->load_latest(*task.model, *optimizer)) {
+      log_rank0(rank, "resumed at step " + std::to_string(loaded->step) + " (epoch " +
+                          std::to_string(loaded->epoch + 1) + ", written by a world of " +
+                          std::to_string(loaded->world_size) + ", now " + std::to_string(world) +
+                          ")");
+      progress = *loaded;
+      progress.world_size = world;
+    }
+  }
+
+  worker::DdpOptions ddp_options;
+  ddp_options.first_bucket_bytes = static_cast<std::size_t>(o.first_bucket_mb * (1 << 20));
+  ddp_options.bucket_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
+  ddp_options.overlap = !o.no_overlap;
+  ddp_options.find_unused_parameters = o.find_unused_parameters;
+  worker::DistributedDataParallel ddp(task.model, *run.group, ddp_options);
+
+  worker::SamplerOptions sampler_options;
+  sampler_options.dataset_size = task.dataset_size;
+  sampler_options.seed = o.seed;
+  worker::DistributedSampler sampler(sampler_options, rank, world);
+
+  const std::int64_t samples_per_step = static_cast<std::int64_t>(o.batch_size) * o.grad_accum;
+  sampler.set_epoch(0);
+  const std::int64_t steps_per_epoch =
+      (static_cast<std::int64_t>(sampler.num_samples()) + samples_per_step - 1) / samples_per_step;
+  const double peak_lr = o.scale_lr ? worker::scale_lr_linearly(o.lr, world) : o.lr;
+  worker::WarmupCosineSchedule schedule{peak_lr, o.warmup_steps,
+                                        o.cosine ? steps_per_epoch * o.epochs : 0, 0.0};
+  log_rank0(rank, "training " + std::to_string(task.dataset_size) + " samples on " +
+                      std::to_string(world) + " rank(s), " + std::to_string(o.batch_size) +
+                      " per rank x " + std::to_string(o.grad_accum) + " micro-steps, " +
+                      std::to_string(ddp.buckets().size()) + " gradient bucket(s), lr " +
+                      fixed(peak_lr, 6));
+
+  worker::Throughput throughput;
+  bool stop = false;
+  for (std::int64_t epoch = progress.epoch; epoch < o.epochs && !stop; ++epoch) {
+    sampler.set_epoch(static_cast<std::uint64_t>(epoch));
+    if (epoch == progress.epoch) sampler.set_consumed(progress.epoch_consumed);
+    const std::uint64_t start_consumed = sampler.consumed();
+    const std::vector<std::uint64_t> mine = sampler.indices();
+    const auto all = torch::tensor(std::vector<int64_t>(mine.begin(), mine.end()), torch::kLong);
+    double loss_sum = progress.values["loss_sum"];
+    double loss_count = progress.values["loss_count"];
+    std::int64_t pos = 0;
+    const auto n = static_cast<std::int64_t>(mine.size());
+    auto save_mid_epoch = [&] {
+      progress.epoch = epoch;
+      progress.epoch_consumed = start_consumed + static_cast<std::uint64_t>(pos) * world;
+      progress.values = {{"loss_sum", loss_sum}, {"loss_count", loss_count}};
+      checkpointer->save(*task.model, *optimizer, progress);
+    };
+    while (pos < n) {
+      if (o.max_steps > 0 && progress.step >= o.max_steps) {
+        stop = true;
+        break;
+      }
+      if (progress.step == o.inject_kill_at_step && run.env.restart_count == 0 &&
+          rank == world - 1) {
+        std::raise(SIGKILL);
+      }
+      const auto started = std::chrono::steady_clock::now();
+      const std::int64_t step_end = std::min(n, pos + samples_per_step);
+      const std::int64_t micro_steps = (step_end - pos + o.batch_size - 1) / o.batch_size;
+      for (; pos < step_end; pos += o.batch_size) {
+        const std::int64_t end = std::min(step_end, pos + o.batch_size);
+        const bool last = end == step_end;
+        torch::Tensor loss = task.loss(all.slice(0, pos, end));
+        loss_sum += loss.item<double>();
+        loss_count += 1;
+        // Every micro-step but the last only accumulates locally.
+        if (last) {
+          (loss / static_cast<double>(micro_steps)).backward();
+        } else {
+          auto no_sync = ddp.no_sync();
+          (loss / static_cast<double>(micro_steps)).backward();
+        }
+      }
+      if (o.clip_grad_norm > 0) {
+        torch::nn::utils::clip_grad_norm_(task.model->parameters(), o.clip_grad_norm);
+      }
+      const double lr = schedule.lr_at(progress.step);
+      for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+      optimizer->step();
+      optimizer->zero_grad();
+      ++progress.step;
+      throughput.record(static_cast<std::uint64_t>(micro_steps * o.batch_size),
+                        std::chrono::steady_clock::now() - started);
+      if (o.log_every > 0 && progress.step % o.log_every == 0) {
+        log_rank0(rank, "step " + std::to_string(progress.step) + " loss " +
+                            fixed(loss_sum / std::max(loss_count, 1.0), 6) + " step_ms " +
+                            fixed(throughput.seconds_per_step() * 1e3, 2) + " samples/s " +
+                            fixed(throughput.samples_per_second() * world, 1));
+      }
+      if (checkpointer && o.checkpoint_every > 0 && progress.step % o.checkpoint_every == 0 &&
+          pos < n) {
+        save_mid_epoch();
+      }
+    }
+    if (stop && pos < n) {
+      // Stopped by --max_steps: a later run with a larger limit continues from here.
+      if (checkpointer) save_mid_epoch();
+      break;
+    }
+    log_rank0(rank, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs) +
+                        " loss " + fixed(loss_sum / std::max(loss_count, 1.0), 6) +
+                        " samples/s " + fixed(throughput.samples_per_second() * world, 1));
+    progress.epoch = epoch + 1;
+    progress.epoch_consumed = 0;
+    progress.values = {{"loss_sum", 0.0}, {"loss_count", 0.0}};
+    if (checkpointer) checkpointer->save(*task.model, *optimizer, progress);
+  }
+  check_replicas(run, *task.model);
+  const double final_loss = task.evaluate();
+  log_rank0(rank, "final loss " + fixed(final_loss, 6) + " after " + std::to_string(progress.step) +
+                      " steps, samples/s " + fixed(throughput.samples_per_second() * world, 1));
+  return 0;
+}
+
+}  // namespace ctrun::trainers

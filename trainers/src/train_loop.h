@@ -1,0 +1,50 @@
+// The training loop both trainers share: the seeds' DDP recipe (DistributedSampler with
+// set_epoch, gradient accumulation under no_sync, LR scaling, warmup and cosine decay, gradient
+// clipping, rank-0 logging, rank-0 checkpoints, resume) around a model and a loss the trainer
+// provides.
+#pragma once
+
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ctrun/worker/env.h"
+#include "ctrun/worker/process_group.h"
+#include "train_options.h"
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace ctrun::trainers {
+
+// The world this worker trains in.
+struct Run {
+  worker::WorkerEnv env;
+  torch::Device device = torch::kCPU;
+  std::unique_ptr<worker::ProcessGroup> group;
+};
+
+// Reads nothing from the process: `env` comes from read_worker_env. Seeds torch's generator
+// with --seed so every rank builds the same initial model. Throws with a one-line reason.
+Run start_run(const TrainOptions& options, const worker::WorkerEnv& env);
+
+struct TrainTask {
+  std::shared_ptr<torch::nn::Module> model;  // already on the run's device
+  std::uint64_t dataset_size = 0;
+  // Mean loss over the samples `indices` (int64, CPU).
+  std::function<torch::Tensor(const torch::Tensor& indices)> loss;
+  // Mean loss over a fixed evaluation set (no gradients), printed at the end.
+  std::function<double()> evaluate;
+  std::function<std::unique_ptr<torch::optim::Optimizer>(double lr)> make_optimizer;
+};
+
+// Trains for options.epochs (or max_steps), resuming from --checkpoint_dir. Returns 0.
+int train(const TrainOptions& options, Run& run, TrainTask& task);
+
+}  // namespace ctrun::trainers

@@ -1,0 +1,103 @@
+#include "daemon_store.h"
+
+#include <stdexcept>
+
+namespace ctrun::worker {
+namespace {
+
+std::string to_string(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+std::vector<uint8_t> to_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+}  // namespace
+
+DaemonStore::DaemonStore(const rendezvous::StoreAddress& address, const std::string& job,
+                         std::string key_prefix, std::chrono::milliseconds timeout)
+    : c10d::Store(timeout),
+      prefix_(std::move(key_prefix)),
+      where_(address.host + ":" + std::to_string(address.port)) {
+  rendezvous::ClientOptions options;
+  options.host = address.host;
+  options.port = static_cast<std::uint16_t>(address.port);
+  options.job = job;
+  options.token = address.token;
+  options.connect_timeout = timeout;
+  auto client = rendezvous::Client::connect(options);
+  if (!client) {
+    throw std::runtime_error("ctrun store at " + where_ + ": " + client.error().message);
+  }
+  client_ = std::move(client.value());
+}
+
+DaemonStore::~DaemonStore() = default;
+
+std::vector<std::string> DaemonStore::keys(const std::vector<std::string>& ks) const {
+  std::vector<std::string> out;
+  out.reserve(ks.size());
+  for (const auto& k : ks) out.push_back(key(k));
+  return out;
+}
+
+// Failures become exceptions here because c10d::Store's interface has no other way to say so;
+// ProcessGroupGloo passes them on to the caller that is bootstrapping.
+template <typename T>
+static T unwrap(rendezvous::Result<T> r, const std::string& where, const char* op,
+                const std::string& k) {
+  if (!r) throw std::runtime_error("ctrun store at " + where + ": " + op + " '" + k + "': " +
+                                   r.error().message);
+  return std::move(r.value());
+}
+
+static void unwrap(const rendezvous::Status& s, const std::string& where, const char* op,
+                   const std::string& k) {
+  if (!s) throw std::runtime_error("ctrun store at " + where + ": " + op + " '" + k + "': " +
+                                   s.error().message);
+}
+
+void DaemonStore::set(const std::string& k, const std::vector<uint8_t>& value) {
+  std::lock_guard lock(mutex_);
+  unwrap(client_->set(key(k), to_string(value)), where_, "set", k);
+}
+
+std::vector<uint8_t> DaemonStore::compareSet(const std::string& k,
+                                             const std::vector<uint8_t>& expected,
+                                             const std::vector<uint8_t>& desired) {
+  std::lock_guard lock(mutex_);
+  return to_bytes(unwrap(client_->compare_set(key(k), to_string(expected), to_string(desired)),
+                         where_, "compare_set", k));
+}
+
+std::vector<uint8_t> DaemonStore::get(const std::string& k) {
+  std::lock_guard lock(mutex_);
+  return to_bytes(unwrap(client_->get(key(k), timeout_), where_, "get", k));
+}
+
+int64_t DaemonStore::add(const std::string& k, int64_t value) {
+  std::lock_guard lock(mutex_);
+  return unwrap(client_->add(key(k), value), where_, "add", k);
+}
+
+bool DaemonStore::deleteKey(const std::string& k) {
+  std::lock_guard lock(mutex_);
+  return unwrap(client_->erase(key(k)), where_, "delete", k);
+}
+
+bool DaemonStore::check(const std::vector<std::string>& ks) {
+  std::lock_guard lock(mutex_);
+  return unwrap(client_->check(keys(ks)), where_, "check", ks.empty() ? "" : ks.front());
+}
+
+int64_t DaemonStore::getNumKeys() {
+  std::lock_guard lock(mutex_);
+  return unwrap(client_->num_keys(), where_, "num_keys", "");
+}
+
+void DaemonStore::wait(const std::vector<std::string>& ks) { wait(ks, timeout_); }
+
+void DaemonStore::wait(const std::vector<std::string>& ks, const std::chrono::milliseconds& timeout) {
+  std::lock_guard lock(mutex_);
+  unwrap(client_->wait(keys(ks), timeout), where_, "wait", ks.empty() ? "" : ks.front());
+}
+
+}  // namespace ctrun::worker

@@ -1,0 +1,46 @@
+// c10d::Store over the rendezvous daemon's store, so torch's process groups (ProcessGroupGloo)
+// bootstrap through ctrund. Keys live under a prefix: the round's, so a later round never reads
+// an earlier round's addresses.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <memory>
+#include <mutex>
+
+#include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/store_address.h"
+
+namespace ctrun::worker {
+
+class DaemonStore : public c10d::Store {
+ public:
+  // Connects (retrying until `timeout`); throws std::runtime_error naming the daemon otherwise.
+  DaemonStore(const rendezvous::StoreAddress& address, const std::string& job,
+              std::string key_prefix, std::chrono::milliseconds timeout);
+  ~DaemonStore() override;
+
+  using c10d::Store::set;
+  void set(const std::string& key, const std::vector<uint8_t>& value) override;
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override;
+  std::vector<uint8_t> get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t value) override;
+  bool deleteKey(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  int64_t getNumKeys() override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+
+ private:
+  std::string key(const std::string& k) const { return prefix_ + k; }
+  std::vector<std::string> keys(const std::vector<std::string>& ks) const;
+
+  std::string prefix_;
+  std::string where_;  // "host:port" for error messages
+  std::mutex mutex_;   // the blocking client serves one call at a time
+  std::unique_ptr<rendezvous::Client> client_;
+};
+
+}  // namespace ctrun::worker

@@ -1,0 +1,94 @@
+#include "gloo_group.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <cstdlib>
+
+namespace ctrun::worker {
+namespace {
+
+// c10d reports failures (a peer's closed connection, a timeout) as exceptions from wait().
+class GlooWork : public Work {
+ public:
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, const char* op) : work_(std::move(work)), op_(op) {}
+  void wait() override {
+    try {
+      work_->wait();
+    } catch (const std::exception& e) {
+      throw CollectiveError(std::string("gloo ") + op_ + " failed: " + first_line(e.what()));
+    }
+  }
+
+  static std::string first_line(const std::string& what) { return what.substr(0, what.find('\n')); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  const char* op_;
+};
+
+class GlooGroup : public ProcessGroup {
+ public:
+  GlooGroup(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank, int size)
+      : ProcessGroup(rank, size), pg_(std::move(pg)) {}
+
+  Backend backend() const override { return Backend::kGloo; }
+
+  std::unique_ptr<Work> all_reduce_async(at::Tensor tensor) override {
+    std::vector<at::Tensor> tensors{std::move(tensor)};
+    return std::make_unique<GlooWork>(pg_->allreduce(tensors), "all_reduce");
+  }
+
+  void broadcast(at::Tensor tensor, int root) override {
+    std::vector<at::Tensor> tensors{std::move(tensor)};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    GlooWork(pg_->broadcast(tensors, options), "broadcast").wait();
+  }
+
+  std::vector<at::Tensor> all_gather(const at::Tensor& tensor) override {
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(tensor));
+    std::vector<at::Tensor> inputs{tensor};
+    GlooWork(pg_->allgather(outputs, inputs), "all_gather").wait();
+    return outputs[0];
+  }
+
+  void barrier() override { GlooWork(pg_->barrier(), "barrier").wait(); }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                              int rank, int size, const std::string& host,
+                                              std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  try {
+    if (ifname != nullptr && *ifname != '\0') {
+      // torch's rule: a comma-separated list gives one device per interface.
+      std::string list(ifname);
+      for (std::size_t start = 0; start <= list.size();) {
+        const std::size_t comma = std::min(list.find(',', start), list.size());
+        options->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForInterface(list.substr(start, comma - start)));
+        start = comma + 1;
+      }
+    } else if (!host.empty()) {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+    } else {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+    return std::make_unique<GlooGroup>(std::move(pg), rank, size);
+  } catch (const CollectiveError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CollectiveError("gloo: joining a world of " + std::to_string(size) + " as rank " +
+                          std::to_string(rank) + " failed: " + GlooWork::first_line(e.what()));
+  }
+}
+
+}  // namespace ctrun::worker
