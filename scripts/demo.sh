@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The demo: ctrun launches a real PyTorch DDP training (the seeds' MLP, gloo on CPU, 2 workers)
 # with an embedded rendezvous (--standalone), injects a worker failure in the second epoch,
-# and resumes the job from its checkpoint, exactly as a torchrun user would run it.
+# and resumes the job from its checkpoint, exactly as a torchrun user would run it. Then the
+# same model as a C++ trainer on libctrun_worker (DDP over Gloo), one worker SIGKILLed mid-epoch
+# and the job resumed from its last checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 cmake -S . -B build -G Ninja > /dev/null
-cmake --build build -j "$(nproc)" --target ctrun ctrund
+cmake --build build -j "$(nproc)" --target ctrun ctrund mlp
 
 work=$(mktemp -d /tmp/ctrun_demo_XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -22,3 +24,12 @@ PYTHON_EXEC=/usr/bin/python3 build/launcher/ctrun --standalone --nproc_per_node=
 echo
 echo "== per-rank logs were written under --log_dir:"
 find "$work/logs" -name '*.log' | sort | sed "s|$work/||"
+
+echo
+echo "== ctrun --standalone --nproc_per_node=2 --max_restarts=1 build/trainers/mlp"
+echo "   (C++ DDP on libctrun_worker; rank 1 SIGKILLs itself before step 100, the job restarts"
+echo "   and resumes from the checkpoint of step 80)"
+echo
+build/launcher/ctrun --standalone --nproc_per_node=2 --max_restarts=1 \
+  build/trainers/mlp --epochs 3 --checkpoint_dir "$work/mlp_checkpoints" --checkpoint_every 40 \
+  --inject_kill_at_step 100

@@ -72,23 +72,25 @@ int main(int argc, char** argv) {
                      .to(run.device);
     auto model = Gpt(config);
     model->to(run.device);
-    auto loss_on = [model, bytes, bf16, device = run.device](const torch::Tensor& indices) {
+    // Captured as a shared_ptr: its pointee stays mutable inside a const lambda.
+    std::shared_ptr<GptImpl> net = model.ptr();
+    auto loss_on = [net, bytes, bf16, device = run.device](const torch::Tensor& indices) {
       const torch::Tensor rows = bytes.index_select(0, indices.to(device));
       Bf16Autocast autocast(bf16);
-      const torch::Tensor logits = model->forward(rows.slice(1, 0, -1));
-      return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}).to(torch::kFloat),
-                                                  rows.slice(1, 1).reshape({-1}));
+      const torch::Tensor logits = net->forward(rows.slice(1, 0, -1));
+      return torch::nn::functional::cross_entropy(
+          logits.reshape({-1, logits.size(2)}).to(torch::kFloat), rows.slice(1, 1).reshape({-1}));
     };
     TrainTask task;
-    task.model = model.ptr();
+    task.model = net;
     task.dataset_size = static_cast<std::uint64_t>(windows);
     task.loss = loss_on;
     task.evaluate = [loss_on, windows, eval_windows] {
       torch::NoGradGuard no_grad;
       return loss_on(torch::arange(std::min(windows, eval_windows), torch::kLong)).item<double>();
     };
-    task.make_optimizer = [model](double lr) -> std::unique_ptr<torch::optim::Optimizer> {
-      return std::make_unique<torch::optim::AdamW>(model->parameters(),
+    task.make_optimizer = [net](double lr) -> std::unique_ptr<torch::optim::Optimizer> {
+      return std::make_unique<torch::optim::AdamW>(net->parameters(),
                                                    torch::optim::AdamWOptions(lr));
     };
     return task;

@@ -2,8 +2,8 @@
 // a synthetic dataset every rank generates identically from --seed:
 //   ctrun --standalone --nproc_per_node=2 build/trainers/mlp --epochs 3
 #include <torch/nn/functional/loss.h>
-#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
 
@@ -40,28 +40,29 @@ int main(int argc, char** argv) {
                "mlp"};
   std::int64_t samples = 10000;
   app.add_option("--samples", samples, "Synthetic dataset size")->check(CLI::PositiveNumber);
-  return trainer_main(app, argc, argv, TrainOptions{}, [&](const TrainOptions& options, const Run& run) {
-    auto data = std::make_shared<SyntheticDigits>(make_data(samples, options.seed, run.device));
-    auto model = std::make_shared<torch::nn::SequentialImpl>(
-        torch::nn::Linear(784, 256), torch::nn::ReLU(), torch::nn::Linear(256, 10));
-    model->to(run.device);
-    TrainTask task;
-    task.model = model;
-    task.dataset_size = static_cast<std::uint64_t>(samples);
-    task.loss = [model, data, device = run.device](const torch::Tensor& indices) {
-      const torch::Tensor idx = indices.to(device);
-      return torch::nn::functional::cross_entropy(model->forward(data->inputs.index_select(0, idx)),
-                                                  data->labels.index_select(0, idx));
-    };
-    task.evaluate = [model, data] {
-      torch::NoGradGuard no_grad;
-      return torch::nn::functional::cross_entropy(model->forward(data->inputs), data->labels)
-          .item<double>();
-    };
-    task.make_optimizer = [model](double lr) -> std::unique_ptr<torch::optim::Optimizer> {
-      return std::make_unique<torch::optim::Adam>(model->parameters(),
-                                                  torch::optim::AdamOptions(lr));
-    };
-    return task;
-  });
+  return trainer_main(
+      app, argc, argv, TrainOptions{}, [&](const TrainOptions& options, const Run& run) {
+        auto data = std::make_shared<SyntheticDigits>(make_data(samples, options.seed, run.device));
+        auto model = std::make_shared<torch::nn::SequentialImpl>(
+            torch::nn::Linear(784, 256), torch::nn::ReLU(), torch::nn::Linear(256, 10));
+        model->to(run.device);
+        TrainTask task;
+        task.model = model;
+        task.dataset_size = static_cast<std::uint64_t>(samples);
+        task.loss = [model, data, device = run.device](const torch::Tensor& indices) {
+          const torch::Tensor idx = indices.to(device);
+          return torch::nn::functional::cross_entropy(
+              model->forward(data->inputs.index_select(0, idx)), data->labels.index_select(0, idx));
+        };
+        task.evaluate = [model, data] {
+          torch::NoGradGuard no_grad;
+          return torch::nn::functional::cross_entropy(model->forward(data->inputs), data->labels)
+              .item<double>();
+        };
+        task.make_optimizer = [model](double lr) -> std::unique_ptr<torch::optim::Optimizer> {
+          return std::make_unique<torch::optim::Adam>(model->parameters(),
+                                                      torch::optim::AdamOptions(lr));
+        };
+        return task;
+      });
 }

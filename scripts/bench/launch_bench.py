@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+from bench_common import ensure_loopback_netns
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 BUILD = os.path.join(ROOT, "build-bench")
@@ -53,21 +55,6 @@ def log(msg):
 
 def now_ns():
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-
-
-# ---- network namespace ------------------------------------------------------------------------
-
-def ensure_loopback_netns(argv):
-    """Re-executes this script in a new network namespace unless it is in one with only `lo`."""
-    names = [name for _, name in socket.if_nameindex()]
-    if names == ["lo"]:
-        subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=30)
-        return
-    if "--in-netns" in argv:
-        sys.exit(f"launch_bench: still see interfaces {names} after unshare -n")
-    flags = ["-n"] if os.geteuid() == 0 else ["-r", "-n"]
-    os.execvp("unshare", ["unshare"] + flags + [sys.executable, os.path.abspath(__file__)]
-              + argv + ["--in-netns"])
 
 
 # ---- processes --------------------------------------------------------------------------------
@@ -453,7 +440,7 @@ def main():
                      f"--target ctrun ctrund launch_probe launch_measure)")
     if args.quick:
         args.launch_runs, args.restart_jobs, args.node_reps = 5, 1, 1
-    ensure_loopback_netns([a for a in argv if a != "--in-netns"])
+    ensure_loopback_netns(__file__, [a for a in argv if a != "--in-netns"])
 
     log(f"== machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}")

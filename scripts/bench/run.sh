@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issues 2 and 3 and prints their tables with ratios:
+# Runs every benchmark of issues 2, 3 and 4 and prints their tables with ratios:
 #   store_bench       ctrund vs PyTorch's TCPStore: set+get throughput (1/4/16 client processes), latency
 #   rdzv_bench        ctrund rendezvous of 16..4096 nodes: formation time, daemon peak memory
 #   c10d_rdzv_bench   torch's c10d dynamic rendezvous vs ctrund at 16 and 64 nodes
 #   launch_bench      the ctrun launcher vs torchrun: launch time and memory, worker restart,
 #                     node failure
+#   train_bench       the C++ trainers vs Python DDP under torchrun: samples/s, overlap,
+#                     all-reduce bus bandwidth
 # Usage: scripts/bench/run.sh [--quick]
 # Builds build-bench/ first if needed (one job at a time: the machine is shared; BENCH_JOBS=N
 # to change). Everything runs inside a loopback-only network namespace, because TCPStore binds
@@ -29,7 +31,7 @@ if [[ " $* " != *" --in-netns "* ]]; then
       -DCTRUN_WITH_TORCH=ON -DCMAKE_BUILD_TYPE=Release
   fi
   nice -n 19 ninja -C "$build" -j "${BENCH_JOBS:-1}" ctrund rdzv_bench store_bench \
-    ctrun launch_probe launch_measure
+    ctrun launch_probe launch_measure mlp gpt allreduce_bench
   # Re-run this script in a fresh network namespace with only the loopback interface.
   unshare_flags=(-n)
   [ "$(id -u)" -eq 0 ] || unshare_flags=(-r -n)
@@ -56,4 +58,5 @@ run 1200 "$bench/store_bench" "${quick[@]}"
 run 900 "$bench/rdzv_bench" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/c10d_rdzv_bench.py" --rdzv_bench "$bench/rdzv_bench" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/launch_bench.py" "${quick[@]}"
+run 3600 /usr/bin/python3 "$root/scripts/bench/train_bench.py" "${quick[@]}"
 exit $status

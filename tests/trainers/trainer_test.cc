@@ -54,8 +54,8 @@ TEST_CASE("trainers: mlp on 2 and 3 ranks ends with bit-identical replicas") {
   ScratchDir s("mlp_ranks");
   for (int n : {2, 3}) {
     const std::string log = s.path("ranks" + std::to_string(n) + ".log");
-    REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=" + std::to_string(n)}, kSmall), log) ==
-            0);
+    REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=" + std::to_string(n)}, kSmall),
+                log) == 0);
     const std::string out = read_file(log);
     INFO(out);
     CHECK(out.find("parameters identical on all " + std::to_string(n) + " rank(s)") !=
@@ -63,6 +63,32 @@ TEST_CASE("trainers: mlp on 2 and 3 ranks ends with bit-identical replicas") {
     CHECK(out.find("epoch 2/2 loss") != std::string::npos);
     CHECK(std::stod(last_value(out, "final loss ")) < 2.0);  // it learned (chance is ln 10 = 2.3)
   }
+}
+
+TEST_CASE("trainers: gpt with many buckets, accumulation, and without overlap gives the same") {
+  ScratchDir s("gpt");
+  const std::vector<std::string> flags = {
+      "--width",      "64",   "--layers",       "2",     "--heads",           "2",
+      "--context",    "16",   "--corpus_bytes", "20000", "--batch_size",      "4",
+      "--grad_accum", "2",    "--max_steps",    "6",     "--first_bucket_mb", "0.01",
+      "--bucket_mb",  "0.03", "--warmup_steps", "2",     "--cosine",          "--clip_grad_norm",
+      "1.0"};
+  std::string digests[2];
+  for (int overlap = 0; overlap < 2; ++overlap) {
+    std::vector<std::string> argv{CTRUN_PATH, "--standalone", "--nproc_per_node=2", GPT_PATH};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    if (overlap == 0) argv.push_back("--no_overlap");
+    const std::string log = s.path("gpt" + std::to_string(overlap) + ".log");
+    REQUIRE(run(argv, log) == 0);
+    const std::string out = read_file(log);
+    INFO(out);
+    CHECK(out.find("parameters identical on all 2 rank(s)") != std::string::npos);
+    CHECK(out.find(overlap ? "gradient bucket(s)" : " 1 gradient bucket(s)") != std::string::npos);
+    digests[overlap] = last_value(out, "digest ");
+  }
+  // Two ranks add two numbers per element whatever the buckets: the very same parameters.
+  CHECK(digests[0] == digests[1]);
+  CHECK_FALSE(digests[0].empty());
 }
 
 TEST_CASE("trainers: a worker SIGKILLed mid-epoch resumes from its checkpoint to the same loss") {
@@ -134,8 +160,7 @@ TEST_CASE("trainers: mlp under the reference torchrun learns the same as under c
     return;
   }
   ScratchDir s("mlp_torchrun");
-  REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2"}, kSmall), s.path("ctrun.log")) ==
-          0);
+  REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2"}, kSmall), s.path("ctrun.log")) == 0);
   std::string mlp_args;
   for (const auto& a : kSmall) mlp_args += " " + a;
   // Static rendezvous: torchrun's agent serves the TCPStore (TORCHELASTIC_USE_AGENT_STORE=True).
@@ -148,7 +173,8 @@ TEST_CASE("trainers: mlp under the reference torchrun learns the same as under c
     const std::string out = read_file(log);
     INFO(mode << "\n" << out);
     CHECK(out.find("parameters identical on all 2 rank(s)") != std::string::npos);
-    CHECK(last_value(out, "final loss ") == last_value(read_file(s.path("ctrun.log")), "final loss "));
+    CHECK(last_value(out, "final loss ") ==
+          last_value(read_file(s.path("ctrun.log")), "final loss "));
     std::remove(log.c_str());
   }
 }

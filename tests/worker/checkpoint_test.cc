@@ -27,10 +27,10 @@ struct Trained {
 Trained make_trained(int steps) {
   torch::manual_seed(3);
   Trained t;
-  t.model = std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(4, 8),
-                                                        torch::nn::Linear(8, 2));
-  t.opt = std::make_unique<torch::optim::Adam>(t.model->parameters(),
-                                               torch::optim::AdamOptions(0.1));
+  t.model =
+      std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(4, 8), torch::nn::Linear(8, 2));
+  t.opt =
+      std::make_unique<torch::optim::Adam>(t.model->parameters(), torch::optim::AdamOptions(0.1));
   for (int i = 0; i < steps; ++i) {
     t.opt->zero_grad();
     t.model->forward(torch::randn({3, 4})).sum().backward();
@@ -109,7 +109,8 @@ TEST_CASE("checkpoint: SIGKILL during a save leaves the previous checkpoint load
                                         dir.path() + "/writer.log");
     // Wait (bounded) for the first save, then kill at a random moment of a later one.
     const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (Checkpointer(dir.path(), 0).list().empty() && std::chrono::steady_clock::now() < deadline) {
+    while (Checkpointer(dir.path(), 0).list().empty() &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(5ms);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 200));

@@ -125,9 +125,8 @@ TEST_CASE("ddp: 2 and 3 Gloo ranks match one process on the global batch, bit-id
 
 TEST_CASE("ddp: gradient accumulation with no_sync equals the larger global batch") {
   at::set_num_threads(1);
-  auto ranks = run_gloo_ranks<RankResult>(2, [&](int rank, ProcessGroup& group) {
-    return train_rank(rank, group, 4, 3);
-  });
+  auto ranks = run_gloo_ranks<RankResult>(
+      2, [&](int rank, ProcessGroup& group) { return train_rank(rank, group, 4, 3); });
   check_against_reference(ranks, train_reference(2, 4, 3));
   CHECK(ranks[0].starts_under_no_sync == 0);  // no communication in accumulation micro-steps
   CHECK(ranks[1].starts_under_no_sync == 0);
@@ -137,9 +136,8 @@ TEST_CASE("ddp: without overlap (one all-reduce after backward) the result is th
   at::set_num_threads(1);
   DdpOptions options;
   options.overlap = false;
-  auto ranks = run_gloo_ranks<RankResult>(2, [&](int rank, ProcessGroup& group) {
-    return train_rank(rank, group, 3, 1, options);
-  });
+  auto ranks = run_gloo_ranks<RankResult>(
+      2, [&](int rank, ProcessGroup& group) { return train_rank(rank, group, 3, 1, options); });
   check_against_reference(ranks, train_reference(2, 3, 1));
 }
 

@@ -141,15 +141,16 @@ TEST_CASE("process group: a peer that never joins the collective is a timeout er
       },
       1500ms);
   const auto elapsed = std::chrono::steady_clock::now() - started;
-  CHECK_THAT(errors[0], Catch::StartsWith("gloo all_reduce failed:") &&
-                            Catch::Contains("imed out"));
+  CHECK_THAT(errors[0],
+             Catch::StartsWith("gloo all_reduce failed:") && Catch::Contains("imed out"));
   CHECK(elapsed < 20s);
 }
 
 TEST_CASE("process group: backend names and an NCCL group without a GPU are clear errors") {
   CHECK(ctrun::worker::parse_backend("gloo") == ctrun::worker::Backend::kGloo);
   CHECK(ctrun::worker::parse_backend("nccl") == ctrun::worker::Backend::kNccl);
-  CHECK_THROWS_WITH(ctrun::worker::parse_backend("mpi"), "backend: expected gloo or nccl, got 'mpi'");
+  CHECK_THROWS_WITH(ctrun::worker::parse_backend("mpi"),
+                    "backend: expected gloo or nccl, got 'mpi'");
   ctrun::worker::ProcessGroupOptions options;
   options.backend = ctrun::worker::Backend::kNccl;
   if (torch::cuda::is_available()) return;  // a GPU machine: the NCCL tests run there instead

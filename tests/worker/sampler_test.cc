@@ -107,8 +107,10 @@ TEST_CASE("sampler: resuming mid-epoch with another world size reads every sampl
 }
 
 TEST_CASE("sampler: bad arguments are errors") {
-  CHECK_THROWS_AS(DistributedSampler(SamplerOptions{0, true, 0, false}, 0, 1), std::invalid_argument);
-  CHECK_THROWS_AS(DistributedSampler(SamplerOptions{10, true, 0, false}, 2, 2), std::invalid_argument);
+  CHECK_THROWS_AS(DistributedSampler(SamplerOptions{0, true, 0, false}, 0, 1),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(DistributedSampler(SamplerOptions{10, true, 0, false}, 2, 2),
+                  std::invalid_argument);
   DistributedSampler s(SamplerOptions{10, true, 0, false}, 0, 2);
   s.set_consumed(10);
   CHECK(s.num_samples() == 0);

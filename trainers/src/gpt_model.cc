@@ -30,10 +30,11 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
 }
 
 BlockImpl::BlockImpl(const GptConfig& c) {
-  attention_norm_ = register_module("attention_norm", torch::nn::LayerNorm(
-                                                          torch::nn::LayerNormOptions({c.width})));
+  attention_norm_ = register_module("attention_norm",
+                                    torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})));
   attention_ = register_module("attention", CausalSelfAttention(c));
-  mlp_norm_ = register_module("mlp_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})));
+  mlp_norm_ =
+      register_module("mlp_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})));
   mlp_in_ = register_module("mlp_in", torch::nn::Linear(c.width, 4 * c.width));
   mlp_out_ = register_module("mlp_out", torch::nn::Linear(4 * c.width, c.width));
 }
@@ -50,7 +51,8 @@ GptImpl::GptImpl(const GptConfig& c) {
   for (int64_t i = 0; i < c.layers; ++i) {
     blocks_.push_back(register_module("block" + std::to_string(i), Block(c)));
   }
-  final_norm_ = register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})));
+  final_norm_ =
+      register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})));
   head_ = register_module("head", torch::nn::Linear(c.width, c.vocab));
 }
 

@@ -1,10 +1,10 @@
 #include "train_loop.h"
 
-#include <csignal>
 #include <torch/nn/module.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 #include <torch/utils.h>
+#include <csignal>
 
 #include <chrono>
 #include <cstdio>
@@ -184,8 +184,8 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
       break;
     }
     log_rank0(rank, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs) +
-                        " loss " + fixed(loss_sum / std::max(loss_count, 1.0), 6) +
-                        " samples/s " + fixed(throughput.samples_per_second() * world, 1));
+                        " loss " + fixed(loss_sum / std::max(loss_count, 1.0), 6) + " samples/s " +
+                        fixed(throughput.samples_per_second() * world, 1));
     progress.epoch = epoch + 1;
     progress.epoch_consumed = 0;
     progress.values = {{"loss_sum", 0.0}, {"loss_count", 0.0}};

@@ -14,7 +14,7 @@ struct TrainOptions {
   double lr = 1e-3;
   bool scale_lr = false;  // multiply lr by the world size (linear scaling rule)
   std::int64_t warmup_steps = 0;
-  bool cosine = false;  // cosine decay to 0 over the run after warmup
+  bool cosine = false;          // cosine decay to 0 over the run after warmup
   double clip_grad_norm = 0.0;  // 0: no clipping
   std::string checkpoint_dir;
   std::int64_t checkpoint_every = 0;  // optimizer steps between saves; 0: at epoch ends only

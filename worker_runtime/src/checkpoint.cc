@@ -34,8 +34,10 @@ std::optional<std::int64_t> step_of(const std::string& name) {
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
     return std::nullopt;
   }
-  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit) || digits.size() > 18) {
+  const std::string digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit) ||
+      digits.size() > 18) {
     return std::nullopt;
   }
   return std::stoll(digits);
@@ -157,8 +159,8 @@ void Checkpointer::save(const torch::nn::Module& module, const torch::optim::Opt
   }
 }
 
-std::optional<TrainingProgress> Checkpointer::load_latest(torch::nn::Module& module,
-                                                          torch::optim::Optimizer& optimizer) const {
+std::optional<TrainingProgress> Checkpointer::load_latest(
+    torch::nn::Module& module, torch::optim::Optimizer& optimizer) const {
   for (const auto& path : list()) {
     try {
       torch::serialize::InputArchive archive;

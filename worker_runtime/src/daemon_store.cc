@@ -8,7 +8,9 @@ namespace {
 std::string to_string(const std::vector<uint8_t>& bytes) {
   return std::string(bytes.begin(), bytes.end());
 }
-std::vector<uint8_t> to_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+std::vector<uint8_t> to_bytes(const std::string& s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
 
 }  // namespace
 
@@ -44,15 +46,17 @@ std::vector<std::string> DaemonStore::keys(const std::vector<std::string>& ks) c
 template <typename T>
 static T unwrap(rendezvous::Result<T> r, const std::string& where, const char* op,
                 const std::string& k) {
-  if (!r) throw std::runtime_error("ctrun store at " + where + ": " + op + " '" + k + "': " +
-                                   r.error().message);
+  if (!r)
+    throw std::runtime_error("ctrun store at " + where + ": " + op + " '" + k +
+                             "': " + r.error().message);
   return std::move(r.value());
 }
 
 static void unwrap(const rendezvous::Status& s, const std::string& where, const char* op,
                    const std::string& k) {
-  if (!s) throw std::runtime_error("ctrun store at " + where + ": " + op + " '" + k + "': " +
-                                   s.error().message);
+  if (!s)
+    throw std::runtime_error("ctrun store at " + where + ": " + op + " '" + k +
+                             "': " + s.error().message);
 }
 
 void DaemonStore::set(const std::string& k, const std::vector<uint8_t>& value) {
@@ -95,7 +99,8 @@ int64_t DaemonStore::getNumKeys() {
 
 void DaemonStore::wait(const std::vector<std::string>& ks) { wait(ks, timeout_); }
 
-void DaemonStore::wait(const std::vector<std::string>& ks, const std::chrono::milliseconds& timeout) {
+void DaemonStore::wait(const std::vector<std::string>& ks,
+                       const std::chrono::milliseconds& timeout) {
   std::lock_guard lock(mutex_);
   unwrap(client_->wait(keys(ks), timeout), where_, "wait", ks.empty() ? "" : ks.front());
 }

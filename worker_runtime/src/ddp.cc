@@ -27,7 +27,11 @@ void broadcast_coalesced(ProcessGroup& group, const std::vector<at::Tensor>& ten
     std::vector<at::Tensor> flat_views;
     for (const auto& t : members) flat_views.push_back(t.reshape({-1}));
     at::Tensor flat = at::cat(flat_views);
+    // Collective libraries have no bool type (masks are bool buffers): send bytes.
+    const bool is_bool = flat.scalar_type() == at::kBool;
+    if (is_bool) flat = flat.to(at::kByte);
     group.broadcast(flat, 0);
+    if (is_bool) flat = flat.to(at::kBool);
     int64_t offset = 0;
     for (auto& t : members) {
       t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
@@ -42,7 +46,9 @@ class DistributedDataParallel::Reducer {
  public:
   Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, ProcessGroup& group,
           DdpOptions options)
-      : params_(std::move(params)), names_(std::move(names)), group_(group),
+      : params_(std::move(params)),
+        names_(std::move(names)),
+        group_(group),
         options_(std::move(options)) {
     build_buckets();
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -50,8 +56,7 @@ class DistributedDataParallel::Reducer {
       // The accumulator is what torch's own reducer hooks: its post hook runs after the
       // gradient is in .grad. The variable holds it only weakly, so we keep it alive.
       auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-      hook_keys_.push_back(
-          accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i)));
+      hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i)));
       accumulators_.push_back(std::move(accumulator));
     }
     reset();
@@ -265,8 +270,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   std::vector<at::Tensor> state = params;
   for (const auto& buffer : module_->buffers()) state.push_back(buffer);
   broadcast_coalesced(group_, state);
-  reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), group_,
-                                       std::move(options));
+  reducer_ =
+      std::make_unique<Reducer>(std::move(params), std::move(names), group_, std::move(options));
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -275,7 +280,9 @@ const std::vector<DdpBucket>& DistributedDataParallel::buckets() const {
   return reducer_->buckets();
 }
 
-void DistributedDataParallel::broadcast_buffers() { broadcast_coalesced(group_, module_->buffers()); }
+void DistributedDataParallel::broadcast_buffers() {
+  broadcast_coalesced(group_, module_->buffers());
+}
 
 DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp)
     : ddp_(ddp), previous_(ddp.reducer_->sync) {

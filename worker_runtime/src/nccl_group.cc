@@ -16,8 +16,8 @@ namespace ctrun::worker {
 
 bool nccl_available() { return false; }
 
-std::unique_ptr<ProcessGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>&, int, int,
-                                              int, std::chrono::milliseconds) {
+std::unique_ptr<ProcessGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>&, int, int, int,
+                                              std::chrono::milliseconds) {
   throw CollectiveError(
       "nccl: this build of libctrun_worker has no NCCL backend (CUDA and NCCL were not found "
       "when it was configured); use --backend gloo");
@@ -45,14 +45,22 @@ void check_nccl(ncclResult_t rc, const char* what) {
 
 ncclDataType_t nccl_type(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kFloat: return ncclFloat32;
-    case at::kDouble: return ncclFloat64;
-    case at::kHalf: return ncclFloat16;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kInt: return ncclInt32;
-    case at::kLong: return ncclInt64;
-    case at::kByte: return ncclUint8;
-    case at::kChar: return ncclInt8;
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kByte:
+      return ncclUint8;
+    case at::kChar:
+      return ncclInt8;
     default:
       throw CollectiveError(std::string("nccl: unsupported tensor type ") +
                             c10::toString(t.scalar_type()));
@@ -94,8 +102,8 @@ class NcclComm {
       check_nccl(ncclCommGetAsyncError(comm_, &async_error), op);
       if (async_error != ncclSuccess && async_error != ncclInProgress) {
         aborted_ = true;
-        throw CollectiveError(std::string("nccl ") + op + " failed: " +
-                              ncclGetErrorString(async_error));
+        throw CollectiveError(std::string("nccl ") + op +
+                              " failed: " + ncclGetErrorString(async_error));
       }
       if (Clock::now() > deadline) {
         aborted_ = true;
@@ -169,7 +177,8 @@ class NcclGroup : public ProcessGroup {
 
   void barrier() override {
     // An all-reduce of one element on the group's device, as c10d's NCCL barrier does.
-    at::Tensor one = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, comm_->device()));
+    at::Tensor one =
+        at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, comm_->device()));
     all_reduce_async(one)->wait();
   }
 

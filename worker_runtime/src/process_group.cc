@@ -17,7 +17,8 @@ bool is_loopback(const std::string& host) {
 
 // Where the ranks meet. Keys carry the restart count, so a restarted job never reads the
 // addresses its previous attempt left behind.
-c10::intrusive_ptr<c10d::Store> make_store(const WorkerEnv& env, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Store> make_store(const WorkerEnv& env,
+                                           std::chrono::milliseconds timeout) {
   const std::string attempt = "ctrun/pg/" + std::to_string(env.restart_count) + "/";
   if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   if (env.store) {

@@ -16,12 +16,14 @@ void Throughput::record(std::uint64_t samples, std::chrono::nanoseconds elapsed)
 
 double Throughput::samples_per_second() const {
   if (window_elapsed_.count() <= 0) return 0.0;
-  return static_cast<double>(window_samples_) / std::chrono::duration<double>(window_elapsed_).count();
+  return static_cast<double>(window_samples_) /
+         std::chrono::duration<double>(window_elapsed_).count();
 }
 
 double Throughput::seconds_per_step() const {
   if (steps_.empty()) return 0.0;
-  return std::chrono::duration<double>(window_elapsed_).count() / static_cast<double>(steps_.size());
+  return std::chrono::duration<double>(window_elapsed_).count() /
+         static_cast<double>(steps_.size());
 }
 
 }  // namespace ctrun::worker

@@ -1,18 +1,27 @@
-// Reads the worker environment, then starts an embedded rendezvous server and talks to it
-// through the installed client library.
+// Reads the worker environment, trains one DDP step alone (world size 1), then starts an
+// embedded rendezvous server and talks to it through the installed client library.
+#include <torch/torch.h>
+
 #include <boost/asio/io_context.hpp>
 #include <cstdio>
 #include <thread>
 
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/server.h"
+#include "ctrun/worker/ddp.h"
 #include "ctrun/worker/env.h"
+#include "ctrun/worker/process_group.h"
 
 int main() {
   namespace rdzv = ctrun::rendezvous;
   // No launcher here: the worker runtime sees a single process.
   auto env = ctrun::worker::read_worker_env(ctrun::worker::process_environment());
   if (!env || env.value().world_size != 1) return 1;
+  auto group = ctrun::worker::init_process_group(env.value());
+  auto model = std::make_shared<torch::nn::LinearImpl>(4, 2);
+  ctrun::worker::DistributedDataParallel ddp(model, *group);
+  model->forward(torch::ones({3, 4})).sum().backward();
+  if (!model->weight.grad().defined()) return 1;
   boost::asio::io_context io;
   rdzv::ServerOptions options;
   options.host = "127.0.0.1";

@@ -22,10 +22,10 @@ namespace ctrun::worker {
 
 // Where training stands, beside the model and optimizer state.
 struct TrainingProgress {
-  std::int64_t epoch = 0;            // the epoch in progress (or next, after its last step)
-  std::int64_t step = 0;             // optimizer steps taken over the whole run
-  std::uint64_t epoch_consumed = 0;  // samples of this epoch read by all ranks together
-  int world_size = 1;                // the world that wrote it (a resume may have another)
+  std::int64_t epoch = 0;                // the epoch in progress (or next, after its last step)
+  std::int64_t step = 0;                 // optimizer steps taken over the whole run
+  std::uint64_t epoch_consumed = 0;      // samples of this epoch read by all ranks together
+  int world_size = 1;                    // the world that wrote it (a resume may have another)
   std::map<std::string, double> values;  // the trainer's own numbers (e.g. a running loss)
 };
 
