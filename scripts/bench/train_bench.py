@@ -5,7 +5,8 @@ the same models in PyTorch's Python DDP (gloo, CPU) under the reference torchrun
   allreduce  bus bandwidth (nccl-tests: bytes/time * 2(n-1)/n) of 1 KB..64 MB float32 all-reduces
              on 2 ranks: our process group (train_bench/allreduce.cc) vs torch.distributed
              (train_bench/allreduce_ref.py)
-  mlp        samples/s, 2 ranks, batch 64 per rank: trainers/mlp vs ddp_ref.py mlp
+  mlp        samples/s, 2 ranks, batch 64 per rank: trainers/mlp vs ddp_ref.py mlp (also with
+             the glibc malloc settings libctrun_worker's trainers apply, given by environment)
   gpt        samples/s, 2 ranks, batch 8 per rank, the bench-sized model: trainers/gpt vs
              ddp_ref.py gpt
   overlap    trainers/gpt step time on 2 ranks over 1 rank (no communication), with bucketed
@@ -42,9 +43,15 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def environment():
+# What libctrun_worker's tune_malloc_for_training() sets, given to the reference through glibc's
+# variables for a second, like-for-like row.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
+def environment(extra=None):
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = "1"
+    env.update(extra or {})
     return env
 
 
@@ -54,8 +61,8 @@ def launch(kind, nproc, program):
     return TORCHRUN + ["--standalone", f"--nproc_per_node={nproc}"] + program
 
 
-def run(cmd):
-    rc, out = run_bounded(cmd, RUN_TIMEOUT_S, environment())
+def run(cmd, extra_env=None):
+    rc, out = run_bounded(cmd, RUN_TIMEOUT_S, environment(extra_env))
     if rc != 0:
         tail = "\n".join(out.splitlines()[-15:])
         raise RuntimeError(f"{' '.join(cmd)} -> {rc}\n{tail}")
@@ -92,7 +99,7 @@ def bench_allreduce(reps):
 
 def bench_trainer(name, reps, steps):
     if name == "mlp":
-        ours_program = [MLP, "--epochs", "1", "--max_steps", str(steps)]
+        ours_program = [MLP, "--epochs", "100", "--max_steps", str(steps)]
         ref_program = [DDP_REF, "mlp", "--max_steps", str(steps)]
         batch = 64
     else:
@@ -101,22 +108,27 @@ def bench_trainer(name, reps, steps):
         ref_program = [DDP_REF, "gpt", "--max_steps", str(steps),
                        "--batch_size", str(GPT_BATCH)] + GPT_MODEL
         batch = GPT_BATCH
-    ours, ref = [], []
+    ours, ref, ref_tuned = [], [], []
     for rep in range(reps):
-        order = [("ctrun", ours, ours_program), ("torchrun", ref, ref_program)]
+        order = [("ctrun", ours, ours_program, None), ("torchrun", ref, ref_program, None),
+                 ("torchrun+malloc", ref_tuned, ref_program, MALLOC_ENV)]
         if rep % 2:
             order.reverse()
-        for kind, results, program in order:
-            results.append(samples_per_s(run(launch(kind, 2, program))))
+        for kind, results, program, extra_env in order:
+            launcher = "ctrun" if kind == "ctrun" else "torchrun"
+            results.append(samples_per_s(run(launch(launcher, 2, program), extra_env)))
             log(f"  {name} {kind}: {results[-1]:.1f} samples/s")
-    a, b = median(ours), median(ref)
+    a, b, c = median(ours), median(ref), median(ref_tuned)
     print(f"\n## {name}: 2 ranks, batch {batch} per rank, {steps} steps, samples/s over the last "
           f"50 (median of {reps})\n")
-    print("| | ctrun + libctrun_worker (C++) | torchrun + Python DDP | ratio |")
-    print("|---|---:|---:|---:|")
-    print(f"| {name} | {a:.1f} | {b:.1f} | {a / b:.2f}x |")
+    print("| | samples/s | ctrun over this |")
+    print("|---|---:|---:|")
+    print(f"| ctrun + libctrun_worker (C++) | {a:.1f} | |")
+    print(f"| torchrun + Python DDP | {b:.1f} | {a / b:.2f}x |")
+    print(f"| torchrun + Python DDP, with the same malloc settings | {c:.1f} | {a / c:.2f}x |")
     print(f"\nruns: ctrun {', '.join(f'{x:.1f}' for x in ours)}; "
-          f"torchrun {', '.join(f'{x:.1f}' for x in ref)}")
+          f"torchrun {', '.join(f'{x:.1f}' for x in ref)}; "
+          f"torchrun+malloc {', '.join(f'{x:.1f}' for x in ref_tuned)}")
 
 
 def bench_overlap(reps, steps):

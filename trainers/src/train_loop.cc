@@ -14,6 +14,7 @@
 #include "ctrun/worker/ddp.h"
 #include "ctrun/worker/log.h"
 #include "ctrun/worker/lr_schedule.h"
+#include "ctrun/worker/malloc_tuning.h"
 #include "ctrun/worker/sampler.h"
 #include "ctrun/worker/throughput.h"
 
@@ -23,6 +24,7 @@ using worker::fixed;
 using worker::log_rank0;
 
 Run start_run(const TrainOptions& options, const worker::WorkerEnv& env) {
+  worker::tune_malloc_for_training();
   Run run;
   run.env = env;
   if (options.device == "cuda") {
@@ -149,12 +151,14 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
         torch::Tensor loss = task.loss(all.slice(0, pos, end));
         loss_sum += loss.item<double>();
         loss_count += 1;
+        // The step's gradient is the mean over its micro-steps.
+        if (micro_steps > 1) loss = loss / static_cast<double>(micro_steps);
         // Every micro-step but the last only accumulates locally.
         if (last) {
-          (loss / static_cast<double>(micro_steps)).backward();
+          loss.backward();
         } else {
           auto no_sync = ddp.no_sync();
-          (loss / static_cast<double>(micro_steps)).backward();
+          loss.backward();
         }
       }
       if (o.clip_grad_norm > 0) {

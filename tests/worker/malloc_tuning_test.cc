@@ -1,0 +1,14 @@
+#include "ctrun/worker/malloc_tuning.h"
+
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+
+TEST_CASE("malloc tuning: applies, unless the user set glibc's variables") {
+  unsetenv("MALLOC_MMAP_THRESHOLD_");
+  unsetenv("MALLOC_TRIM_THRESHOLD_");
+  CHECK(ctrun::worker::tune_malloc_for_training());
+  setenv("MALLOC_TRIM_THRESHOLD_", "1000", 1);
+  CHECK_FALSE(ctrun::worker::tune_malloc_for_training());
+  unsetenv("MALLOC_TRIM_THRESHOLD_");
+}
