@@ -4,6 +4,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adamw.h>
+#include <torch/version.h>
 
 #include "src/gpt_model.h"
 #include "src/text_corpus.h"
@@ -17,17 +18,26 @@ using namespace ctrun::trainers;
 class Bf16Autocast {
  public:
   explicit Bf16Autocast(bool on) : on_(on) {
-    if (!on_) return;
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-    at::autocast::set_enabled(true);
+    if (on_) enable(true);
   }
   ~Bf16Autocast() {
     if (!on_) return;
-    at::autocast::set_enabled(false);
+    enable(false);
     at::autocast::clear_cache();
   }
 
  private:
+  // LibTorch 2.4 replaced the CUDA-only calls with per-device ones (the old are deprecated).
+  static void enable(bool enabled) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+#else
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(enabled);
+#endif
+  }
+
   bool on_;
 };
 

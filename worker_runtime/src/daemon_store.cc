@@ -17,6 +17,8 @@ std::vector<uint8_t> to_bytes(const std::string& s) {
 DaemonStore::DaemonStore(const rendezvous::StoreAddress& address, const std::string& job,
                          std::string key_prefix, std::chrono::milliseconds timeout)
     : c10d::Store(timeout),
+      address_(address),
+      job_(job),
       prefix_(std::move(key_prefix)),
       where_(address.host + ":" + std::to_string(address.port)) {
   rendezvous::ClientOptions options;
@@ -33,6 +35,12 @@ DaemonStore::DaemonStore(const rendezvous::StoreAddress& address, const std::str
 }
 
 DaemonStore::~DaemonStore() = default;
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+c10::intrusive_ptr<c10d::Store> DaemonStore::clone() {
+  return c10::make_intrusive<DaemonStore>(address_, job_, prefix_, timeout_);
+}
+#endif
 
 std::vector<std::string> DaemonStore::keys(const std::vector<std::string>& ks) const {
   std::vector<std::string> out;

@@ -3,6 +3,7 @@
 // an earlier round's addresses.
 #pragma once
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <memory>
@@ -32,11 +33,17 @@ class DaemonStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+  // LibTorch 2.8 made clone() pure virtual: a second connection to the same store.
+  c10::intrusive_ptr<c10d::Store> clone() override;
+#endif
 
  private:
   std::string key(const std::string& k) const { return prefix_ + k; }
   std::vector<std::string> keys(const std::vector<std::string>& ks) const;
 
+  rendezvous::StoreAddress address_;
+  std::string job_;
   std::string prefix_;
   std::string where_;  // "host:port" for error messages
   std::mutex mutex_;   // the blocking client serves one call at a time

@@ -5,7 +5,7 @@
 #include <nccl.h>
 #endif
 
-#include <c10/core/ScalarType.h>
+#include <ATen/ATen.h>
 
 #include <cstring>
 #include <thread>

@@ -10,7 +10,7 @@
 namespace ctrun::worker {
 
 struct MallocTuning {
-  std::size_t mmap_threshold = std::size_t{64} << 20;  // larger blocks still get their own mmap
+  std::size_t mmap_threshold = std::size_t{64} << 20;   // larger blocks still get their own mmap
   std::size_t trim_threshold = std::size_t{256} << 20;  // free heap kept before trimming
 };
 
