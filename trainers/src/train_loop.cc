@@ -182,8 +182,8 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
         save_mid_epoch();
       }
     }
-    if (stop && pos < n) {
-      // Stopped by --max_steps: a later run with a larger limit continues from here.
+    if (stop) {
+      // Stopped by --max_steps mid-epoch: a later run with a larger limit continues from here.
       if (checkpointer) save_mid_epoch();
       break;
     }
