@@ -6,7 +6,11 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <iostream>
 #include <memory>
+#include <optional>
+#include <thread>
 
 #include "process.h"
 
@@ -46,6 +50,32 @@ class Cluster {
 };
 
 bool root() { return geteuid() == 0; }
+
+// The number after the last "step " in a trainer's log ("step 40 loss ..."), or -1.
+int last_logged_step(const std::string& log) {
+  int step = -1;
+  for (std::size_t at = log.find("]:step "); at != std::string::npos;
+       at = log.find("]:step ", at + 1)) {
+    step = std::atoi(log.c_str() + at + 7);
+  }
+  return step;
+}
+
+// Polls (bounded) until `path` contains `text`; how long after `since` that was, or nullopt.
+std::optional<std::chrono::milliseconds> wait_for_text(const std::string& path,
+                                                       const std::string& text,
+                                                       std::chrono::steady_clock::time_point since,
+                                                       std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (read_file(path).find(text) != std::string::npos) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - since);
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -97,4 +127,92 @@ TEST_CASE("cluster: mlp trains across 2 and 3 namespace hosts, started by addres
     daemon.signal(SIGTERM);
     CHECK(daemon.wait(10s) == 0);
   }
+}
+
+TEST_CASE(
+    "cluster: a node's link goes down; the survivor re-forms and resumes from its checkpoint") {
+  if (!root()) {
+    WARN("skipped: needs root to create network namespaces (scripts/netns-cluster.sh)");
+    return;
+  }
+  Cluster cluster(2);
+  INFO(cluster.setup_log());
+  REQUIRE(cluster.ok());
+  ScratchDir s("cluster_link");
+  ChildProcess daemon(cluster.on(0, {CTRUND_PATH, "--host", Cluster::address(0), "--port", "29400",
+                                     "--port_file", s.path("port")}),
+                      s.path("ctrund.log"));
+  REQUIRE(wait_for_file(s.path("port"), 10s));
+  // A 1:2 job: one node is enough to go on. Keep-alives every second, two may be missed. The
+  // checkpoint directory is shared, as on a cluster with a shared filesystem.
+  const int checkpoint_every = 10;
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(std::make_unique<ChildProcess>(
+        cluster.on(i, {CTRUN_PATH, "--nnodes=1:2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                       "--rdzv_endpoint=" + Cluster::address(0) + ":29400", "--rdzv_id=job",
+                       "--rdzv_conf=is_host=false,keep_alive_interval=1,keep_alive_max_attempt=2,"
+                       "last_call_timeout=1",
+                       "--max_restarts=3", MLP_PATH, "--epochs", "12", "--samples", "4096",
+                       "--checkpoint_dir", s.path("ckpt"), "--checkpoint_every",
+                       std::to_string(checkpoint_every), "--log_every", "1"}),
+        s.path("node" + std::to_string(i) + ".log")));
+  }
+  // Whichever node is group rank 0 logs the steps; wait until training is well under way.
+  std::string logger;
+  const auto start = std::chrono::steady_clock::now();
+  while (logger.empty() && std::chrono::steady_clock::now() - start < 120s) {
+    for (int i = 0; i < 2; ++i) {
+      if (last_logged_step(read_file(s.path("node" + std::to_string(i) + ".log"))) >= 25) {
+        logger = s.path("node" + std::to_string(i) + ".log");
+      }
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE_FALSE(logger.empty());
+
+  // Node 1 vanishes from the network (the daemon is on node 0: node 0 survives).
+  const auto fault = std::chrono::steady_clock::now();
+  ChildProcess link_down({"/usr/sbin/ip", "-n", cluster.ns(1), "link", "set", "eth0", "down"},
+                         s.path("ip.log"));
+  REQUIRE(link_down.wait(10s) == 0);
+  const int step_at_fault = last_logged_step(read_file(logger));
+  const auto detected = wait_for_text(s.path("node0.log"),
+                                      "left (no keep-alive for 2000 ms)): restarting", fault, 30s);
+  REQUIRE(detected);
+  const auto reformed =
+      wait_for_text(s.path("node0.log"), "round 1: group rank 0 of 1", fault, 30s);
+  REQUIRE(reformed);
+  const auto resumed = wait_for_text(s.path("node0.log"), "resumed at step ", fault, 60s);
+  REQUIRE(resumed);
+
+  const std::string survivor_log = s.path("node0.log");
+  INFO("node0:\n"
+       << read_file(survivor_log) << "\nnode1:\n"
+       << read_file(s.path("node1.log")) << "\nctrund:\n"
+       << read_file(s.path("ctrund.log")));
+  // The survivor finishes the job alone; the cut-off node gives up instead of hanging.
+  CHECK(agents[0]->wait(180s) == 0);
+  const auto isolated = agents[1]->wait(60s);
+  REQUIRE(isolated);
+  CHECK(*isolated != 0);
+  CHECK(read_file(s.path("node1.log")).find("lost the rendezvous") != std::string::npos);
+  const std::string out = read_file(survivor_log);
+  CHECK(out.find("parameters identical on all 2 rank(s)") != std::string::npos);
+  CHECK(out.find("final loss ") != std::string::npos);
+  // At most the steps since the last checkpoint are lost (+1: the fault lands between reading
+  // the log and the step's end).
+  const auto at = out.find("resumed at step ");
+  const int resumed_step = std::atoi(out.c_str() + at + 16);
+  const int lost = step_at_fault - resumed_step;
+  // (Times are from the link going down to the survivor's log showing it, polled every 20 ms.)
+  std::cout << "link down: detected after " << detected->count() << " ms, re-formed after "
+            << reformed->count() << " ms, training resumed after " << resumed->count()
+            << " ms; steps lost " << lost << " (checkpoint every " << checkpoint_every << ")"
+            << std::endl;
+  CHECK(detected->count() < 2000 + 3000);  // keep_alive_interval x max_attempt, and slack
+  CHECK(lost >= 0);
+  CHECK(lost <= checkpoint_every + 1);
+  daemon.signal(SIGTERM);
+  CHECK(daemon.wait(10s) == 0);
 }
