@@ -130,7 +130,7 @@ TEST_CASE("cluster: mlp trains across 2 and 3 namespace hosts, started by addres
 }
 
 TEST_CASE(
-    "cluster: a node's link goes down; the survivor re-forms and resumes from its checkpoint") {
+    "cluster: a node's link goes down, the survivor re-forms and resumes from its checkpoint") {
   if (!root()) {
     WARN("skipped: needs root to create network namespaces (scripts/netns-cluster.sh)");
     return;
