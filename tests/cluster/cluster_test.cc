@@ -61,20 +61,13 @@ int last_logged_step(const std::string& log) {
   return step;
 }
 
-// Polls (bounded) until `path` contains `text`; how long after `since` that was, or nullopt.
-std::optional<std::chrono::milliseconds> wait_for_text(const std::string& path,
-                                                       const std::string& text,
-                                                       std::chrono::steady_clock::time_point since,
-                                                       std::chrono::seconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (read_file(path).find(text) != std::string::npos) {
-      return std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::steady_clock::now() - since);
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-  return std::nullopt;
+// How long after `since` the file at `path` came to contain `text` (polled, bounded), or nullopt.
+std::optional<std::chrono::milliseconds> time_until_text(
+    const std::string& path, const std::string& text, std::chrono::steady_clock::time_point since,
+    std::chrono::seconds timeout) {
+  if (!wait_for_text(path, text, timeout)) return std::nullopt;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               since);
 }
 
 }  // namespace
@@ -177,13 +170,13 @@ TEST_CASE(
                          s.path("ip.log"));
   REQUIRE(link_down.wait(10s) == 0);
   const int step_at_fault = last_logged_step(read_file(logger));
-  const auto detected = wait_for_text(s.path("node0.log"),
-                                      "left (no keep-alive for 2000 ms)): restarting", fault, 30s);
+  const auto detected = time_until_text(
+      s.path("node0.log"), "left (no keep-alive for 2000 ms)): restarting", fault, 30s);
   REQUIRE(detected);
   const auto reformed =
-      wait_for_text(s.path("node0.log"), "round 1: group rank 0 of 1", fault, 30s);
+      time_until_text(s.path("node0.log"), "round 1: group rank 0 of 1", fault, 30s);
   REQUIRE(reformed);
-  const auto resumed = wait_for_text(s.path("node0.log"), "resumed at step ", fault, 60s);
+  const auto resumed = time_until_text(s.path("node0.log"), "resumed at step ", fault, 60s);
   REQUIRE(resumed);
 
   const std::string survivor_log = s.path("node0.log");

@@ -1,7 +1,10 @@
 #include "process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,6 +89,35 @@ std::optional<std::string> wait_for_file(const std::string& path,
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return std::nullopt;
+}
+
+bool wait_for_text(const std::string& path, const std::string& text,
+                   std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (read_file(path).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("free_port: socket failed");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  ::close(fd);
+  if (!ok) throw std::runtime_error("free_port: bind to 127.0.0.1:0 failed");
+  return ntohs(address.sin_port);
+}
+
+bool can_unshare_network() {
+  ChildProcess probe({"/usr/bin/unshare", "-n", "/bin/true"}, "/dev/null");
+  return probe.wait(std::chrono::seconds(10)) == std::optional<int>(0);
 }
 
 std::string temp_path(const std::string& name) {

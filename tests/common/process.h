@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,7 +37,14 @@ std::map<std::string, std::string> read_env_file(const std::string& path);
 // Polls (bounded) until `path` holds a line, e.g. a port file written by a daemon.
 std::optional<std::string> wait_for_file(const std::string& path,
                                          std::chrono::milliseconds timeout);
+// Polls (bounded) until the file at `path` contains `text`.
+bool wait_for_text(const std::string& path, const std::string& text,
+                   std::chrono::milliseconds timeout);
 std::string temp_path(const std::string& name);
+// A TCP port on 127.0.0.1 that was free a moment ago.
+std::uint16_t free_port();
+// Whether this process may make a loopback-only network namespace (unshare -n; needs root).
+bool can_unshare_network();
 
 // A fresh directory under /tmp for one test, removed with everything in it at the end.
 class ScratchDir {

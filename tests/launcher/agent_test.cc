@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <boost/asio.hpp>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -29,12 +28,6 @@ struct Scratch : ScratchDir {
 std::vector<std::string> ctrun_args(std::vector<std::string> args) {
   args.insert(args.begin(), CTRUN_PATH);
   return args;
-}
-
-std::uint16_t free_port() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor probe(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  return probe.local_endpoint().port();
 }
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }

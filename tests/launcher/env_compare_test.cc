@@ -23,11 +23,6 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-bool can_unshare_network() {
-  ChildProcess probe({"/usr/bin/unshare", "-n", "/bin/true"}, "/dev/null");
-  return probe.wait(10s) == std::optional<int>(0);
-}
-
 // Runs a launcher command line with a minimal environment; returns its exit code.
 std::optional<int> launch(const std::string& command, const std::string& log) {
   ChildProcess p(

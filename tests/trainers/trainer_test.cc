@@ -41,11 +41,6 @@ int run(const std::vector<std::string>& argv, const std::string& log,
   return *rc;
 }
 
-bool can_unshare_network() {
-  ChildProcess probe({"/usr/bin/unshare", "-n", "/bin/true"}, "/dev/null");
-  return probe.wait(10s) == 0;
-}
-
 const std::vector<std::string> kSmall = {"--epochs", "2", "--samples", "1536", "--seed", "7"};
 
 }  // namespace

@@ -10,19 +10,15 @@
 
 #include "ctrun/rendezvous/server.h"
 #include "gloo_ranks.h"
+#include "process.h"
 
 using namespace std::chrono_literals;
+using ctrun::testing::free_port;
 using ctrun::worker::CollectiveError;
 using ctrun::worker::ProcessGroup;
 using ctrun::worker::WorkerEnv;
 
 namespace {
-
-std::uint16_t free_port() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor probe(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  return probe.local_endpoint().port();
-}
 
 // Every rank of `envs` joins on its own thread; each sums rank + 1 and gathers its rank.
 std::vector<std::pair<double, std::vector<long>>> sum_and_gather(std::vector<WorkerEnv> envs) {
