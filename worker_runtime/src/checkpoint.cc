@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "error_text.h"
+
 namespace ctrun::worker {
 namespace {
 
@@ -181,10 +183,8 @@ std::optional<TrainingProgress> Checkpointer::load_latest(
       generator.set_state(rng);
       return progress;
     } catch (const std::exception& e) {
-      const std::string what = e.what();
       std::cerr << "[ctrun] checkpoint " << path
-                << " is unreadable, trying an older one: " << what.substr(0, what.find('\n'))
-                << std::endl;
+                << " is unreadable, trying an older one: " << first_line(e.what()) << std::endl;
     }
   }
   return std::nullopt;

@@ -50,7 +50,8 @@ std::vector<std::string> DaemonStore::keys(const std::vector<std::string>& ks) c
 }
 
 // Failures become exceptions here because c10d::Store's interface has no other way to say so;
-// ProcessGroupGloo passes them on to the caller that is bootstrapping.
+// ProcessGroupGloo passes them on to the caller that is bootstrapping. (A Status is a
+// Result<Ok>: the same function serves calls that return nothing.)
 template <typename T>
 static T unwrap(rendezvous::Result<T> r, const std::string& where, const char* op,
                 const std::string& k) {
@@ -58,13 +59,6 @@ static T unwrap(rendezvous::Result<T> r, const std::string& where, const char* o
     throw std::runtime_error("ctrun store at " + where + ": " + op + " '" + k +
                              "': " + r.error().message);
   return std::move(r.value());
-}
-
-static void unwrap(const rendezvous::Status& s, const std::string& where, const char* op,
-                   const std::string& k) {
-  if (!s)
-    throw std::runtime_error("ctrun store at " + where + ": " + op + " '" + k +
-                             "': " + s.error().message);
 }
 
 void DaemonStore::set(const std::string& k, const std::vector<uint8_t>& value) {

@@ -27,11 +27,7 @@ void broadcast_coalesced(ProcessGroup& group, const std::vector<at::Tensor>& ten
     std::vector<at::Tensor> flat_views;
     for (const auto& t : members) flat_views.push_back(t.reshape({-1}));
     at::Tensor flat = at::cat(flat_views);
-    // Collective libraries have no bool type (masks are bool buffers): send bytes.
-    const bool is_bool = flat.scalar_type() == at::kBool;
-    if (is_bool) flat = flat.to(at::kByte);
     group.broadcast(flat, 0);
-    if (is_bool) flat = flat.to(at::kBool);
     int64_t offset = 0;
     for (auto& t : members) {
       t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));

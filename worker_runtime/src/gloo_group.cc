@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "error_text.h"
+
 namespace ctrun::worker {
 namespace {
 
@@ -18,8 +20,6 @@ class GlooWork : public Work {
       throw CollectiveError(std::string("gloo ") + op_ + " failed: " + first_line(e.what()));
     }
   }
-
-  static std::string first_line(const std::string& what) { return what.substr(0, what.find('\n')); }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
@@ -39,6 +39,8 @@ class GlooGroup : public ProcessGroup {
   }
 
   void broadcast(at::Tensor tensor, int root) override {
+    // Gloo has no bool type (masks are bool buffers): the same bytes, seen as uint8.
+    if (tensor.scalar_type() == at::kBool) tensor = tensor.view(at::kByte);
     std::vector<at::Tensor> tensors{std::move(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
@@ -87,7 +89,7 @@ std::unique_ptr<ProcessGroup> make_gloo_group(const c10::intrusive_ptr<c10d::Sto
     throw;
   } catch (const std::exception& e) {
     throw CollectiveError("gloo: joining a world of " + std::to_string(size) + " as rank " +
-                          std::to_string(rank) + " failed: " + GlooWork::first_line(e.what()));
+                          std::to_string(rank) + " failed: " + first_line(e.what()));
   }
 }
 

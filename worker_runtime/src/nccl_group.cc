@@ -58,6 +58,7 @@ ncclDataType_t nccl_type(const at::Tensor& t) {
     case at::kLong:
       return ncclInt64;
     case at::kByte:
+    case at::kBool:  // the same bytes
       return ncclUint8;
     case at::kChar:
       return ncclInt8;

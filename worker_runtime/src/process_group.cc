@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "daemon_store.h"
+#include "error_text.h"
 #include "gloo_group.h"
 #include "nccl_group.h"
 
@@ -71,9 +72,8 @@ c10::intrusive_ptr<c10d::Store> make_store(const WorkerEnv& env,
     auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
     return c10::make_intrusive<c10d::PrefixStore>(attempt, tcp);
   } catch (const std::exception& e) {
-    const std::string what = e.what();
     throw CollectiveError("TCPStore at " + env.master_addr + ":" + std::to_string(env.master_port) +
-                          ": " + what.substr(0, what.find('\n')));
+                          ": " + first_line(e.what()));
   }
 }
 
