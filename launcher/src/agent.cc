@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <random>
@@ -18,6 +20,7 @@
 #include "ctrun/rendezvous/log.h"
 #include "ctrun/rendezvous/message.h"
 #include "ctrun/rendezvous/server.h"
+#include "heartbeat_monitor.h"
 #include "worker_group.h"
 
 extern char** environ;
@@ -131,6 +134,24 @@ std::string failure_summary(const FailureInfo& f) {
   return "rank " + std::to_string(f.rank) + " on " + f.host + ": " + why;
 }
 
+// A heartbeat file's modification time in nanoseconds; 0 when it cannot be read.
+std::int64_t modification_stamp(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+// Writes `message` as a worker's error file unless the worker wrote one itself, so that the
+// failure report names the real cause of a kill the agent decided on.
+void write_error_file_if_absent(const std::string& path, const std::string& message) {
+  if (std::filesystem::exists(path)) return;
+  const std::string text = rdzv::Json{{"message", message}}.dump();
+  if (std::FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+}
+
 std::vector<std::string> current_environment() {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
@@ -192,6 +213,9 @@ class Agent::Impl {
         local_world_size_(local_world_size),
         wake_(io),
         signals_(io),
+        heartbeat_timer_(io),
+        heartbeats_(std::chrono::duration_cast<std::chrono::milliseconds>(
+            seconds(options_.worker_timeout))),
         workers_(io) {}
 
   int run() {
@@ -224,6 +248,8 @@ class Agent::Impl {
   Task<void> linger(rdzv::Duration d);
   void begin_join();
   void arm_signals();
+  void arm_heartbeat_check();
+  void check_heartbeats();
   rdzv::Status start_workers(const rdzv::RoundAssignment& round, int restart_count);
   void post(Event e) {
     events_.push_back(std::move(e));
@@ -245,6 +271,9 @@ class Agent::Impl {
   int local_world_size_;
   asio::steady_timer wake_;
   asio::signal_set signals_;
+  asio::steady_timer heartbeat_timer_;
+  HeartbeatMonitor heartbeats_;
+  std::vector<std::string> heartbeat_files_;  // by local rank; empty without --worker_timeout
   WorkerGroup workers_;
   std::deque<Event> events_;
 
@@ -388,6 +417,8 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   const std::vector<std::string> base = current_environment();
   const bool implicit_tee = !o.log_dir.empty() && o.redirects.empty() && o.tee.empty();
   std::vector<WorkerSpec> specs;
+  std::vector<std::int64_t> initial_stamps;
+  heartbeat_files_.clear();
   for (int local_rank = 0; local_rank < local_world_size_; ++local_rank) {
     const std::string dir = attempt_dir(restart_count, local_rank);
     std::error_code ec;
@@ -408,6 +439,12 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     in.use_agent_store = false;  // rank 0's worker serves torch's own store (docs/env.md)
     in.error_file = dir + "/error.json";
     in.set_omp_num_threads = set_omp;
+    if (o.worker_timeout > 0) {
+      in.heartbeat_file = dir + "/heartbeat";
+      if (std::FILE* f = std::fopen(in.heartbeat_file.c_str(), "w")) std::fclose(f);
+      heartbeat_files_.push_back(in.heartbeat_file);
+      initial_stamps.push_back(modification_stamp(in.heartbeat_file));
+    }
 
     WorkerSpec spec;
     spec.local_rank = local_rank;
@@ -427,6 +464,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     specs.push_back(std::move(spec));
   }
   exited_ok_ = 0;
+  heartbeats_.reset(initial_stamps, std::chrono::steady_clock::now());
   return workers_.start(std::move(specs), [this](const WorkerExit& e) {
     post(Event{.kind = Event::Kind::kWorkerExit, .exit = e});
   });
@@ -453,6 +491,7 @@ Task<int> Agent::Impl::main() {
     signals_.add(signo, ec);
   }
   arm_signals();
+  if (options_.worker_timeout > 0) arm_heartbeat_check();
 
   if (auto s = co_await setup(); !s) {
     log("error: " + s.error().message);
@@ -550,6 +589,37 @@ void Agent::Impl::arm_signals() {
     post(Event{.kind = Event::Kind::kSignal, .signo = signo});
     arm_signals();
   });
+}
+
+// Checked often enough that a hang is seen within a fifth of the timeout (at least every 1 s).
+void Agent::Impl::arm_heartbeat_check() {
+  const auto interval = std::clamp<rdzv::Duration>(
+      seconds(options_.worker_timeout / 5), std::chrono::milliseconds(50), std::chrono::seconds(1));
+  heartbeat_timer_.expires_after(interval);
+  heartbeat_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    check_heartbeats();
+    arm_heartbeat_check();
+  });
+}
+
+void Agent::Impl::check_heartbeats() {
+  if (phase_ != Phase::kRunning) return;
+  const auto now = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < heartbeat_files_.size(); ++i) {
+    heartbeats_.observe(static_cast<int>(i), modification_stamp(heartbeat_files_[i]), now);
+  }
+  for (int local_rank : heartbeats_.take_overdue(now)) {
+    char why[128];
+    std::snprintf(why, sizeof why, "no heartbeat for %.1f s (--worker_timeout=%g): killed as hung",
+                  std::chrono::duration<double>(heartbeats_.silent_for(local_rank, now)).count(),
+                  options_.worker_timeout);
+    log("worker rank " + std::to_string(round_.rank_offset + local_rank) + " (local rank " +
+        std::to_string(local_rank) + "): " + std::string(why));
+    write_error_file_if_absent(attempt_dir(restart_count_, local_rank) + "/error.json", why);
+    // SIGKILL: a hung process may not run a SIGTERM handler. Its exit restarts the job.
+    workers_.kill(local_rank, SIGKILL);
+  }
 }
 
 Task<int> Agent::Impl::finish_success() {

@@ -244,6 +244,9 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
        "Signals forwarded to workers (SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
       {"--shutdown_timeout,--shutdown-timeout", "shutdown_timeout",
        "Seconds between the signal and SIGKILL when stopping workers (30)"},
+      {"--worker_timeout,--worker-timeout", "worker_timeout",
+       "Kill a worker whose heartbeat stops for this many seconds and restart the job "
+       "(0: off, the default)"},
   };
   for (const auto& o : options) {
     auto* opt = app.add_option(o.names, values[o.key], o.help);
@@ -415,6 +418,9 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
   }
   if (auto s = seconds_flag("shutdown_timeout", "--shutdown_timeout", false, o.shutdown_timeout);
       !s) {
+    return s.error();
+  }
+  if (auto s = seconds_flag("worker_timeout", "--worker_timeout", false, o.worker_timeout); !s) {
     return s.error();
   }
   if (o.node_rank >= o.max_nodes) {

@@ -34,6 +34,7 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
       {"CTRUN_STORE_PREFIX", in.store.prefix},
   };
   if (in.store.token) vars["CTRUN_RDZV_TOKEN"] = *in.store.token;
+  if (!in.heartbeat_file.empty()) vars.emplace("CTRUN_HEARTBEAT_FILE", in.heartbeat_file);
   // emplace, not operator[] = "1": g++ 12 warns falsely (-Wrestrict) on that assignment
   if (in.set_omp_num_threads) vars.emplace("OMP_NUM_THREADS", std::string(1, '1'));
 

@@ -210,6 +210,12 @@ void WorkerGroup::kill_groups(int signo) {
   }
 }
 
+void WorkerGroup::kill(int local_rank, int signo) {
+  for (auto& w : workers_) {
+    if (w->local_rank == local_rank && w->pid > 0 && !w->exited) ::kill(-w->pid, signo);
+  }
+}
+
 std::size_t WorkerGroup::running() const {
   std::size_t n = 0;
   for (const auto& w : workers_) n += w->exited ? 0 : 1;

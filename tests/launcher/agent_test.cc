@@ -152,6 +152,57 @@ TEST_CASE("agent: a worker that fails once is restarted and the job succeeds") {
   CHECK(log.find("restarting the job (1 of 2 restarts)") != std::string::npos);
 }
 
+TEST_CASE("agent: --worker_timeout kills a worker whose heartbeat stops and restarts the job") {
+  Scratch s;
+  const auto started = std::chrono::steady_clock::now();
+  ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                                 "--worker_timeout=1", "--shutdown_timeout=2", "--log_dir",
+                                 s.path("logs"), TEST_WORKER_PATH, "hang_once", s.path("env")}),
+                     s.path("agent.log"));
+  auto code = agent.wait(30s);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  // Local rank 1 went quiet 0.5 s in; only it is named, between 1 s and 1.5 s of silence.
+  const std::string named = "(local rank 1): no heartbeat for ";
+  const auto at = log.find(named);
+  REQUIRE(at != std::string::npos);
+  const double silent = std::stod(log.substr(at + named.size()));
+  CHECK(silent >= 1.0);
+  CHECK(silent < 1.6);
+  CHECK(log.find("(local rank 0): no heartbeat") == std::string::npos);
+  CHECK(log.find("was killed by SIGKILL") != std::string::npos);
+  CHECK(log.find("restarting the job (1 of 1 restarts)") != std::string::npos);
+  CHECK(read_env_file(s.path("env.0"))["TORCHELASTIC_RESTART_COUNT"] == "1");
+  CHECK(read_env_file(s.path("env.1"))["TORCHELASTIC_RESTART_COUNT"] == "1");
+  // The agent wrote the reason where the failure report looks for it.
+  bool error_file = false;
+  for (const auto& e : fs::recursive_directory_iterator(s.path("logs"))) {
+    if (e.path().filename() == "error.json" &&
+        read_file(e.path().string()).find("killed as hung") != std::string::npos) {
+      error_file = e.path().parent_path().filename() == "1";
+    }
+  }
+  CHECK(error_file);
+  CHECK(took < 15);
+}
+
+TEST_CASE("agent: --worker_timeout leaves alone a worker that never beats") {
+  Scratch s;
+  ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=1", "--worker_timeout=0.3",
+                                 TEST_WORKER_PATH, "sleep", "1.5"}),
+                     s.path("agent.log"));
+  auto code = agent.wait(30s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  CHECK(log.find("no heartbeat") == std::string::npos);
+}
+
 TEST_CASE("agent: a failed worker's children do not outlive the restart") {
   Scratch s;
   ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=1", "--max_restarts=1",

@@ -43,6 +43,7 @@ TEST_CASE("options: torchrun's defaults") {
   CHECK(o.master_port == 29500);
   CHECK(o.node_rank == 0);
   CHECK(o.shutdown_timeout == 30);
+  CHECK(o.worker_timeout == 0);
   CHECK(o.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
   CHECK(o.rdzv_conf.join_timeout == 600);
   CHECK(o.rdzv_conf.last_call_timeout == 30);
@@ -66,6 +67,7 @@ TEST_CASE("options: every flag in both spellings") {
       {"--master_port", "--master-port"},
       {"--local_addr", "--local-addr"},
       {"--shutdown_timeout", "--shutdown-timeout"},
+      {"--worker_timeout", "--worker-timeout"},
   };
   for (const auto& [underscore, dash] : pairs) {
     const std::string value = underscore == "--rdzv_backend" ? "c10d" : "1";
@@ -83,6 +85,7 @@ TEST_CASE("options: every flag in both spellings") {
     CHECK(a.master_port == b.master_port);
     CHECK(a.local_addr == b.local_addr);
     CHECK(a.shutdown_timeout == b.shutdown_timeout);
+    CHECK(a.worker_timeout == b.worker_timeout);
   }
   CHECK(parse_ok({"--no-python", "x"}).no_python);
   CHECK(parse_ok({"--no_python", "x"}).no_python);
@@ -154,6 +157,9 @@ TEST_CASE("options: bad values name the flag and what was expected") {
   CHECK(parse_error({"--max_restarts=two", "x"}).find("--max_restarts") == 0);
   CHECK(parse_error({"--monitor_interval=0", "x"}).find("--monitor_interval") == 0);
   CHECK(parse_error({"--shutdown_timeout=-1", "x"}).find("--shutdown_timeout") == 0);
+  CHECK(parse_error({"--worker_timeout=soon", "x"}) ==
+        "--worker_timeout: expected a non-negative number of seconds, got 'soon'");
+  CHECK(parse_ok({"--worker_timeout=2.5", "x"}).worker_timeout == 2.5);
   CHECK(parse_error({"--redirects=4", "x"}).find("--redirects: expected 0-3") == 0);
   CHECK(parse_error({"--tee=0:9", "x"}).find("--tee") == 0);
   CHECK(parse_error({"--rdzv_conf=join_timeout", "x"}).find("--rdzv_conf: expected key=value") ==

@@ -1,13 +1,19 @@
 // A worker for the agent's tests. Usage: test_worker MODE [ARGS...]
-//   env FILE_PREFIX     write the torchrun variables to FILE_PREFIX.<RANK>, exit 0
-//   exit CODE           exit with CODE
-//   fail_once           local rank 1 exits 3 on the first attempt; everyone else writes env, exits
-//   0 sleep SECONDS       sleep, then write env to $CTRUN_TEST_OUT.<RANK> if set, exit 0 grandchild
-//   FILE     start a grandchild that sleeps, write both pids to FILE.<RANK>, sleep print print two
-//   lines to stdout and one to stderr dumpenv FILE_PREFIX write the whole environment to
-//   FILE_PREFIX.<RANK>, exit 0 until_alone FILE    write the pid to FILE.<RANK>; exit 0 once the
-//   only node in the round,
-//                       else sleep (a node-loss test: the survivor finishes by itself)
+//
+//   env FILE_PREFIX        write the torchrun variables to FILE_PREFIX.<RANK>, exit 0
+//   exit CODE              exit with CODE
+//   fail_once [PREFIX]     local rank 1 exits 3 on the first attempt; everyone else writes env
+//                          (when PREFIX is given) and exits 0
+//   sleep SECONDS          sleep, then write env to $CTRUN_TEST_OUT.<RANK> if set, exit 0
+//   grandchild FILE        start a grandchild that sleeps, write both pids to FILE.<RANK>, sleep
+//   print                  print two lines to stdout and one to stderr
+//   dumpenv FILE_PREFIX    write the whole environment to FILE_PREFIX.<RANK>, exit 0
+//   until_alone FILE       write the pid to FILE.<RANK>; exit 0 once the only node in the round,
+//                          else sleep (a node-loss test: the survivor finishes by itself)
+//   orphan_then_fail FILE  first attempt: leave a sleeping child (pid in FILE), exit 3
+//   hang_once PREFIX       heartbeats (ctrun::worker::heartbeat) every 20 ms; on the first attempt
+//                          local rank 1 stops beating after 0.5 s and sleeps with SIGTERM
+//                          ignored; on later attempts everyone writes env and exits 0 after 1 s
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +25,8 @@ extern char** environ;
 #include <fstream>
 #include <string>
 #include <thread>
+
+#include "ctrun/worker/heartbeat.h"
 
 namespace {
 
@@ -106,6 +114,20 @@ int main(int argc, char** argv) {
     }
     std::ofstream(argv[2]) << child << "\n";
     return 3;
+  }
+  if (mode == "hang_once" && argc > 2) {
+    const bool first = env("TORCHELASTIC_RESTART_COUNT") == "0";
+    const bool hangs = first && env("LOCAL_RANK") == "1";
+    if (hangs) signal(SIGTERM, SIG_IGN);  // a hung process may not answer SIGTERM either
+    const auto start = std::chrono::steady_clock::now();
+    while (true) {
+      const auto running = std::chrono::steady_clock::now() - start;
+      if (!first && running > std::chrono::seconds(1)) break;
+      if (!hangs || running < std::chrono::milliseconds(500)) ctrun::worker::heartbeat();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    write_env(argv[2]);
+    return 0;
   }
   if (mode == "print") {
     std::printf("hello from %s\nsecond line\n", env("RANK").c_str());

@@ -35,6 +35,7 @@ TEST_CASE("worker env: torchrun's variables for a rank on the second node") {
   in.placement = RoundPlacement{1, 2, 4, 8, "10.0.0.1", 29511, 2};
   in.store = ctrun::rendezvous::StoreAddress{"10.0.0.9", 29400, "rdzv/0/3/", std::string("tok")};
   in.error_file = "/tmp/x/error.json";
+  in.heartbeat_file = "/tmp/x/heartbeat";
   in.set_omp_num_threads = true;
   auto env = as_map(worker_environment({"PATH=/bin", "RANK=99", "HOME=/root"}, in));
   CHECK(env["PATH"] == "/bin");
@@ -62,15 +63,17 @@ TEST_CASE("worker env: torchrun's variables for a rank on the second node") {
   CHECK(env["CTRUN_STORE_PORT"] == "29400");
   CHECK(env["CTRUN_STORE_PREFIX"] == "rdzv/0/3/");
   CHECK(env["CTRUN_RDZV_TOKEN"] == "tok");
+  CHECK(env["CTRUN_HEARTBEAT_FILE"] == "/tmp/x/heartbeat");
 }
 
-TEST_CASE("worker env: OMP_NUM_THREADS and the token only when due") {
+TEST_CASE("worker env: OMP_NUM_THREADS, the token and the heartbeat file only when due") {
   LaunchOptions o;
   WorkerEnvInputs in;
   in.options = &o;
   auto env = as_map(worker_environment({"OMP_NUM_THREADS=8"}, in));
   CHECK(env["OMP_NUM_THREADS"] == "8");
   CHECK(env.count("CTRUN_RDZV_TOKEN") == 0);
+  CHECK(env.count("CTRUN_HEARTBEAT_FILE") == 0);
 }
 
 TEST_CASE("worker command: python scripts, modules and executables") {

@@ -86,7 +86,8 @@ TEST_CASE("trainers: gpt with many buckets, accumulation, and without overlap gi
   CHECK_FALSE(digests[0].empty());
 }
 
-TEST_CASE("trainers: a worker SIGKILLed mid-epoch resumes from its checkpoint to the same loss") {
+TEST_CASE(
+    "trainers: a worker SIGKILLed or hung mid-epoch resumes from its checkpoint to the same loss") {
   ScratchDir s("mlp_resume");
   std::vector<std::string> flags = kSmall;
   flags.insert(flags.end(), {"--checkpoint_every", "4"});
@@ -95,22 +96,34 @@ TEST_CASE("trainers: a worker SIGKILLed mid-epoch resumes from its checkpoint to
   uninterrupted.insert(uninterrupted.end(), {"--checkpoint_dir", s.path("a")});
   REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2"}, uninterrupted), s.path("a.log")) ==
           0);
-
-  auto killed = flags;
-  // 12 steps per epoch: step 18 is mid-way through the second; the last save was at step 16.
-  killed.insert(killed.end(), {"--checkpoint_dir", s.path("b"), "--inject_kill_at_step", "18"});
-  REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2", "--max_restarts=1"}, killed),
-              s.path("b.log")) == 0);
-
   const std::string a = read_file(s.path("a.log"));
-  const std::string b = read_file(s.path("b.log"));
-  INFO(b);
-  CHECK(b.find("SIGKILL") != std::string::npos);
-  CHECK(b.find("resumed at step 16 (epoch 2") != std::string::npos);
   const std::string loss = last_value(a, "final loss ");
   REQUIRE_FALSE(loss.empty());
-  CHECK(last_value(b, "final loss ") == loss);
-  CHECK(last_value(b, "digest ") == last_value(a, "digest "));  // the very same parameters
+
+  // 12 steps per epoch: step 18 is mid-way through the second; the last save was at step 16.
+  struct Fault {
+    const char* name;
+    const char* flag;
+    const char* ctrun_flag;
+    const char* seen;
+  };
+  for (const Fault& f :
+       {Fault{"killed", "--inject_kill_at_step", "--worker_timeout=0", "SIGKILL"},
+        Fault{"hung", "--inject_hang_at_step", "--worker_timeout=2", "no heartbeat for "}}) {
+    auto faulty = flags;
+    faulty.insert(faulty.end(), {"--checkpoint_dir", s.path(f.name), f.flag, "18"});
+    const std::string log = s.path(std::string(f.name) + ".log");
+    REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                           "--shutdown_timeout=2", f.ctrun_flag},
+                          faulty),
+                log) == 0);
+    const std::string b = read_file(log);
+    INFO(b);
+    CHECK(b.find(f.seen) != std::string::npos);
+    CHECK(b.find("resumed at step 16 (epoch 2") != std::string::npos);
+    CHECK(last_value(b, "final loss ") == loss);
+    CHECK(last_value(b, "digest ") == last_value(a, "digest "));  // the very same parameters
+  }
 }
 
 TEST_CASE("trainers: a resumed run may have another world size") {

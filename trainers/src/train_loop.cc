@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
+#include <thread>
 
 #include "ctrun/worker/checkpoint.h"
 #include "ctrun/worker/ddp.h"
@@ -141,6 +142,10 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
       if (progress.step == o.inject_kill_at_step && run.env.restart_count == 0 &&
           rank == world - 1) {
         std::raise(SIGKILL);
+      }
+      if (progress.step == o.inject_hang_at_step && run.env.restart_count == 0 &&
+          rank == world - 1) {
+        while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
       }
       const auto started = std::chrono::steady_clock::now();
       const std::int64_t step_end = std::min(n, pos + samples_per_step);

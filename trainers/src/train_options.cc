@@ -42,6 +42,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--inject_kill_at_step", o.inject_kill_at_step,
                  "Fault injection: on the first attempt the last rank SIGKILLs itself before "
                  "this optimizer step");
+  app.add_option("--inject_hang_at_step", o.inject_hang_at_step,
+                 "Fault injection: on the first attempt the last rank stops making progress "
+                 "(sleeps forever) before this optimizer step");
 }
 
 }  // namespace ctrun::trainers

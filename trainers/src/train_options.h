@@ -29,6 +29,7 @@ struct TrainOptions {
   int log_every = 0;  // print step timing every N optimizer steps; 0: per epoch only
   int timeout_s = 1800;
   std::int64_t inject_kill_at_step = -1;  // fault injection: the last rank SIGKILLs itself
+  std::int64_t inject_hang_at_step = -1;  // fault injection: the last rank sleeps forever
 };
 
 void add_train_options(CLI::App& app, TrainOptions& options);

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "ctrun/worker/heartbeat.h"
+
 namespace ctrun::worker {
 namespace {
 
@@ -204,6 +206,7 @@ class DistributedDataParallel::Reducer {
       throw;
     }
     reset();
+    heartbeat();  // a synchronized step is progress (ctrun --worker_timeout)
   }
 
   void finish(std::size_t b) {

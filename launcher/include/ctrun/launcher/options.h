@@ -69,6 +69,9 @@ struct LaunchOptions {
   std::string local_addr;
   std::vector<int> signals_to_handle;  // signal numbers
   double shutdown_timeout = 30;
+  // ctrun's own: a worker whose heartbeat file (CTRUN_HEARTBEAT_FILE) stops changing for this
+  // long after its first beat is SIGKILLed and the job restarts; 0 turns it off.
+  double worker_timeout = 0;
   std::string entrypoint;
   std::vector<std::string> script_args;
 };

@@ -1,0 +1,36 @@
+// Progress beats from a worker to its agent. Under `ctrun --worker_timeout=S` every worker gets
+// CTRUN_HEARTBEAT_FILE; a beat sets that file's modification time, and the agent kills a worker
+// whose file has not changed for S seconds (after its first beat). DDP beats once per step, so a
+// trainer built on it needs no code; any other program (a Python script too) may touch the file.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace ctrun::worker {
+
+// Beats through CTRUN_HEARTBEAT_FILE when it is set; otherwise does nothing. Thread-safe and
+// cheap: a clock read, and at most one file update per 100 ms.
+void heartbeat();
+
+// One heartbeat file; what heartbeat() uses, separate so it is tested without the environment.
+class HeartbeatFile {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit HeartbeatFile(std::string path,
+                         std::chrono::milliseconds min_interval = std::chrono::milliseconds(100))
+      : path_(std::move(path)), min_interval_(min_interval) {}
+
+  // Updates the file's time unless the last update was less than min_interval before `now`.
+  // Returns true when it wrote; a failed write (the file's directory gone) is not retried sooner.
+  bool beat(Clock::time_point now);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::chrono::milliseconds min_interval_;
+  Clock::time_point last_{};
+  bool beaten_ = false;
+};
+
+}  // namespace ctrun::worker
