@@ -246,6 +246,9 @@ class Agent::Impl {
   Task<void> stop_workers(int signo);
   Task<Event> next_event();
   Task<void> linger(rdzv::Duration d);
+  // After a lost connection: connect again (retrying up to join_timeout) and take this node's
+  // place up again, or join afresh when the daemon no longer knows it.
+  Task<rdzv::Status> reconnect();
   void begin_join();
   void arm_signals();
   void arm_heartbeat_check();
@@ -292,6 +295,7 @@ class Agent::Impl {
 
   enum class Phase { kJoining, kRunning };
   Phase phase_ = Phase::kJoining;
+  bool join_in_flight_ = false;  // a join was sent and its answer has not been handled
   rdzv::RoundAssignment round_;
   int restart_count_ = 0;
   int exited_ok_ = 0;
@@ -508,6 +512,12 @@ Task<int> Agent::Impl::main() {
     Event e = co_await next_event();
     switch (e.kind) {
       case Event::Kind::kJoined: {
+        join_in_flight_ = false;
+        if (!e.joined->ok() && e.joined->error().code == rdzv::ErrorCode::kConnection) {
+          // The connection went while the join waited; once it is back, join again.
+          if (client_->connected() && phase_ == Phase::kJoining) begin_join();
+          break;
+        }
         if (!e.joined->ok()) {
           log("error: rendezvous failed: " + e.joined->error().message);
           co_return kExitFailure;
@@ -551,11 +561,18 @@ Task<int> Agent::Impl::main() {
         log("job ended (" + e.state + "): " + e.reason);
         co_await stop_workers(SIGTERM);
         co_return e.state == "succeeded" ? 0 : kExitFailure;
-      case Event::Kind::kConnectionLost:
-        log("error: lost the rendezvous at " + endpoint_host_ + ":" +
-            std::to_string(endpoint_port_) + ": " + e.reason);
-        co_await stop_workers(SIGTERM);
-        co_return kExitFailure;
+      case Event::Kind::kConnectionLost: {
+        const std::string where = endpoint_host_ + ":" + std::to_string(endpoint_port_);
+        log("lost the rendezvous at " + where + " (" + e.reason + "): reconnecting for up to " +
+            std::to_string(rdzv::to_millis(config_.join_timeout) / 1000) +
+            " s; workers keep running");
+        if (auto s = co_await reconnect(); !s) {
+          log("error: lost the rendezvous at " + where + ": " + s.error().message);
+          co_await stop_workers(SIGTERM);
+          co_return kExitFailure;
+        }
+        break;
+      }
       case Event::Kind::kIgnored:
         break;
       case Event::Kind::kSignal:
@@ -567,8 +584,37 @@ Task<int> Agent::Impl::main() {
   }
 }
 
+Task<rdzv::Status> Agent::Impl::reconnect() {
+  if (auto s = co_await client_->connect(); !s) co_return s;
+  client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
+  auto resumed = co_await client_->resume(node_id_);
+  if (!resumed && resumed.error().code != rdzv::ErrorCode::kNotFound) co_return resumed.error();
+  if (!resumed) {
+    // Dropped while away (its keep-alives stopped), or the daemon restarted without its state.
+    log("reconnected, but the rendezvous no longer knows this node (" + resumed.error().message +
+        "): joining again");
+    if (phase_ == Phase::kRunning) co_await stop_workers(SIGTERM);
+    if (!join_in_flight_) begin_join();
+    co_return rdzv::ok_status();
+  }
+  const rdzv::Json& at = resumed.value();
+  const int round = at.value("round", 0);
+  const std::string state = at.value("state", "running");
+  log("reconnected to the rendezvous: round " + std::to_string(round) + ", job " + state);
+  if (state != "running") {
+    post(Event{.kind = Event::Kind::kJobEnded, .state = state, .reason = "ended while away"});
+  } else if (phase_ == Phase::kRunning && round > round_.round) {
+    post(Event{
+        .kind = Event::Kind::kRoundReopened, .round = round, .reason = "reopened while away"});
+  } else if (phase_ == Phase::kJoining && !join_in_flight_) {
+    begin_join();  // the answer to the last join was lost with the connection
+  }
+  co_return rdzv::ok_status();
+}
+
 void Agent::Impl::begin_join() {
   phase_ = Phase::kJoining;
+  join_in_flight_ = true;
   // Exits of the group just stopped must not be read as news about the next one.
   std::erase_if(events_, [](const Event& e) { return e.kind == Event::Kind::kWorkerExit; });
   rdzv::NodeInfo node{node_id_, host_, local_world_size_, free_port(io_, host_), requested_rank_};

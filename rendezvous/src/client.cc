@@ -74,6 +74,9 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
   std::string out_in_flight_;
   bool writing_ = false;
   bool closed_ = false;
+  // Counts connections: the handlers of a closed one (its reads and writes still completing)
+  // must not touch the next one after a reconnect.
+  std::uint64_t connection_ = 0;
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, Pending*> pending_;
   asio::steady_timer keep_alive_timer_;
@@ -129,6 +132,9 @@ Task<Status> AsyncClient::Impl::connect() {
   }
   connected_ = true;
   closed_ = false;
+  writing_ = false;
+  out_pending_.clear();
+  ++connection_;
   asio::co_spawn(
       io_, [self = shared_from_this()]() { return self->read_loop(); }, asio::detached);
   co_return ok_status();
@@ -165,6 +171,7 @@ Task<Status> AsyncClient::Impl::handshake() {
 
 Task<void> AsyncClient::Impl::read_loop() {
   auto self = shared_from_this();
+  const std::uint64_t mine = connection_;
   // Frames that arrived together with the handshake answer are already buffered.
   while (true) {
     auto frame = decoder_.next();
@@ -185,6 +192,7 @@ Task<void> AsyncClient::Impl::read_loop() {
     }
     auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buffer_),
                                                     asio::as_tuple(asio::use_awaitable));
+    if (mine != connection_) co_return;  // closed, and connected again since
     if (ec) {
       close(closed_ ? "closed" : "connection to " + endpoint_text() + " lost: " + ec.message());
       co_return;
@@ -214,7 +222,8 @@ void AsyncClient::Impl::flush() {
   out_pending_.clear();
   asio::async_write(
       socket_, asio::buffer(out_in_flight_),
-      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+      [self = shared_from_this(), mine = connection_](boost::system::error_code ec, std::size_t) {
+        if (mine != self->connection_) return;
         self->writing_ = false;
         if (ec) {
           self->close("write to " + self->endpoint_text() + " failed: " + ec.message());
@@ -274,10 +283,11 @@ void AsyncClient::Impl::start_keep_alive(Duration interval, int max_missed) {
   auto loop = [](std::shared_ptr<Impl> self, Duration interval, int max_missed) -> Task<void> {
     // Keep-alives in a row with no answer within four intervals.
     auto missed = std::make_shared<int>(0);
+    const std::uint64_t mine = self->connection_;
     while (self->connected_) {
       self->keep_alive_timer_.expires_after(interval);
       auto [ec] = co_await self->keep_alive_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
-      if (ec || !self->connected_) co_return;
+      if (ec || !self->connected_ || mine != self->connection_) co_return;
       if (*missed >= max_missed) {
         // A daemon that is stopped or cut off without a reset never closes the socket.
         self->close("ctrund at " + self->endpoint_text() + " answered none of the last " +
@@ -388,6 +398,10 @@ Task<Result<RoundAssignment>> AsyncClient::join(const NodeInfo& node,
 }
 
 Task<Status> AsyncClient::leave() { return then(call(Json{{"op", "leave"}}), proto::no_payload); }
+
+Task<Result<Json>> AsyncClient::resume(const std::string& node_id) {
+  return call(Json{{"op", "resume"}, {"node", node_id}});
+}
 
 Task<Status> AsyncClient::report(bool succeeded, const std::string& message) {
   return then(

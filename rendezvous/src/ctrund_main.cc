@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
       ->default_val(options.service.max_connections)
       ->check(CLI::PositiveNumber);
   app.add_option("--port_file", port_file, "write the bound port to this file once listening");
+  app.add_option("--state_dir", options.state_dir,
+                 "keep every job's store and rendezvous here and restore them at start-up");
   app.set_version_flag("--version", "ctrund " CTRUN_VERSION);
   try {
     app.parse(argc, argv);

@@ -86,6 +86,7 @@ void Rendezvous::log(const std::string& line) const {
 }
 
 void Rendezvous::place(Node& node, Place where) {
+  ++revision_;
   --place_counts_[static_cast<int>(node.place)];
   ++place_counts_[static_cast<int>(where)];
   node.place = where;
@@ -141,6 +142,7 @@ Result<std::vector<Notice>> Rendezvous::join(const NodeInfo& info) {
       !newcomer && (node.place == Place::kPending || node.place == Place::kWaiting);
   node.info = info;
   node.last_seen = now;
+  ++revision_;
   if (already_joined) return out;  // a repeated join keeps its place in line
   node.joined_at = now;
   node.join_seq = next_join_seq_++;
@@ -169,6 +171,7 @@ Result<std::vector<Notice>> Rendezvous::join(const NodeInfo& info) {
 void Rendezvous::reopen(const std::string& reason, const std::string& except,
                         std::vector<Notice>& out) {
   ++round_;
+  ++revision_;
   formed_ = false;
   last_call_deadline_.reset();
   log("round " + std::to_string(round_) + " opens: " + reason);
@@ -213,7 +216,10 @@ void Rendezvous::maybe_form(std::vector<Notice>& out) {
   };
   const bool survivors_back = round_ > 0 && survivor_pending();
   if (survivors_back || config_.last_call_timeout == Duration::zero()) return form(out);
-  if (!last_call_deadline_) last_call_deadline_ = clock_.now() + config_.last_call_timeout;
+  if (!last_call_deadline_) {
+    last_call_deadline_ = clock_.now() + config_.last_call_timeout;
+    ++revision_;
+  }
 }
 
 void Rendezvous::form(std::vector<Notice>& out) {
@@ -275,6 +281,7 @@ void Rendezvous::form(std::vector<Notice>& out) {
   members_ = by_rank;
   last_rank_.clear();
   formed_ = true;
+  ++revision_;
   last_call_deadline_.reset();
   log("round " + std::to_string(round_) + " formed: " + std::to_string(n) + " nodes, world size " +
       std::to_string(base.world_size) + " [" + roster + "]");
@@ -300,6 +307,7 @@ std::vector<Notice> Rendezvous::remove_node(const std::string& node_id, const st
     nodes_.erase(it);
     return out;
   }
+  ++revision_;
   log("node '" + node_id + "' left: " + reason);
   if (where == Place::kMember && state_ == JobState::kRunning) {
     reopen("node '" + node_id + "' left (" + reason + ")", node_id, out);
@@ -331,6 +339,7 @@ Result<std::vector<Notice>> Rendezvous::report(const std::string& node_id, bool 
     return out;
   }
   it->second.succeeded = true;
+  ++revision_;
   log("node '" + node_id + "' succeeded");
   const bool all = formed_ && std::all_of(members_.begin(), members_.end(), [this](const auto& id) {
                      return nodes_.at(id).succeeded;
@@ -349,6 +358,7 @@ void Rendezvous::end(JobState state, const std::string& reason, std::vector<Noti
   state_ = state;
   end_reason_ = reason;
   last_call_deadline_.reset();
+  ++revision_;
   log(std::string(job_state_name(state)) + ": " + reason);
   for (const auto& [id, n] : nodes_) {
     if (n.place == Place::kPending || n.place == Place::kWaiting) {
@@ -438,6 +448,108 @@ Json Rendezvous::describe() const {
               {"nodes_waiting", nodes_waiting()},
               {"end_reason", end_reason_},
               {"nodes", std::move(nodes)}};
+}
+
+}  // namespace ctrun::rendezvous
+
+namespace ctrun::rendezvous {
+
+Json Rendezvous::save() const {
+  Json nodes = Json::array();
+  for (const auto& [id, n] : nodes_) {
+    nodes.push_back({{"node", id},
+                     {"host", n.info.host},
+                     {"local_world_size", n.info.local_world_size},
+                     {"master_port", n.info.master_port},
+                     {"requested_rank", n.info.requested_rank},
+                     {"place", static_cast<int>(n.place)},
+                     {"join_seq", n.join_seq},
+                     {"succeeded", n.succeeded}});
+  }
+  Json last_rank = Json::object();
+  for (const auto& [id, r] : last_rank_) last_rank[id] = r;
+  const TimePoint now = clock_.now();
+  return Json{
+      {"job", job_id_},
+      {"generation", generation_},
+      {"min_nodes", config_.min_nodes},
+      {"max_nodes", config_.max_nodes},
+      {"join_timeout_ms", to_millis(config_.join_timeout)},
+      {"last_call_timeout_ms", to_millis(config_.last_call_timeout)},
+      {"close_timeout_ms", to_millis(config_.close_timeout)},
+      {"keep_alive_interval_ms", to_millis(config_.keep_alive_interval)},
+      {"keep_alive_max_attempt", config_.keep_alive_max_attempt},
+      {"round", round_},
+      {"formed", formed_},
+      {"last_call_ms",
+       last_call_deadline_ ? std::max<std::int64_t>(0, to_millis(*last_call_deadline_ - now)) : -1},
+      {"state", static_cast<int>(state_)},
+      {"end_reason", end_reason_},
+      {"next_join_seq", next_join_seq_},
+      {"members", members_},
+      {"last_rank", std::move(last_rank)},
+      {"nodes", std::move(nodes)}};
+}
+
+Result<std::unique_ptr<Rendezvous>> Rendezvous::restore(const Json& j, const Clock& clock,
+                                                        Logger log) {
+  // The record was written by save(); a mismatch means a damaged or foreign state file.
+  try {
+    RendezvousConfig config;
+    config.min_nodes = j.at("min_nodes").get<int>();
+    config.max_nodes = j.at("max_nodes").get<int>();
+    config.join_timeout = std::chrono::milliseconds(j.at("join_timeout_ms").get<std::int64_t>());
+    config.last_call_timeout =
+        std::chrono::milliseconds(j.at("last_call_timeout_ms").get<std::int64_t>());
+    config.close_timeout = std::chrono::milliseconds(j.at("close_timeout_ms").get<std::int64_t>());
+    config.keep_alive_interval =
+        std::chrono::milliseconds(j.at("keep_alive_interval_ms").get<std::int64_t>());
+    config.keep_alive_max_attempt = j.at("keep_alive_max_attempt").get<int>();
+    if (auto s = validate(config); !s) return s.error();
+    auto r = std::make_unique<Rendezvous>(j.at("job").get<std::string>(), config, clock,
+                                          std::move(log), j.at("generation").get<int>());
+    const TimePoint now = clock.now();
+    r->round_ = j.at("round").get<int>();
+    r->formed_ = j.at("formed").get<bool>();
+    const auto last_call = j.at("last_call_ms").get<std::int64_t>();
+    if (last_call >= 0) r->last_call_deadline_ = now + std::chrono::milliseconds(last_call);
+    const int state = j.at("state").get<int>();
+    if (state < 0 || state > static_cast<int>(JobState::kClosed)) {
+      return Error{ErrorCode::kBadRequest, "saved job state " + std::to_string(state)};
+    }
+    r->state_ = static_cast<JobState>(state);
+    r->end_reason_ = j.at("end_reason").get<std::string>();
+    r->next_join_seq_ = j.at("next_join_seq").get<std::uint64_t>();
+    r->members_ = j.at("members").get<std::vector<std::string>>();
+    for (const auto& [id, rank] : j.at("last_rank").items()) r->last_rank_[id] = rank.get<int>();
+    for (const auto& n : j.at("nodes")) {
+      Node node;
+      node.info.node_id = n.at("node").get<std::string>();
+      node.info.host = n.at("host").get<std::string>();
+      node.info.local_world_size = n.at("local_world_size").get<int>();
+      node.info.master_port = n.at("master_port").get<int>();
+      node.info.requested_rank = n.at("requested_rank").get<int>();
+      const int where = n.at("place").get<int>();
+      if (where < 0 || where > static_cast<int>(Place::kDone)) {
+        return Error{ErrorCode::kBadRequest, "saved node place " + std::to_string(where)};
+      }
+      node.place = static_cast<Place>(where);
+      node.join_seq = n.at("join_seq").get<std::uint64_t>();
+      node.succeeded = n.at("succeeded").get<bool>();
+      node.joined_at = now;
+      node.last_seen = now;
+      ++r->place_counts_[where];
+      r->nodes_.emplace(node.info.node_id, std::move(node));
+    }
+    for (const auto& id : r->members_) {
+      if (!r->nodes_.count(id)) {
+        return Error{ErrorCode::kBadRequest, "saved member '" + id + "' is not a node"};
+      }
+    }
+    return r;
+  } catch (const Json::exception& e) {
+    return Error{ErrorCode::kBadRequest, std::string("saved rendezvous: ") + e.what()};
+  }
 }
 
 }  // namespace ctrun::rendezvous

@@ -138,9 +138,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
 class Server::Impl final : public Transport {
  public:
-  Impl(asio::io_context& io, ServerOptions options)
+  Impl(asio::io_context& io, ServerOptions options, std::unique_ptr<StateLog> state)
       : io_(io),
         options_(std::move(options)),
+        state_(std::move(state)),
         acceptor_(io),
         timer_(io),
         service_(options_.service, clock_, *this) {}
@@ -193,9 +194,12 @@ class Server::Impl final : public Transport {
     arm_timer();
   }
 
+  Status restore() { return service_.restore(); }
+
   void stop() {
     if (stopped_) return;
     stopped_ = true;
+    service_.shutdown();
     boost::system::error_code ignored;
     acceptor_.close(ignored);
     timer_.cancel();
@@ -268,6 +272,7 @@ class Server::Impl final : public Transport {
 
   asio::io_context& io_;
   ServerOptions options_;
+  std::unique_ptr<StateLog> state_;  // before service_, which records into it
   SteadyClock clock_;
   tcp::acceptor acceptor_;
   asio::steady_timer timer_;
@@ -279,8 +284,16 @@ class Server::Impl final : public Transport {
 };
 
 Result<std::unique_ptr<Server>> Server::create(asio::io_context& io, ServerOptions options) {
-  auto impl = std::make_unique<Impl>(io, std::move(options));
+  std::unique_ptr<StateLog> state;
+  if (!options.state_dir.empty()) {
+    auto opened = open_state_dir(options.state_dir);
+    if (!opened) return opened.error();
+    state = std::move(opened).value();
+    options.service.state = state.get();
+  }
+  auto impl = std::make_unique<Impl>(io, std::move(options), std::move(state));
   if (auto s = impl->bind(); !s) return s.error();
+  if (auto s = impl->restore(); !s) return s.error();
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 

@@ -23,13 +23,17 @@ struct Service::Connection {
 };
 
 struct Service::Job {
-  explicit Job(const StoreLimits& limits) : store(limits) {}
+  Job(std::string job_name, const StoreLimits& limits) : name(std::move(job_name)), store(limits) {}
+  std::string name;
   KeyValueStore store;
   std::unique_ptr<Rendezvous> rendezvous;
   int generation = 0;
   std::unordered_map<std::string, ConnectionId> node_connections;
   std::size_t connections = 0;
   TimePoint idle_since;
+  // What was last recorded of the rendezvous (--state_dir).
+  const Rendezvous* saved_rendezvous = nullptr;
+  std::uint64_t saved_revision = 0;
 };
 
 const std::unordered_map<std::string_view, Service::Handler> Service::kHandlers = {
@@ -50,6 +54,7 @@ const std::unordered_map<std::string_view, Service::Handler> Service::kHandlers 
     {"keep_alive", &Service::op_keep_alive},
     {"report", &Service::op_report},
     {"close", &Service::op_close},
+    {"resume", &Service::op_resume},
     {"status", &Service::op_status},
     {"jobs", &Service::op_jobs},
 };
@@ -132,7 +137,9 @@ void Service::drop(ConnectionId id, const std::string& why) {
     auto bound = c->node.empty() ? job.node_connections.end() : job.node_connections.find(c->node);
     if (bound != job.node_connections.end() && bound->second == id) {
       job.node_connections.erase(bound);
-      if (job.rendezvous) deliver(job, job.rendezvous->remove_node(c->node, why));
+      if (job.rendezvous && !shutting_down_) {
+        deliver(job, job.rendezvous->remove_node(c->node, why));
+      }
     }
   }
 }
@@ -230,7 +237,7 @@ void Service::op_hello(Connection& c, std::uint64_t id, const Json& req) {
   c.authenticated = true;
   c.job = job.value();
   auto [it, created] = jobs_.try_emplace(c.job, nullptr);
-  if (created) it->second = std::make_unique<Job>(options_.store_limits);
+  if (created) it->second = std::make_unique<Job>(c.job, options_.store_limits);
   ++it->second->connections;
   body["version"] = kProtocolVersion;
   reply(c, id, std::move(body));
@@ -249,6 +256,7 @@ void Service::op_set(Connection& c, std::uint64_t id, const Json& req) {
   if (!value) return reject(c, id, value.error());
   auto s = job_of(c).store.set(key.value(), std::move(value).value());
   if (!s) return fail(c, id, s.error());
+  record_key(c.job, key.value());
   reply(c, id, Json::object());
 }
 
@@ -338,6 +346,7 @@ void Service::op_add(Connection& c, std::uint64_t id, const Json& req) {
   if (!delta) return reject(c, id, delta.error());
   auto v = job_of(c).store.add(key.value(), delta.value());
   if (!v) return fail(c, id, v.error());
+  record_key(c.job, key.value());
   reply(c, id, Json{{"value", v.value()}});
 }
 
@@ -350,6 +359,7 @@ void Service::op_compare_set(Connection& c, std::uint64_t id, const Json& req) {
   if (!desired) return reject(c, id, desired.error());
   auto v = job_of(c).store.compare_set(key.value(), expected.value(), std::move(desired).value());
   if (!v) return fail(c, id, v.error());
+  record_key(c.job, key.value());
   reply(c, id, Json{{"value", to_binary(v.value())}});
 }
 
@@ -362,7 +372,9 @@ void Service::op_check(Connection& c, std::uint64_t id, const Json& req) {
 void Service::op_delete(Connection& c, std::uint64_t id, const Json& req) {
   auto key = get_string(req, "key");
   if (!key) return reject(c, id, key.error());
-  reply(c, id, Json{{"deleted", job_of(c).store.erase(key.value())}});
+  const bool deleted = job_of(c).store.erase(key.value());
+  if (deleted) record_key(c.job, key.value());
+  reply(c, id, Json{{"deleted", deleted}});
 }
 
 void Service::op_num_keys(Connection& c, std::uint64_t id, const Json&) {
@@ -376,6 +388,7 @@ void Service::op_multi_set(Connection& c, std::uint64_t id, const Json& req) {
   if (!values) return reject(c, id, values.error());
   auto s = job_of(c).store.multi_set(keys.value(), std::move(values).value());
   if (!s) return fail(c, id, s.error());
+  for (const auto& k : keys.value()) record_key(c.job, k);
   reply(c, id, Json::object());
 }
 
@@ -475,8 +488,17 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
     }
     job.rendezvous = std::move(fresh);
   }
-  // A node that reconnects on a new connection takes its binding along.
-  if (auto bound = job.node_connections.find(info.node_id);
+  bind_node(c, job, info.node_id);
+  if (c.join_request) {
+    fail(c, *c.join_request, Error{ErrorCode::kConflict, "superseded by a newer join"});
+  }
+  c.join_request = id;
+  deliver(job, std::move(notices).value());
+}
+
+// A node that reconnects on a new connection takes its binding along.
+void Service::bind_node(Connection& c, Job& job, const std::string& node) {
+  if (auto bound = job.node_connections.find(node);
       bound != job.node_connections.end() && bound->second != c.id) {
     auto old = connections_.find(bound->second);
     if (old != connections_.end()) {
@@ -489,16 +511,35 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
       o.node.clear();
     }
   }
-  if (c.join_request) {
-    fail(c, *c.join_request, Error{ErrorCode::kConflict, "superseded by a newer join"});
+  c.node = node;
+  job.node_connections[node] = c.id;
+}
+
+// A node coming back on a new connection (its agent lost the old one, or the daemon restarted
+// from --state_dir) takes up its place without asking for a new round.
+void Service::op_resume(Connection& c, std::uint64_t id, const Json& req) {
+  auto node = get_string(req, "node");
+  if (!node) return reject(c, id, node.error());
+  Job& job = job_of(c);
+  if (!job.rendezvous || !job.rendezvous->has_node(node.value())) {
+    return fail(c, id,
+                Error{ErrorCode::kNotFound, "node '" + node.value() + "' is not in job '" + c.job +
+                                                "' (it was dropped, or the daemon forgot it)"});
   }
-  c.node = info.node_id;
-  c.join_request = id;
-  job.node_connections[info.node_id] = c.id;
-  deliver(job, std::move(notices).value());
+  if (!c.node.empty() && c.node != node.value()) {
+    return fail(
+        c, id,
+        Error{ErrorCode::kConflict, "this connection already speaks for node '" + c.node + "'"});
+  }
+  bind_node(c, job, node.value());
+  job.rendezvous->keep_alive(node.value());
+  const Rendezvous& r = *job.rendezvous;
+  reply(c, id,
+        Json{{"round", r.round()}, {"formed", r.formed()}, {"state", job_state_name(r.state())}});
 }
 
 void Service::deliver(Job& job, std::vector<Notice> notices) {
+  record_rendezvous(job);  // before anyone hears of the change
   for (auto& n : notices) {
     auto bound = job.node_connections.find(n.node_id);
     if (bound == job.node_connections.end()) continue;
@@ -621,6 +662,140 @@ void Service::tick() {
     if (job->rendezvous) deliver(*job, job->rendezvous->tick());
   }
   gc_jobs();
+  if (options_.state) {
+    const StateLog& state = *options_.state;
+    if (state_broken_ || (state.journal_bytes() > options_.compact_bytes &&
+                          state.journal_bytes() > state.snapshot_bytes())) {
+      compact();
+    }
+    if (auto s = options_.state->sync(); !s) log("state: " + s.error().message);
+  }
+}
+
+// ---- state (--state_dir) ---------------------------------------------------------------------
+
+void Service::record(const Json& r) {
+  if (!options_.state || state_broken_) return;
+  if (auto s = options_.state->append(r); !s) {
+    // Later records would not add up without this one: rewrite the whole state instead.
+    log("state: " + s.error().message + "; the whole state is rewritten at the next tick");
+    state_broken_ = true;
+  }
+}
+
+void Service::record_key(const std::string& job, const std::string& key) {
+  if (!options_.state) return;
+  const std::string* value = jobs_.at(job)->store.find(key);
+  if (value) {
+    record(Json{{"t", "set"}, {"job", job}, {"key", key}, {"value", to_binary(*value)}});
+  } else {
+    record(Json{{"t", "del"}, {"job", job}, {"key", key}});
+  }
+}
+
+void Service::record_rendezvous(Job& job) {
+  if (!options_.state) return;
+  const Rendezvous* r = job.rendezvous.get();
+  if (r == job.saved_rendezvous && (!r || r->revision() == job.saved_revision)) return;
+  job.saved_rendezvous = r;
+  job.saved_revision = r ? r->revision() : 0;
+  record(Json{{"t", "rdzv"},
+              {"job", job.name},
+              {"generation", job.generation},
+              {"state", r ? r->save() : Json()}});
+}
+
+void Service::compact() {
+  std::vector<Json> records;
+  for (const auto& [name, job] : jobs_) {
+    for (const auto& [key, value] : job->store.entries()) {
+      records.push_back(
+          Json{{"t", "set"}, {"job", name}, {"key", key}, {"value", to_binary(value)}});
+    }
+    records.push_back(Json{{"t", "rdzv"},
+                           {"job", name},
+                           {"generation", job->generation},
+                           {"state", job->rendezvous ? job->rendezvous->save() : Json()}});
+  }
+  if (auto s = options_.state->rewrite(records); !s) {
+    log("state: cannot write a snapshot: " + s.error().message);
+    state_broken_ = true;
+    return;
+  }
+  state_broken_ = false;
+}
+
+Status Service::apply_record(const Json& r) {
+  auto type = get_string(r, "t");
+  if (!type) return type.error();
+  auto name = get_string(r, "job");
+  if (!name) return name.error();
+  if (type.value() == "drop") {
+    jobs_.erase(name.value());
+    return ok_status();
+  }
+  auto [it, created] = jobs_.try_emplace(name.value(), nullptr);
+  if (created) {
+    it->second = std::make_unique<Job>(name.value(), options_.store_limits);
+    it->second->idle_since = clock_.now();
+  }
+  Job& job = *it->second;
+  if (type.value() == "set" || type.value() == "del") {
+    auto key = get_string(r, "key");
+    if (!key) return key.error();
+    if (type.value() == "del") {
+      job.store.erase(key.value());
+      return ok_status();
+    }
+    auto value = get_bytes(r, "value");
+    if (!value) return value.error();
+    return job.store.set(key.value(), std::move(value).value());
+  }
+  if (type.value() == "rdzv") {
+    auto generation = get_int(r, "generation");
+    if (!generation) return generation.error();
+    job.generation = static_cast<int>(generation.value());
+    auto state = r.find("state");
+    if (state == r.end() || state->is_null()) {
+      job.rendezvous.reset();
+    } else {
+      auto restored = Rendezvous::restore(*state, clock_, options_.log);
+      if (!restored) return restored.error();
+      job.rendezvous = std::move(restored).value();
+    }
+    job.saved_rendezvous = job.rendezvous.get();
+    job.saved_revision = job.rendezvous ? job.rendezvous->revision() : 0;
+    return ok_status();
+  }
+  return Error{ErrorCode::kBadRequest, "unknown record type '" + type.value() + "'"};
+}
+
+Status Service::restore() {
+  if (!options_.state) return ok_status();
+  auto records = options_.state->load();
+  if (!records) return records.error();
+  std::size_t applied = 0;
+  for (const auto& r : records.value()) {
+    if (auto s = apply_record(r); !s) {
+      return Error{ErrorCode::kInternal, "state record " + std::to_string(applied + 1) +
+                                             " cannot be applied: " + s.error().message};
+    }
+    ++applied;
+  }
+  if (!options_.state->load_note().empty()) log("state: " + options_.state->load_note());
+  std::size_t keys = 0;
+  std::size_t nodes = 0;
+  for (const auto& [name, job] : jobs_) {
+    keys += job->store.num_keys();
+    nodes += job->rendezvous ? job->rendezvous->num_nodes() : 0;
+  }
+  log("state: restored " + std::to_string(jobs_.size()) + " job(s), " + std::to_string(keys) +
+      " key(s), " + std::to_string(nodes) + " node(s) from " + std::to_string(applied) +
+      " record(s)");
+  // One compact file to start from; it also drops what the replay superseded.
+  compact();
+  return state_broken_ ? Error{ErrorCode::kInternal, "cannot write the state snapshot"}
+                       : ok_status();
 }
 
 void Service::gc_jobs() {
@@ -634,6 +809,7 @@ void Service::gc_jobs() {
     if (job.connections == 0 && now - job.idle_since >= keep) {
       log("job '" + it->first + "' dropped: no connections for " + std::to_string(to_millis(keep)) +
           " ms");
+      record(Json{{"t", "drop"}, {"job", it->first}});
       it = jobs_.erase(it);
     } else {
       ++it;

@@ -338,6 +338,60 @@ TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes o
   CHECK(*code == 0);
 }
 
+TEST_CASE("agent: the daemon SIGKILLed and restarted with --state_dir, the job goes on") {
+  Scratch s;
+  const std::string port = std::to_string(free_port());
+  auto daemon_process = [&](const std::string& log) {
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{CTRUND_PATH, "--host", "127.0.0.1", "--port", port, "--state_dir",
+                                 s.path("state")},
+        s.path(log));
+  };
+  auto daemon = daemon_process("ctrund1.log");
+  REQUIRE(wait_for_text(s.path("ctrund1.log"), "listening on", 10s));
+  auto node = [&](const std::string& log) {
+    // Workers outlive the daemon's absence: 6 s of work, then their environment to a file.
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{"/usr/bin/env", "CTRUN_TEST_OUT=" + s.path("out"), CTRUN_PATH,
+                                 "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                                 "--rdzv_endpoint=127.0.0.1:" + port, "--rdzv_id=durable",
+                                 "--rdzv_conf=is_host=false,keep_alive_interval=1",
+                                 TEST_WORKER_PATH, "sleep", "6"},
+        s.path(log));
+  };
+  auto a = node("a.log");
+  auto b = node("b.log");
+  REQUIRE(wait_for_text(s.path("a.log"), "round 0: group rank", 20s));
+  REQUIRE(wait_for_text(s.path("b.log"), "round 0: group rank", 20s));
+
+  daemon->signal(SIGKILL);
+  REQUIRE(daemon->wait(5s).has_value());
+  const auto killed = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(1s);
+  daemon = daemon_process("ctrund2.log");
+  REQUIRE(wait_for_text(s.path("a.log"), "reconnected to the rendezvous: round 0", 20s));
+  REQUIRE(wait_for_text(s.path("b.log"), "reconnected to the rendezvous: round 0", 20s));
+  const double back =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  WARN("daemon down 1.0 s; both agents back " << back << " s after the SIGKILL");
+
+  auto code_a = a->wait(30s);
+  auto code_b = b->wait(30s);
+  INFO(read_file(s.path("a.log")) + read_file(s.path("b.log")) + read_file(s.path("ctrund2.log")));
+  REQUIRE(code_a.has_value());
+  REQUIRE(code_b.has_value());
+  CHECK(*code_a == 0);
+  CHECK(*code_b == 0);
+  // The workers of round 0 ran to their end: no restart, no new round.
+  CHECK(read_env_file(s.path("out.0"))["TORCHELASTIC_RESTART_COUNT"] == "0");
+  CHECK(read_env_file(s.path("out.1"))["TORCHELASTIC_RESTART_COUNT"] == "0");
+  const std::string restored = read_file(s.path("ctrund2.log"));
+  CHECK(restored.find("restored 1 job(s)") != std::string::npos);
+  CHECK(restored.find("succeeded: every node succeeded") != std::string::npos);
+  CHECK(restored.find("round 1") == std::string::npos);
+  CHECK(back < 10);
+}
+
 TEST_CASE("agent: a late second node joins a running 1:2 job without spending restarts") {
   Scratch s;
   std::unique_ptr<ChildProcess> daemon;

@@ -498,3 +498,70 @@ TEST_CASE("server: embedded, silent and slow clients are cut off on its own time
   io.stop();
   loop.join();
 }
+
+TEST_CASE("daemon: SIGKILLed and restarted with --state_dir, nothing acknowledged is lost") {
+  ScratchDir dir("state_dir");
+  const std::string state = dir.path("state");
+  const std::string port = std::to_string(free_port());
+  auto start = [&](const std::string& log) {
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{CTRUND_PATH, "--host", "127.0.0.1", "--port", port, "--state_dir",
+                                 state},
+        dir.path(log));
+  };
+  ClientOptions options;
+  options.host = "127.0.0.1";
+  options.port = static_cast<std::uint16_t>(std::stoi(port));
+  options.job = "job";
+  options.connect_timeout = 10s;
+
+  auto first = start("first.log");
+  {
+    auto client = connect(options);
+    for (int i = 0; i < 200; ++i) {
+      REQUIRE(client->set("k" + std::to_string(i), std::string(100, char('a' + i % 26))));
+    }
+    REQUIRE(client->add("counter", 7).value() == 7);
+    REQUIRE(client->erase("k0").value());
+    // One node in a 1:1 job: its round forms at once.
+    auto joined = client->call(Json{{"op", "join"},
+                                    {"node", "n0"},
+                                    {"host", "127.0.0.1"},
+                                    {"local_world_size", 2},
+                                    {"min_nodes", 1},
+                                    {"max_nodes", 1},
+                                    {"keep_alive_interval_ms", 5000}});
+    REQUIRE(joined);
+    REQUIRE(joined.value()["group_rank"] == 0);
+    first->signal(SIGKILL);
+    REQUIRE(first->wait(5s).has_value());
+  }
+  // A record the dying daemon was half-way through: dropped, with a line that says so.
+  {
+    std::ofstream journal(state + "/journal", std::ios::app | std::ios::binary);
+    journal << std::string("\x40\x00\x00\x00\x12\x34", 6);
+  }
+
+  auto second = start("second.log");
+  auto client = connect(options);
+  const std::string log = read_file(dir.path("second.log"));
+  INFO(log);
+  CHECK(log.find("dropped 6 bytes at the journal's end") != std::string::npos);
+  CHECK(log.find("restored 1 job(s), 200 key(s), 1 node(s)") != std::string::npos);
+  CHECK(client->get("k1", 0ms).value() == std::string(100, 'b'));
+  CHECK(client->get("k199", 0ms).value() == std::string(100, char('a' + 199 % 26)));
+  CHECK(client->get("k0", 0ms).error().code == ErrorCode::kNotFound);
+  CHECK(client->add("counter", 1).value() == 8);
+  auto resumed = client->call(Json{{"op", "resume"}, {"node", "n0"}});
+  REQUIRE(resumed);
+  CHECK(resumed.value()["round"] == 0);
+  CHECK(resumed.value()["formed"] == true);
+
+  // The directory is this daemon's while it runs.
+  ChildProcess third({CTRUND_PATH, "--host", "127.0.0.1", "--port", "0", "--state_dir", state},
+                     dir.path("third.log"));
+  auto code = third.wait(5s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  CHECK(read_file(dir.path("third.log")).find("is in use by another ctrund") != std::string::npos);
+}

@@ -80,6 +80,28 @@ class ServiceHarness {
   int nonce_counter_ = 0;
 };
 
+inline Json join_request(const std::string& node, int min, int max, int local_world_size = 1) {
+  return Json{{"op", "join"},
+              {"node", node},
+              {"host", node + ".host"},
+              {"master_port", 29500},
+              {"min_nodes", min},
+              {"max_nodes", max},
+              {"local_world_size", local_world_size}};
+}
+
+inline Json with_id(Json request, int id) {
+  request["id"] = id;
+  return request;
+}
+
+inline bool mentions(const std::vector<std::string>& logs, const std::string& text) {
+  for (const auto& l : logs) {
+    if (l.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
 inline bool is_error(const Json& frame, const char* code) {
   return frame.contains("error") && frame["error"]["code"] == code;
 }

@@ -8,32 +8,6 @@ using namespace ctrun::rendezvous;
 using namespace ctrun::rendezvous::testing;
 using namespace std::chrono_literals;
 
-namespace {
-
-Json join_request(const std::string& node, int min, int max, int local_world_size = 1) {
-  return Json{{"op", "join"},
-              {"node", node},
-              {"host", node + ".host"},
-              {"master_port", 29500},
-              {"min_nodes", min},
-              {"max_nodes", max},
-              {"local_world_size", local_world_size}};
-}
-
-Json with_id(Json request, int id) {
-  request["id"] = id;
-  return request;
-}
-
-bool mentions(const std::vector<std::string>& logs, const std::string& text) {
-  for (const auto& l : logs) {
-    if (l.find(text) != std::string::npos) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 TEST_CASE("service: a new connection gets a challenge, then must say hello") {
   ServiceHarness h;
   auto c = h.connect();

@@ -87,6 +87,10 @@ class AsyncClient {
   // connection (a connection_lost event) when `max_missed` in a row go unanswered.
   Task<Result<RoundAssignment>> join(const NodeInfo& node, const RendezvousConfig& config);
   Task<Status> leave();
+  // After connect() again on a lost connection: takes this node's place up on the new one
+  // without asking for a new round. Answers {"round", "formed", "state"}; kNotFound when the
+  // daemon no longer knows the node (it was dropped, or the daemon restarted without state).
+  Task<Result<Json>> resume(const std::string& node_id);
   Task<Status> report(bool succeeded, const std::string& message);
   Task<Status> close_job();
   Task<Result<Json>> status();

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -105,6 +106,16 @@ class Rendezvous {
   std::size_t num_nodes() const { return nodes_.size(); }
   Json describe() const;
 
+  // Durable state (ctrund --state_dir). revision() changes whenever what save() returns would
+  // (keep-alives aside), so the caller records the state only when it moved. save() leaves out
+  // clock readings; restore() starts every timer afresh, so each restored node has a full
+  // keep-alive window to come back on a new connection.
+  std::uint64_t revision() const { return revision_; }
+  Json save() const;
+  static Result<std::unique_ptr<Rendezvous>> restore(const Json& saved, const Clock& clock,
+                                                     Logger log = {});
+  int generation() const { return generation_; }
+
  private:
   // kNew only until join() places the node; counted like the others so counts stay exact.
   // kDone: a member that succeeded before its round reopened; it waits for the job's end.
@@ -141,6 +152,7 @@ class Rendezvous {
   JobState state_ = JobState::kRunning;
   std::string end_reason_;
   std::uint64_t next_join_seq_ = 0;
+  std::uint64_t revision_ = 0;
 };
 
 }  // namespace ctrun::rendezvous

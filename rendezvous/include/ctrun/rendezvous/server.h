@@ -22,6 +22,9 @@ struct ServerOptions {
   std::string host;  // empty: every interface (IPv6 and IPv4 where the host has both)
   std::uint16_t port = kDefaultPort;  // 0: an ephemeral port, see Server::port()
   ServiceOptions service;
+  // Non-empty: keep every job's store and rendezvous there, restore them at start-up (see
+  // state_log.h); service.state is then set by create().
+  std::string state_dir;
   Duration tick_interval = std::chrono::milliseconds(50);
   // Per connection: a reader that stalls is cut. Keep it several frames large.
   std::size_t max_pending_write_bytes = 64u << 20;

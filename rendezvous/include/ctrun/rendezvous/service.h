@@ -17,6 +17,7 @@
 #include "ctrun/rendezvous/clock.h"
 #include "ctrun/rendezvous/frame.h"
 #include "ctrun/rendezvous/rendezvous.h"
+#include "ctrun/rendezvous/state_log.h"
 #include "ctrun/rendezvous/store.h"
 
 namespace ctrun::rendezvous {
@@ -44,6 +45,11 @@ struct ServiceOptions {
   Duration idle_job_timeout = std::chrono::minutes(5);       // a job with no connections is dropped
   std::function<std::string(std::size_t)> random = nullptr;  // nonce source; OpenSSL when null
   std::function<void(const std::string&)> log = nullptr;
+  // --state_dir: where every change is recorded before it is acknowledged (not owned; null:
+  // state lives in memory only). The journal is rewritten as a snapshot once it passes
+  // compact_bytes and is larger than the last snapshot.
+  StateLog* state = nullptr;
+  std::uint64_t compact_bytes = 64u << 20;
 };
 
 class Service {
@@ -52,6 +58,14 @@ class Service {
   ~Service();
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
+
+  // Rebuilds the jobs recorded in options.state (call once, before the first connection). Each
+  // restored node gets a fresh keep-alive window to come back and `resume` on a new connection.
+  Status restore();
+
+  // The daemon is going away (SIGTERM, Server::stop): the connections it closes now do not
+  // take their nodes out of the rendezvous, so a daemon restarted from --state_dir finds them.
+  void shutdown() { shutting_down_ = true; }
 
   void on_connect(ConnectionId id, std::string peer);
   void on_data(ConnectionId id, const char* data, std::size_t size);
@@ -95,8 +109,17 @@ class Service {
   void op_keep_alive(Connection& c, std::uint64_t id, const Json& req);
   void op_report(Connection& c, std::uint64_t id, const Json& req);
   void op_close(Connection& c, std::uint64_t id, const Json& req);
+  void op_resume(Connection& c, std::uint64_t id, const Json& req);
   void op_status(Connection& c, std::uint64_t id, const Json& req);
   void op_jobs(Connection& c, std::uint64_t id, const Json& req);
+  // --state_dir: a record per change, written before the change is acknowledged.
+  void record(const Json& r);
+  void record_key(const std::string& job, const std::string& key);
+  void record_rendezvous(Job& job);
+  Status apply_record(const Json& r);
+  void compact();
+  // Binds a node to the connection that now speaks for it, superseding an older binding.
+  void bind_node(Connection& c, Job& job, const std::string& node);
   // get, wait and multi_get: answer when every key exists, or time out.
   void wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bool with_values);
 
@@ -105,6 +128,8 @@ class Service {
   Transport& transport_;
   std::unordered_map<ConnectionId, std::unique_ptr<Connection>> connections_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
+  bool state_broken_ = false;
+  bool shutting_down_ = false;  // an append failed: rewrite everything at the next tick
   static const std::unordered_map<std::string_view, Handler> kHandlers;
 };
 

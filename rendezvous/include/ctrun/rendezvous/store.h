@@ -48,6 +48,7 @@ class KeyValueStore {
   bool check(const std::vector<std::string>& keys) const;
   bool erase(const std::string& key);
   std::size_t num_keys() const { return data_.size(); }
+  const std::unordered_map<std::string, std::string>& entries() const { return data_; }
   std::size_t total_bytes() const { return total_bytes_; }
 
   // Returns 0 when the callback already ran (all keys present).
