@@ -247,8 +247,10 @@ class Agent::Impl {
   Task<Event> next_event();
   Task<void> linger(rdzv::Duration d);
   // After a lost connection: connect again (retrying up to join_timeout) and take this node's
-  // place up again, or join afresh when the daemon no longer knows it.
-  Task<rdzv::Status> reconnect();
+  // place up again. Unless the caller is about to join anyway, act on what changed while away:
+  // a forgotten node joins again, a round reopened meanwhile restarts the workers, an ended job
+  // ends.
+  Task<rdzv::Status> reconnect(bool about_to_join);
   void begin_join();
   void arm_signals();
   void arm_heartbeat_check();
@@ -562,11 +564,12 @@ Task<int> Agent::Impl::main() {
         co_await stop_workers(SIGTERM);
         co_return e.state == "succeeded" ? 0 : kExitFailure;
       case Event::Kind::kConnectionLost: {
+        if (client_->connected()) break;  // already back (a failure handler reconnected)
         const std::string where = endpoint_host_ + ":" + std::to_string(endpoint_port_);
         log("lost the rendezvous at " + where + " (" + e.reason + "): reconnecting for up to " +
             std::to_string(rdzv::to_millis(config_.join_timeout) / 1000) +
             " s; workers keep running");
-        if (auto s = co_await reconnect(); !s) {
+        if (auto s = co_await reconnect(false); !s) {
           log("error: lost the rendezvous at " + where + ": " + s.error().message);
           co_await stop_workers(SIGTERM);
           co_return kExitFailure;
@@ -584,11 +587,15 @@ Task<int> Agent::Impl::main() {
   }
 }
 
-Task<rdzv::Status> Agent::Impl::reconnect() {
+Task<rdzv::Status> Agent::Impl::reconnect(bool about_to_join) {
   if (auto s = co_await client_->connect(); !s) co_return s;
   client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
   auto resumed = co_await client_->resume(node_id_);
   if (!resumed && resumed.error().code != rdzv::ErrorCode::kNotFound) co_return resumed.error();
+  if (about_to_join) {
+    log("reconnected to the rendezvous");
+    co_return rdzv::ok_status();
+  }
   if (!resumed) {
     // Dropped while away (its keep-alives stopped), or the daemon restarted without its state.
     log("reconnected, but the rendezvous no longer knows this node (" + resumed.error().message +
@@ -694,6 +701,11 @@ Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
   co_await stop_workers(SIGTERM);
   // The restart budget is the job's, not the node's: one counter in the job's store.
   auto used = co_await client_->add(kRestartsKey, 1);
+  if (!used && used.error().code == rdzv::ErrorCode::kConnection) {
+    log("lost the rendezvous at " + endpoint_host_ + ":" + std::to_string(endpoint_port_) +
+        " while restarting (" + used.error().message + "): reconnecting");
+    if (auto s = co_await reconnect(true); s) used = co_await client_->add(kRestartsKey, 1);
+  }
   if (used && used.value() <= options_.max_restarts) {
     log("restarting the job (" + std::to_string(used.value()) + " of " +
         std::to_string(options_.max_restarts) + " restarts)");

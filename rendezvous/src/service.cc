@@ -659,7 +659,10 @@ void Service::tick() {
   }
   for (auto& [name, job] : jobs_) {
     job->store.expire(now);
-    if (job->rendezvous) deliver(*job, job->rendezvous->tick());
+    if (job->rendezvous) {
+      deliver(*job, job->rendezvous->tick());
+      close_dropped_nodes(*job);
+    }
   }
   gc_jobs();
   if (options_.state) {
@@ -669,6 +672,27 @@ void Service::tick() {
       compact();
     }
     if (auto s = options_.state->sync(); !s) log("state: " + s.error().message);
+  }
+}
+
+// A node the rendezvous dropped on its timers (keep-alives missed, join timed out) whose
+// connection is still open, say across a network partition that healed, must not go on as if it
+// were a member: closing the connection sends its agent back through resume, which tells it.
+void Service::close_dropped_nodes(Job& job) {
+  std::vector<std::pair<std::string, ConnectionId>> dropped;
+  for (const auto& [node, cid] : job.node_connections) {
+    if (!job.rendezvous->has_node(node)) dropped.emplace_back(node, cid);
+  }
+  for (const auto& [node, cid] : dropped) {
+    job.node_connections.erase(node);
+    auto it = connections_.find(cid);
+    if (it == connections_.end()) continue;
+    Connection& c = *it->second;
+    c.node.clear();
+    c.join_request.reset();
+    reject(c, 0,
+           Error{ErrorCode::kClosed,
+                 "node '" + node + "' was dropped from job '" + job.name + "'; join again"});
   }
 }
 

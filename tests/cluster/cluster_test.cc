@@ -123,7 +123,7 @@ TEST_CASE("cluster: mlp trains across 2 and 3 namespace hosts, started by addres
 }
 
 TEST_CASE(
-    "cluster: a node's link goes down, the survivor re-forms and resumes from its checkpoint") {
+    "cluster: a node's link goes down and comes back, the job shrinks, resumes, and grows again") {
   if (!root()) {
     WARN("skipped: needs root to create network namespaces (scripts/netns-cluster.sh)");
     return;
@@ -179,30 +179,57 @@ TEST_CASE(
   const auto resumed = time_until_text(s.path("node0.log"), "resumed at step ", fault, 60s);
   REQUIRE(resumed);
 
+  // The link comes back: the cut-off agent, which kept trying, finds that the rendezvous dropped
+  // it, and joins again; its arrival reopens the round and the job grows back to 2 nodes.
+  const auto back = std::chrono::steady_clock::now();
+  ChildProcess link_up({"/usr/sbin/ip", "-n", cluster.ns(1), "link", "set", "eth0", "up"},
+                       s.path("ip_up.log"));
+  REQUIRE(link_up.wait(10s) == 0);
+  // Its first sign of life after the partition: the daemon closed its connection when it
+  // dropped it, and that close arrives now (unless a worker's broken collective is seen first).
+  const auto rejoined = time_until_text(s.path("node1.log"), "lost the rendezvous", back, 60s);
+  std::optional<std::chrono::milliseconds> regrown;
+  const auto grow_deadline = back + 60s;
+  while (!regrown && std::chrono::steady_clock::now() < grow_deadline) {
+    const std::string rounds = read_file(s.path("ctrund.log"));
+    std::size_t two_node_rounds = 0;
+    for (auto at = rounds.find("formed: 2 nodes"); at != std::string::npos;
+         at = rounds.find("formed: 2 nodes", at + 1)) {
+      ++two_node_rounds;
+    }
+    if (two_node_rounds >= 2) {
+      regrown = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - back);
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+
   const std::string survivor_log = s.path("node0.log");
   INFO("node0:\n"
        << read_file(survivor_log) << "\nnode1:\n"
        << read_file(s.path("node1.log")) << "\nctrund:\n"
        << read_file(s.path("ctrund.log")));
-  // The survivor finishes the job alone; the cut-off node gives up instead of hanging.
+  REQUIRE(rejoined);
+  REQUIRE(regrown);
+  // Both finish the job together.
   CHECK(agents[0]->wait(180s) == 0);
-  const auto isolated = agents[1]->wait(60s);
-  REQUIRE(isolated);
-  CHECK(*isolated != 0);
-  CHECK(read_file(s.path("node1.log")).find("lost the rendezvous") != std::string::npos);
-  const std::string out = read_file(survivor_log);
-  CHECK(out.find("parameters identical on all 2 rank(s)") != std::string::npos);
+  CHECK(agents[1]->wait(60s) == 0);
+  const std::string out = read_file(survivor_log) + read_file(s.path("node1.log"));
+  CHECK(out.find("parameters identical on all 4 rank(s)") != std::string::npos);
   CHECK(out.find("final loss ") != std::string::npos);
   // At most the steps since the last checkpoint are lost (+1: the fault lands between reading
   // the log and the step's end).
-  const auto at = out.find("resumed at step ");
-  const int resumed_step = std::atoi(out.c_str() + at + 16);
+  const std::string survivor = read_file(survivor_log);
+  const auto at = survivor.find("resumed at step ");
+  const int resumed_step = std::atoi(survivor.c_str() + at + 16);
   const int lost = step_at_fault - resumed_step;
   // (Times are from the link going down to the survivor's log showing it, polled every 20 ms.)
   std::cout << "link down: detected after " << detected->count() << " ms, re-formed after "
             << reformed->count() << " ms, training resumed after " << resumed->count()
             << " ms; steps lost " << lost << " (checkpoint every " << checkpoint_every << ")"
             << std::endl;
+  std::cout << "link back: the node heard it was dropped after " << rejoined->count()
+            << " ms, the job had 2 nodes again after " << regrown->count() << " ms" << std::endl;
   CHECK(detected->count() < 2000 + 3000);  // keep_alive_interval x max_attempt, and slack
   CHECK(lost >= 0);
   CHECK(lost <= checkpoint_every + 1);

@@ -440,6 +440,14 @@ TEST_CASE("service: keep-alives keep a joined node, silence removes it") {
   Json event = h.transport.take(a);
   CHECK(event["event"] == "round_reopened");
   CHECK(event["reason"].get<std::string>().find("no keep-alive") != std::string::npos);
+  // b's connection was still open (a partition that heals): it is closed, so b's agent learns
+  // through resume that it must join again, instead of running on as a ghost member.
+  REQUIRE(h.transport.has(b));
+  Json closed = h.transport.take(b);
+  CHECK(is_error(closed, "closed"));
+  CHECK(closed["error"]["message"].get<std::string>().find("'b' was dropped") != std::string::npos);
+  CHECK(h.transport.closed.count(b));
+  CHECK_FALSE(h.transport.closed.count(a));
 }
 
 TEST_CASE("service: a refused join binds nothing, so an ended job's id can start anew") {

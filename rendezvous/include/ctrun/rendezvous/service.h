@@ -89,6 +89,7 @@ class Service {
   void reject(Connection& c, std::uint64_t id, const Error& e);
   void drop(ConnectionId id, const std::string& why);
   void deliver(Job& job, std::vector<Notice> notices);
+  void close_dropped_nodes(Job& job);
   Job& job_of(Connection& c);
   void gc_jobs();
 
