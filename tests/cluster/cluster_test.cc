@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -68,6 +69,41 @@ std::optional<std::chrono::milliseconds> time_until_text(
   if (!wait_for_text(path, text, timeout)) return std::nullopt;
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                since);
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Every log of the job's agents, in one string.
+std::string all_logs(const ScratchDir& s, int nodes) {
+  std::string out;
+  for (int i = 0; i < nodes; ++i) out += read_file(s.path("node" + std::to_string(i) + ".log"));
+  return out;
+}
+
+// How long after `since` `what` came to appear `times` times in the files (polled every 20 ms,
+// bounded), or nullopt.
+std::optional<std::chrono::milliseconds> time_until_count(
+    const std::function<std::string()>& read, const std::string& what, std::size_t times,
+    std::chrono::steady_clock::time_point since, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (count_of(read(), what) >= times) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - since);
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return std::nullopt;
+}
+
+// The step after the last "resumed at step " in `log`, or -1.
+int last_resumed_step(const std::string& log) {
+  const auto at = log.rfind("resumed at step ");
+  return at == std::string::npos ? -1 : std::atoi(log.c_str() + at + 16);
 }
 
 }  // namespace
@@ -233,6 +269,124 @@ TEST_CASE(
   CHECK(detected->count() < 2000 + 3000);  // keep_alive_interval x max_attempt, and slack
   CHECK(lost >= 0);
   CHECK(lost <= checkpoint_every + 1);
+  daemon.signal(SIGTERM);
+  CHECK(daemon.wait(10s) == 0);
+}
+
+TEST_CASE("cluster: agents stopped one by one, SIGTERM then SIGKILL, until below min nodes") {
+  if (!root()) {
+    WARN("skipped: needs root to create network namespaces (scripts/netns-cluster.sh)");
+    return;
+  }
+  constexpr int kNodes = 4;
+  Cluster cluster(kNodes);
+  INFO(cluster.setup_log());
+  REQUIRE(cluster.ok());
+  ScratchDir s("cluster_agents");
+  ChildProcess daemon(cluster.on(0, {CTRUND_PATH, "--host", Cluster::address(0), "--port", "29400",
+                                     "--port_file", s.path("port")}),
+                      s.path("ctrund.log"));
+  REQUIRE(wait_for_file(s.path("port"), 10s));
+  // A 2:4 job, one worker per node; a round that cannot reach 2 nodes fails after 10 s.
+  const int checkpoint_every = 10;
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < kNodes; ++i) {
+    agents.push_back(std::make_unique<ChildProcess>(
+        cluster.on(i, {CTRUN_PATH,
+                       "--nnodes=2:4",
+                       "--nproc_per_node=1",
+                       "--rdzv_backend=c10d",
+                       "--rdzv_endpoint=" + Cluster::address(0) + ":29400",
+                       "--rdzv_id=job",
+                       "--rdzv_conf=is_host=false,join_timeout=10,last_call_timeout=2",
+                       "--max_restarts=3",
+                       "--shutdown_timeout=5",
+                       MLP_PATH,
+                       "--epochs",
+                       "1000",
+                       "--samples",
+                       "4096",
+                       "--checkpoint_dir",
+                       s.path("ckpt"),
+                       "--checkpoint_every",
+                       std::to_string(checkpoint_every),
+                       "--log_every",
+                       "1"}),
+        s.path("node" + std::to_string(i) + ".log")));
+  }
+  auto logs = [&] { return all_logs(s, kNodes); };
+  auto dump = [&] {
+    std::string out;
+    for (int i = 0; i < kNodes; ++i) {
+      out += "node" + std::to_string(i) + ":\n" +
+             read_file(s.path("node" + std::to_string(i) + ".log"));
+    }
+    return out + "ctrund:\n" + read_file(s.path("ctrund.log"));
+  };
+  auto training_past = [&](int step) {
+    const auto deadline = std::chrono::steady_clock::now() + 120s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (last_logged_step(logs()) >= step) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  };
+  INFO(dump());
+  REQUIRE(training_past(25));
+
+  // 1. SIGTERM to node 3's agent: its worker is stopped, it leaves, the other three re-form at
+  //    once (no keep-alive to wait for, no restart spent) and resume from the checkpoint.
+  struct Fault {
+    int node;
+    int signo;
+    std::size_t round_formed;  // the ctrund log's "formed: N nodes" for the new round
+  };
+  for (const Fault& f : {Fault{3, SIGTERM, 3}, Fault{2, SIGKILL, 2}}) {
+    const std::size_t resumed_before = count_of(logs(), "resumed at step ");
+    const int step_at_fault = last_logged_step(logs());
+    const auto fault = std::chrono::steady_clock::now();
+    agents[f.node]->signal(f.signo);
+    const auto code = agents[f.node]->wait(30s);
+    REQUIRE(code.has_value());
+    CHECK(*code != 0);
+    const auto reformed =
+        time_until_count([&] { return read_file(s.path("ctrund.log")); },
+                         "formed: " + std::to_string(f.round_formed) + " nodes", 1, fault, 30s);
+    const auto resumed = time_until_count(logs, "resumed at step ", resumed_before + 1, fault, 60s);
+    INFO(dump());
+    REQUIRE(reformed);
+    REQUIRE(resumed);
+    const int lost = step_at_fault - last_resumed_step(logs());
+    std::cout << (f.signo == SIGTERM ? "SIGTERM" : "SIGKILL") << " to node " << f.node
+              << "'s agent: re-formed with " << f.round_formed << " nodes after "
+              << reformed->count() << " ms, training resumed after " << resumed->count()
+              << " ms; steps lost " << lost << " (checkpoint every " << checkpoint_every << ")"
+              << std::endl;
+    CHECK(lost >= 0);
+    CHECK(lost <= checkpoint_every + 1);
+    REQUIRE(training_past(last_logged_step(logs()) + 3));
+  }
+  CHECK(read_file(s.path("node3.log")).find("received SIGTERM: stopping workers") !=
+        std::string::npos);
+  // A re-form for a node that left is free: no restart was spent on either.
+  CHECK(count_of(read_file(s.path("node0.log")), "restarting the job") == 0);
+
+  // 2. SIGKILL node 1: node 0 alone is below min nodes. It fails with a clear line once
+  //    join_timeout passes, instead of waiting forever.
+  const auto fault = std::chrono::steady_clock::now();
+  agents[1]->signal(SIGKILL);
+  const auto code = agents[0]->wait(60s);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - fault).count();
+  INFO(dump());
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  const std::string last = read_file(s.path("node0.log"));
+  CHECK(last.find("did not form within join_timeout (10000 ms): 1 of min 2 nodes joined") !=
+        std::string::npos);
+  std::cout << "below min nodes: node 0 failed " << took << " s after the last peer died"
+            << std::endl;
+  CHECK(took < 10 + 10);
   daemon.signal(SIGTERM);
   CHECK(daemon.wait(10s) == 0);
 }
