@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   std::string port_file;
   std::size_t max_frame_bytes = rdzv::kDefaultMaxFrameBytes;
   std::size_t max_connections = options.service.max_connections;
+  std::size_t max_connections_per_host = options.service.max_connections_per_host;
   app.add_option("--host", options.host, "address to listen on (default: every interface)");
   app.add_option("--port", options.port, "port to listen on; 0 picks a free one")
       ->default_val(rdzv::kDefaultPort);
@@ -36,6 +37,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::size_t{64}, std::size_t{1} << 30));
   app.add_option("--max_connections", max_connections, "connections served at once")
       ->default_val(options.service.max_connections)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max_connections_per_host", max_connections_per_host,
+                 "connections served at once from one address")
+      ->default_val(options.service.max_connections_per_host)
       ->check(CLI::PositiveNumber);
   app.add_option("--port_file", port_file, "write the bound port to this file once listening");
   app.add_option("--state_dir", options.state_dir,
@@ -70,6 +75,7 @@ int main(int argc, char** argv) {
       max_frame_bytes - std::min<std::size_t>(max_frame_bytes / 2, 8192);
   options.max_pending_write_bytes = std::max(options.max_pending_write_bytes, 4 * max_frame_bytes);
   options.service.max_connections = max_connections;
+  options.service.max_connections_per_host = max_connections_per_host;
   options.service.log = [](const std::string& line) { rdzv::log_line("ctrund", line); };
 
   boost::asio::io_context io;

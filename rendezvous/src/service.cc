@@ -61,6 +61,12 @@ const std::unordered_map<std::string_view, Service::Handler> Service::kHandlers 
 
 namespace {
 
+// "10.0.0.5:41608" -> "10.0.0.5", "[::1]:41608" -> "[::1]": what a per-host limit counts.
+std::string host_of(const std::string& peer) {
+  const auto colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
 // Keys quoted in error messages are cut short, so an error frame stays small.
 std::string shorten(const std::string& key) {
   return key.size() <= 128 ? key : key.substr(0, 128) + "...";
@@ -87,6 +93,16 @@ void Service::on_connect(ConnectionId id, std::string peer) {
     transport_.close(id);
     return;
   }
+  std::size_t& from_host = connections_per_host_[host_of(peer)];
+  if (from_host >= options_.max_connections_per_host) {
+    log(peer + " refused: " + std::to_string(from_host) + " connections already open from " +
+        host_of(peer));
+    transport_.send(id, encode_frame(error_response(
+                            0, Error{ErrorCode::kLimit, "too many connections from this host"})));
+    transport_.close(id);
+    return;
+  }
+  ++from_host;
   auto c = std::make_unique<Connection>();
   c->id = id;
   c->peer = std::move(peer);
@@ -130,6 +146,10 @@ void Service::drop(ConnectionId id, const std::string& why) {
   if (it == connections_.end()) return;
   std::unique_ptr<Connection> c = std::move(it->second);
   connections_.erase(it);
+  if (auto host = connections_per_host_.find(host_of(c->peer));
+      host != connections_per_host_.end() && --host->second == 0) {
+    connections_per_host_.erase(host);
+  }
   if (c->authenticated) {
     Job& job = *jobs_.at(c->job);
     for (auto w : c->waiters) job.store.cancel(w);

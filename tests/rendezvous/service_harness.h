@@ -27,9 +27,9 @@ class ServiceHarness {
     service = std::make_unique<Service>(std::move(options), clock, transport);
   }
 
-  ConnectionId connect() {
+  ConnectionId connect(const std::string& host = "10.0.0.1") {
     const ConnectionId id = next_id_++;
-    service->on_connect(id, "10.0.0.1:" + std::to_string(1000 + id));
+    service->on_connect(id, host + ":" + std::to_string(1000 + id));
     return id;
   }
 

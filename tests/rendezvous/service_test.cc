@@ -290,6 +290,24 @@ TEST_CASE("service: the connection limit") {
   CHECK(h.service->num_connections() == 2);
 }
 
+TEST_CASE("service: the per-host connection limit leaves room for other hosts") {
+  ServiceOptions options;
+  options.max_connections_per_host = 2;
+  ServiceHarness h(options);
+  auto a1 = h.connect("10.0.0.1");
+  h.connect("10.0.0.1");
+  auto refused = h.connect("10.0.0.1");
+  CHECK(is_error(h.transport.take(refused), "limit"));
+  CHECK(h.transport.closed.count(refused));
+  CHECK(mentions(h.logs, "2 connections already open from 10.0.0.1"));
+  auto other = h.connect("[fd00::7]");
+  CHECK(h.transport.take(other)["event"] == "challenge");
+  h.service->on_disconnect(a1);  // a slot of 10.0.0.1 frees up
+  auto again = h.connect("10.0.0.1");
+  CHECK(h.transport.take(again)["event"] == "challenge");
+  CHECK(h.service->num_connections() == 3);
+}
+
 TEST_CASE("service: a two-node rendezvous over frames") {
   ServiceHarness h;
   auto a = h.connect_hello();

@@ -37,6 +37,8 @@ struct ServiceOptions {
   std::optional<std::string> token;  // when set, every hello must prove it
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
   std::size_t max_connections = 16384;
+  // From one address: a flood from one host cannot take every slot from the others' agents.
+  std::size_t max_connections_per_host = 1024;
   std::size_t max_waiters_per_connection = 4096;
   std::size_t max_job_bytes = 256;  // length of a job id
   StoreLimits store_limits;
@@ -128,6 +130,7 @@ class Service {
   const Clock& clock_;
   Transport& transport_;
   std::unordered_map<ConnectionId, std::unique_ptr<Connection>> connections_;
+  std::unordered_map<std::string, std::size_t> connections_per_host_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   bool state_broken_ = false;
   bool shutting_down_ = false;  // an append failed: rewrite everything at the next tick
