@@ -2,6 +2,7 @@
 // a worker SIGKILLed mid-epoch and resumed from its checkpoint, a failing trainer's error file.
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <iostream>
 #include <regex>
 
 #include "process.h"
@@ -31,6 +32,23 @@ std::string last_value(const std::string& log, const std::string& prefix) {
     rest >> found;
   }
   return found;
+}
+
+// The time of day, in ms, of the first agent log line ("2026-...T16:31:37.535Z ctrun: ...")
+// that contains `text`, or -1.
+long long log_time_ms(const std::string& log, const std::string& text) {
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    const auto t = line.find('T');
+    if (line.find(text) == std::string::npos || t == std::string::npos || line.size() < t + 13) {
+      continue;
+    }
+    const int h = std::atoi(line.c_str() + t + 1);
+    const int m = std::atoi(line.c_str() + t + 4);
+    const double sec = std::atof(line.c_str() + t + 7);
+    return (h * 3600LL + m * 60LL) * 1000 + static_cast<long long>(sec * 1000);
+  }
+  return -1;
 }
 
 int run(const std::vector<std::string>& argv, const std::string& log,
@@ -94,8 +112,10 @@ TEST_CASE(
 
   auto uninterrupted = flags;
   uninterrupted.insert(uninterrupted.end(), {"--checkpoint_dir", s.path("a")});
+  const auto clean_start = std::chrono::steady_clock::now();
   REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2"}, uninterrupted), s.path("a.log")) ==
           0);
+  const std::chrono::duration<double> clean_took = std::chrono::steady_clock::now() - clean_start;
   const std::string a = read_file(s.path("a.log"));
   const std::string loss = last_value(a, "final loss ");
   REQUIRE_FALSE(loss.empty());
@@ -113,12 +133,24 @@ TEST_CASE(
     auto faulty = flags;
     faulty.insert(faulty.end(), {"--checkpoint_dir", s.path(f.name), f.flag, "18"});
     const std::string log = s.path(std::string(f.name) + ".log");
+    const auto start = std::chrono::steady_clock::now();
     REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2", "--max_restarts=1",
                            "--shutdown_timeout=2", f.ctrun_flag},
                           faulty),
                 log) == 0);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     const std::string b = read_file(log);
     INFO(b);
+    // Detection: at once for an exit (pidfd), after --worker_timeout for a hang.
+    const long long seen = log_time_ms(b, f.seen);
+    const long long restarted = log_time_ms(b, "round 1: group rank");
+    std::cout << "worker " << f.name << " at step 18: restarted " << restarted - seen
+              << " ms after the agent saw it; resumed at step 16 (2 steps lost, checkpoint every "
+                 "4); the run took "
+              << took.count() - clean_took.count() << " s longer than uninterrupted ("
+              << clean_took.count() << " s)" << std::endl;
+    CHECK(seen >= 0);
+    CHECK(restarted >= seen);
     CHECK(b.find(f.seen) != std::string::npos);
     CHECK(b.find("resumed at step 16 (epoch 2") != std::string::npos);
     CHECK(last_value(b, "final loss ") == loss);
