@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "ctrun/rendezvous/durable_file.h"
 #include "ctrun/rendezvous/state_log.h"
 
 namespace ctrun::rendezvous {
@@ -16,16 +17,6 @@ namespace {
 
 Error os_error(const std::string& what, const std::string& path) {
   return Error{ErrorCode::kInternal, what + " '" + path + "': " + std::strerror(errno)};
-}
-
-Status write_all(int fd, std::string_view bytes, const std::string& path) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return os_error("cannot write", path);
-    bytes.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return ok_status();
 }
 
 Result<std::string> read_all(const std::string& path) {
@@ -93,7 +84,7 @@ class FileStateLog : public StateLog {
 
   Status append(const Json& record) override {
     const std::string bytes = encode_state_record(record);
-    if (auto s = write_all(journal_fd_, bytes, path("journal")); !s) return s;
+    if (auto s = write_fully(journal_fd_, bytes, path("journal")); !s) return s;
     journal_bytes_ += bytes.size();
     dirty_ = true;
     return ok_status();
@@ -105,12 +96,12 @@ class FileStateLog : public StateLog {
     const std::string tmp = path("snapshot.tmp");
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) return os_error("cannot create", tmp);
-    Status s = write_all(fd, bytes, tmp);
+    Status s = write_fully(fd, bytes, tmp);
     if (s && ::fsync(fd) != 0) s = os_error("cannot sync", tmp);
     ::close(fd);
     if (!s) return s;
     if (::rename(tmp.c_str(), path("snapshot").c_str()) != 0) return os_error("cannot rename", tmp);
-    if (auto d = sync_dir(); !d) return d;
+    if (auto d = sync_directory(dir_); !d) return d;
     // Only now may the journal go: until the rename, the old snapshot plus it was the state.
     if (::ftruncate(journal_fd_, 0) != 0 || ::lseek(journal_fd_, 0, SEEK_SET) < 0 ||
         ::fsync(journal_fd_) != 0) {
@@ -135,14 +126,6 @@ class FileStateLog : public StateLog {
 
  private:
   std::string path(const char* name) const { return dir_ + "/" + name; }
-  Status sync_dir() {
-    const int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return os_error("cannot open", dir_);
-    const int rc = ::fsync(fd);
-    ::close(fd);
-    if (rc != 0) return os_error("cannot sync", dir_);
-    return ok_status();
-  }
 
   std::string dir_;
   int lock_fd_;

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "ctrun/rendezvous/durable_file.h"
 #include "error_text.h"
 
 namespace ctrun::worker {
@@ -43,15 +44,6 @@ std::optional<std::int64_t> step_of(const std::string& name) {
     return std::nullopt;
   }
   return std::stoll(digits);
-}
-
-void fsync_path(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error("checkpoint: open " + path + ": " + errno_text());
-  const int rc = ::fsync(fd);
-  const std::string err = errno_text();
-  ::close(fd);
-  if (rc != 0) throw std::runtime_error("checkpoint: fsync " + path + ": " + err);
 }
 
 std::string progress_json(const TrainingProgress& p) {
@@ -121,32 +113,27 @@ void Checkpointer::save(const torch::nn::Module& module, const torch::optim::Opt
   if (fd < 0) throw std::runtime_error("checkpoint: create " + temp_path + ": " + errno_text());
   std::string write_error;
   archive.save_to([&](const void* data, std::size_t size) -> std::size_t {
-    const char* p = static_cast<const char*>(data);
-    std::size_t left = size;
-    while (left > 0 && write_error.empty()) {
-      const ssize_t n = ::write(fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        write_error = errno_text();
-        break;
-      }
-      p += n;
-      left -= static_cast<std::size_t>(n);
-    }
-    return write_error.empty() ? size : 0;
+    if (!write_error.empty()) return 0;
+    auto s = rendezvous::write_fully(fd, {static_cast<const char*>(data), size}, temp_path);
+    if (!s) write_error = s.error().message;
+    return s ? size : 0;
   });
-  if (write_error.empty() && ::fsync(fd) != 0) write_error = errno_text();
+  if (write_error.empty() && ::fsync(fd) != 0) {
+    write_error = "cannot sync '" + temp_path + "': " + errno_text();
+  }
   ::close(fd);
   if (!write_error.empty()) {
     ::unlink(temp_path.c_str());
-    throw std::runtime_error("checkpoint: write " + temp_path + ": " + write_error);
+    throw std::runtime_error("checkpoint: " + write_error);
   }
   if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
     const std::string err = errno_text();
     ::unlink(temp_path.c_str());
     throw std::runtime_error("checkpoint: rename to " + final_path + ": " + err);
   }
-  fsync_path(directory_, O_RDONLY | O_DIRECTORY);
+  if (auto s = rendezvous::sync_directory(directory_); !s) {
+    throw std::runtime_error("checkpoint: " + s.error().message);
+  }
 
   // Only now that the new one is whole do older ones go; also temporaries a killed writer left.
   const auto whole = list();
