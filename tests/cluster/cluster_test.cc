@@ -52,6 +52,16 @@ class Cluster {
 
 bool root() { return geteuid() == 0; }
 
+// ctrund in node 0, on its address and port 29400 as a user would start it; listening on return.
+std::unique_ptr<ChildProcess> start_daemon(const Cluster& cluster, const ScratchDir& s) {
+  auto daemon = std::make_unique<ChildProcess>(
+      cluster.on(0, {CTRUND_PATH, "--host", Cluster::address(0), "--port", "29400", "--port_file",
+                     s.path("port")}),
+      s.path("ctrund.log"));
+  REQUIRE(wait_for_file(s.path("port"), 10s));
+  return daemon;
+}
+
 // The number after the last "step " in a trainer's log ("step 40 loss ..."), or -1.
 int last_logged_step(const std::string& log) {
   int step = -1;
@@ -120,10 +130,7 @@ TEST_CASE("cluster: mlp trains across 2 and 3 namespace hosts, started by addres
     REQUIRE(cluster.ok());
     ScratchDir s("cluster_mlp");
     const std::string endpoint = Cluster::address(0) + ":29400";
-    ChildProcess daemon(cluster.on(0, {CTRUND_PATH, "--host", Cluster::address(0), "--port",
-                                       "29400", "--port_file", s.path("port")}),
-                        s.path("ctrund.log"));
-    REQUIRE(wait_for_file(s.path("port"), 10s));
+    auto daemon = start_daemon(cluster, s);
     std::vector<std::unique_ptr<ChildProcess>> agents;
     for (int i = 0; i < nodes; ++i) {
       agents.push_back(std::make_unique<ChildProcess>(
@@ -153,8 +160,8 @@ TEST_CASE("cluster: mlp trains across 2 and 3 namespace hosts, started by addres
       const std::string log = read_file(s.path("node" + std::to_string(i) + ".log"));
       CHECK(log.find("master " + Cluster::address(reporting[0]) + ":") != std::string::npos);
     }
-    daemon.signal(SIGTERM);
-    CHECK(daemon.wait(10s) == 0);
+    daemon->signal(SIGTERM);
+    CHECK(daemon->wait(10s) == 0);
   }
 }
 
@@ -168,10 +175,7 @@ TEST_CASE(
   INFO(cluster.setup_log());
   REQUIRE(cluster.ok());
   ScratchDir s("cluster_link");
-  ChildProcess daemon(cluster.on(0, {CTRUND_PATH, "--host", Cluster::address(0), "--port", "29400",
-                                     "--port_file", s.path("port")}),
-                      s.path("ctrund.log"));
-  REQUIRE(wait_for_file(s.path("port"), 10s));
+  auto daemon = start_daemon(cluster, s);
   // A 1:2 job: one node is enough to go on. Keep-alives every second, two may be missed. The
   // checkpoint directory is shared, as on a cluster with a shared filesystem.
   const int checkpoint_every = 10;
@@ -224,21 +228,8 @@ TEST_CASE(
   // Its first sign of life after the partition: the daemon closed its connection when it
   // dropped it, and that close arrives now (unless a worker's broken collective is seen first).
   const auto rejoined = time_until_text(s.path("node1.log"), "lost the rendezvous", back, 60s);
-  std::optional<std::chrono::milliseconds> regrown;
-  const auto grow_deadline = back + 60s;
-  while (!regrown && std::chrono::steady_clock::now() < grow_deadline) {
-    const std::string rounds = read_file(s.path("ctrund.log"));
-    std::size_t two_node_rounds = 0;
-    for (auto at = rounds.find("formed: 2 nodes"); at != std::string::npos;
-         at = rounds.find("formed: 2 nodes", at + 1)) {
-      ++two_node_rounds;
-    }
-    if (two_node_rounds >= 2) {
-      regrown = std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::steady_clock::now() - back);
-    }
-    std::this_thread::sleep_for(20ms);
-  }
+  const auto regrown = time_until_count([&] { return read_file(s.path("ctrund.log")); },
+                                        "formed: 2 nodes", 2, back, 60s);
 
   const std::string survivor_log = s.path("node0.log");
   INFO("node0:\n"
@@ -269,8 +260,8 @@ TEST_CASE(
   CHECK(detected->count() < 2000 + 3000);  // keep_alive_interval x max_attempt, and slack
   CHECK(lost >= 0);
   CHECK(lost <= checkpoint_every + 1);
-  daemon.signal(SIGTERM);
-  CHECK(daemon.wait(10s) == 0);
+  daemon->signal(SIGTERM);
+  CHECK(daemon->wait(10s) == 0);
 }
 
 TEST_CASE("cluster: agents stopped one by one, SIGTERM then SIGKILL, until below min nodes") {
@@ -283,10 +274,7 @@ TEST_CASE("cluster: agents stopped one by one, SIGTERM then SIGKILL, until below
   INFO(cluster.setup_log());
   REQUIRE(cluster.ok());
   ScratchDir s("cluster_agents");
-  ChildProcess daemon(cluster.on(0, {CTRUND_PATH, "--host", Cluster::address(0), "--port", "29400",
-                                     "--port_file", s.path("port")}),
-                      s.path("ctrund.log"));
-  REQUIRE(wait_for_file(s.path("port"), 10s));
+  auto daemon = start_daemon(cluster, s);
   // A 2:4 job, one worker per node; a round that cannot reach 2 nodes fails after 10 s.
   const int checkpoint_every = 10;
   std::vector<std::unique_ptr<ChildProcess>> agents;
@@ -387,6 +375,6 @@ TEST_CASE("cluster: agents stopped one by one, SIGTERM then SIGKILL, until below
   std::cout << "below min nodes: node 0 failed " << took << " s after the last peer died"
             << std::endl;
   CHECK(took < 10 + 10);
-  daemon.signal(SIGTERM);
-  CHECK(daemon.wait(10s) == 0);
+  daemon->signal(SIGTERM);
+  CHECK(daemon->wait(10s) == 0);
 }

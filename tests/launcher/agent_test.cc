@@ -48,16 +48,19 @@ std::unique_ptr<ChildProcess> start_elastic_node(const Scratch& s, std::uint16_t
   return std::make_unique<ChildProcess>(ctrun_args(args), s.path(log));
 }
 
-// A ctrund on 127.0.0.1, listening before this returns; its port.
-std::uint16_t start_daemon(std::unique_ptr<ChildProcess>& daemon, const Scratch& s) {
-  const std::string port_file = s.path("ctrund.port");
-  daemon = std::make_unique<ChildProcess>(
-      std::vector<std::string>{CTRUND_PATH, "--host", "127.0.0.1", "--port", "0", "--port_file",
-                               port_file},
-      s.path("ctrund.log"));
-  auto port = wait_for_file(port_file, 10s);
-  REQUIRE(port.has_value());
-  return static_cast<std::uint16_t>(std::stoi(*port));
+// A ctrund on 127.0.0.1 (on `port`, 0: a free one), listening before this returns; its port.
+// It logs to NAME.log.
+std::uint16_t start_daemon(std::unique_ptr<ChildProcess>& daemon, const Scratch& s,
+                           const std::vector<std::string>& extra = {}, std::uint16_t port = 0,
+                           const std::string& name = "ctrund") {
+  const std::string port_file = s.path(name + ".port");
+  std::vector<std::string> argv = {CTRUND_PATH,          "--host",      "127.0.0.1", "--port",
+                                   std::to_string(port), "--port_file", port_file};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  daemon = std::make_unique<ChildProcess>(argv, s.path(name + ".log"));
+  auto bound = wait_for_file(port_file, 10s);
+  REQUIRE(bound.has_value());
+  return static_cast<std::uint16_t>(std::stoi(*bound));
 }
 
 // Waits (bounded) until `path` exists.
@@ -340,23 +343,17 @@ TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes o
 
 TEST_CASE("agent: the daemon SIGKILLed and restarted with --state_dir, the job goes on") {
   Scratch s;
-  const std::string port = std::to_string(free_port());
-  auto daemon_process = [&](const std::string& log) {
-    return std::make_unique<ChildProcess>(
-        std::vector<std::string>{CTRUND_PATH, "--host", "127.0.0.1", "--port", port, "--state_dir",
-                                 s.path("state")},
-        s.path(log));
-  };
-  auto daemon = daemon_process("ctrund1.log");
-  REQUIRE(wait_for_text(s.path("ctrund1.log"), "listening on", 10s));
+  const std::vector<std::string> state = {"--state_dir", s.path("state")};
+  std::unique_ptr<ChildProcess> daemon;
+  const std::uint16_t port = start_daemon(daemon, s, state, free_port(), "ctrund1");
   auto node = [&](const std::string& log) {
     // Workers outlive the daemon's absence: 6 s of work, then their environment to a file.
     return std::make_unique<ChildProcess>(
-        std::vector<std::string>{"/usr/bin/env", "CTRUN_TEST_OUT=" + s.path("out"), CTRUN_PATH,
-                                 "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-                                 "--rdzv_endpoint=127.0.0.1:" + port, "--rdzv_id=durable",
-                                 "--rdzv_conf=is_host=false,keep_alive_interval=1",
-                                 TEST_WORKER_PATH, "sleep", "6"},
+        std::vector<std::string>{
+            "/usr/bin/env", "CTRUN_TEST_OUT=" + s.path("out"), CTRUN_PATH, "--nnodes=2",
+            "--nproc_per_node=1", "--rdzv_backend=c10d",
+            "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=durable",
+            "--rdzv_conf=is_host=false,keep_alive_interval=1", TEST_WORKER_PATH, "sleep", "6"},
         s.path(log));
   };
   auto a = node("a.log");
@@ -368,7 +365,7 @@ TEST_CASE("agent: the daemon SIGKILLed and restarted with --state_dir, the job g
   REQUIRE(daemon->wait(5s).has_value());
   const auto killed = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(1s);
-  daemon = daemon_process("ctrund2.log");
+  start_daemon(daemon, s, state, port, "ctrund2");
   REQUIRE(wait_for_text(s.path("a.log"), "reconnected to the rendezvous: round 0", 20s));
   REQUIRE(wait_for_text(s.path("b.log"), "reconnected to the rendezvous: round 0", 20s));
   const double back =

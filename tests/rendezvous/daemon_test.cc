@@ -24,19 +24,20 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A ctrund on 127.0.0.1 and an ephemeral port, killed by PID when the test ends.
+// A ctrund on 127.0.0.1 and an ephemeral port (or `port`), killed by PID when the test ends.
 class Daemon {
  public:
-  explicit Daemon(std::vector<std::string> extra = {}, std::string host = "127.0.0.1")
+  explicit Daemon(std::vector<std::string> extra = {}, std::string host = "127.0.0.1",
+                  std::uint16_t port = 0)
       : port_file_(temp_path("port_" + std::to_string(counter_++))), log_(port_file_ + ".log") {
     std::remove(port_file_.c_str());
-    std::vector<std::string> argv = {CTRUND_PATH, "--host",      host,      "--port",
-                                     "0",         "--port_file", port_file_};
+    std::vector<std::string> argv = {CTRUND_PATH,          "--host",      host,      "--port",
+                                     std::to_string(port), "--port_file", port_file_};
     argv.insert(argv.end(), extra.begin(), extra.end());
     process_ = std::make_unique<ChildProcess>(argv, log_);
-    auto port = wait_for_file(port_file_, 10s);
-    if (!port) throw std::runtime_error("ctrund did not start: " + read_file(log_));
-    port_ = static_cast<std::uint16_t>(std::stoi(*port));
+    auto bound = wait_for_file(port_file_, 10s);
+    if (!bound) throw std::runtime_error("ctrund did not start: " + read_file(log_));
+    port_ = static_cast<std::uint16_t>(std::stoi(*bound));
   }
   ~Daemon() {
     process_.reset();
@@ -502,20 +503,11 @@ TEST_CASE("server: embedded, silent and slow clients are cut off on its own time
 TEST_CASE("daemon: SIGKILLed and restarted with --state_dir, nothing acknowledged is lost") {
   ScratchDir dir("state_dir");
   const std::string state = dir.path("state");
-  const std::string port = std::to_string(free_port());
-  auto start = [&](const std::string& log) {
-    return std::make_unique<ChildProcess>(
-        std::vector<std::string>{CTRUND_PATH, "--host", "127.0.0.1", "--port", port, "--state_dir",
-                                 state},
-        dir.path(log));
-  };
-  ClientOptions options;
-  options.host = "127.0.0.1";
-  options.port = static_cast<std::uint16_t>(std::stoi(port));
-  options.job = "job";
+  const std::uint16_t port = free_port();
+  auto first =
+      std::make_unique<Daemon>(std::vector<std::string>{"--state_dir", state}, "127.0.0.1", port);
+  ClientOptions options = first->options();
   options.connect_timeout = 10s;
-
-  auto first = start("first.log");
   {
     auto client = connect(options);
     for (int i = 0; i < 200; ++i) {
@@ -533,8 +525,8 @@ TEST_CASE("daemon: SIGKILLed and restarted with --state_dir, nothing acknowledge
                                     {"keep_alive_interval_ms", 5000}});
     REQUIRE(joined);
     REQUIRE(joined.value()["group_rank"] == 0);
-    first->signal(SIGKILL);
-    REQUIRE(first->wait(5s).has_value());
+    first->process().signal(SIGKILL);
+    REQUIRE(first->process().wait(5s).has_value());
   }
   // A record the dying daemon was half-way through: dropped, with a line that says so.
   {
@@ -542,9 +534,9 @@ TEST_CASE("daemon: SIGKILLed and restarted with --state_dir, nothing acknowledge
     journal << std::string("\x40\x00\x00\x00\x12\x34", 6);
   }
 
-  auto second = start("second.log");
+  Daemon second({"--state_dir", state}, "127.0.0.1", port);
   auto client = connect(options);
-  const std::string log = read_file(dir.path("second.log"));
+  const std::string log = second.log();
   INFO(log);
   CHECK(log.find("dropped 6 bytes at the journal's end") != std::string::npos);
   CHECK(log.find("restored 1 job(s), 200 key(s), 1 node(s)") != std::string::npos);
