@@ -579,6 +579,15 @@ Task<int> Agent::Impl::main() {
       case Event::Kind::kIgnored:
         break;
       case Event::Kind::kSignal:
+        if (e.signo == SIGUSR1 || e.signo == SIGUSR2) {
+          // Slurm's warning of a coming preemption or time limit: the workers decide what to
+          // do (checkpoint, then exit or go on); the job is not stopped for it.
+          log("received " + signal_name(e.signo) + ": forwarded to the workers");
+          if (phase_ == Phase::kRunning) {
+            for (int r = 0; r < local_world_size_; ++r) workers_.kill(r, e.signo);
+          }
+          break;
+        }
         log("received " + signal_name(e.signo) + ": stopping workers");
         co_await stop_workers(e.signo);
         (void)co_await client_->leave();

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "ctrun/launcher/slurm.h"
+
 namespace ctrun::launcher {
 namespace {
 
@@ -261,6 +263,9 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
       {"-m,--module", "module", "Run the entrypoint as a Python module (python -m)"},
       {"--no_python,--no-python", "no_python", "Execute the entrypoint directly, not with Python"},
       {"--run_path,--run-path", "run_path", "Run the script with runpy.run_path"},
+      {"--slurm", "slurm",
+       "Inside a Slurm step: take the node count, node rank, rendezvous host, run id and GPU "
+       "count from SLURM_* variables"},
   };
   for (const auto& s : switches) {
     app.add_flag(s.names, flags[s.key], s.help);
@@ -422,6 +427,21 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
   }
   if (auto s = seconds_flag("worker_timeout", "--worker_timeout", false, o.worker_timeout); !s) {
     return s.error();
+  }
+  if (flags["slurm"]) {
+    if (o.standalone) return bad("--slurm and --standalone cannot be used together");
+    auto facts = read_slurm_environment(env);
+    if (!facts) return facts.error();
+    ExplicitOptions given;
+    given.nnodes = !value("nnodes").empty();
+    given.node_rank = o.node_rank_given;
+    given.nproc_per_node = !value("nproc_per_node").empty();
+    given.rdzv_backend = !value("rdzv_backend").empty();
+    given.rdzv_endpoint = !o.rdzv_endpoint.empty();
+    given.rdzv_id = !value("rdzv_id").empty();
+    given.master_addr = !value("master_addr").empty();
+    given.master_port = !value("master_port").empty();
+    if (auto s = apply_slurm(facts.value(), given, o); !s) return s.error();
   }
   if (o.node_rank >= o.max_nodes) {
     return bad("--node_rank: " + std::to_string(o.node_rank) +

@@ -53,7 +53,8 @@ class WorkerGroup {
   // Sends `signo` to every worker's process group, waits up to `grace`, SIGKILLs what is left,
   // then calls `done` once every worker has exited.
   void stop(int signo, std::chrono::milliseconds grace, std::function<void()> done);
-  // Sends `signo` to one worker's process group (a hung worker); its exit arrives as usual.
+  // Sends `signo` to one worker's process group (a hung worker, a forwarded SIGUSR1); an exit
+  // it causes arrives as usual.
   void kill(int local_rank, int signo);
   std::size_t running() const;
   std::vector<int> pids() const;

@@ -287,6 +287,25 @@ TEST_CASE("agent: SIGTERM stops every worker and grandchild, and the agent exits
   CHECK(read_file(s.path("agent.log")).find("received SIGTERM") != std::string::npos);
 }
 
+TEST_CASE("agent: SIGUSR1 in --signals_to_handle is forwarded to the workers, who go on") {
+  Scratch s;
+  ChildProcess agent(
+      ctrun_args({"--standalone", "--nproc_per_node=2", "--signals_to_handle=SIGTERM,SIGUSR1",
+                  TEST_WORKER_PATH, "usr1", s.path("out")}),
+      s.path("agent.log"));
+  REQUIRE(wait_exists(s.path("out.0.ready"), 20s));
+  REQUIRE(wait_exists(s.path("out.1.ready"), 20s));
+  agent.signal(SIGUSR1);
+  auto code = agent.wait(20s);
+  INFO(read_file(s.path("agent.log")));
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);  // the workers finished their work after the signal: the job succeeded
+  CHECK(fs::exists(s.path("out.0")));
+  CHECK(fs::exists(s.path("out.1")));
+  CHECK(read_file(s.path("agent.log")).find("received SIGUSR1: forwarded to the workers") !=
+        std::string::npos);
+}
+
 TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes on alone") {
   Scratch s;
   // The rendezvous runs apart from both agents (is_host=false): killing one must not take it.

@@ -14,6 +14,8 @@
 //   hang_once PREFIX       heartbeats (ctrun::worker::heartbeat) every 20 ms; on the first attempt
 //                          local rank 1 stops beating after 0.5 s and sleeps with SIGTERM
 //                          ignored; on later attempts everyone writes env and exits 0 after 1 s
+//   usr1 PREFIX            write PREFIX.<RANK>.ready, wait (up to 60 s) for SIGUSR1, then write
+//                          env to PREFIX.<RANK> and exit 0 (a checkpoint on Slurm's warning)
 #include <signal.h>
 #include <unistd.h>
 
@@ -29,6 +31,8 @@ extern char** environ;
 #include "ctrun/worker/heartbeat.h"
 
 namespace {
+
+volatile sig_atomic_t got_usr1 = 0;
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -126,6 +130,16 @@ int main(int argc, char** argv) {
       if (!hangs || running < std::chrono::milliseconds(500)) ctrun::worker::heartbeat();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    write_env(argv[2]);
+    return 0;
+  }
+  if (mode == "usr1" && argc > 2) {
+    signal(SIGUSR1, [](int) { got_usr1 = 1; });
+    std::ofstream(std::string(argv[2]) + "." + env("RANK") + ".ready") << getpid() << "\n";
+    for (int i = 0; i < 3000 && !got_usr1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!got_usr1) return 4;
     write_env(argv[2]);
     return 0;
   }
