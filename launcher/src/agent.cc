@@ -17,6 +17,7 @@
 #include "ctrun/launcher/worker_env.h"
 #include "ctrun/rendezvous/auth.h"
 #include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/event_log.h"
 #include "ctrun/rendezvous/log.h"
 #include "ctrun/rendezvous/message.h"
 #include "ctrun/rendezvous/server.h"
@@ -219,6 +220,10 @@ class Agent::Impl {
         workers_(io) {}
 
   int run() {
+    if (auto s = open_event_logs(); !s) {
+      log("error: " + s.error().message);
+      return kExitFailure;
+    }
     int code = kExitFailure;
     asio::co_spawn(io_, main(), [&](std::exception_ptr e, int result) {
       if (e) {
@@ -233,6 +238,7 @@ class Agent::Impl {
       io_.stop();
     });
     io_.run();
+    event("agent_exit", {{"exit_code", code}});
     cleanup();
     return code;
   }
@@ -252,10 +258,40 @@ class Agent::Impl {
   // ends.
   Task<rdzv::Status> reconnect(bool about_to_join);
   void begin_join();
+  rdzv::Status open_event_logs() {
+    if (options_.event_log.empty()) return rdzv::ok_status();
+    auto opened = rdzv::EventLog::open(options_.event_log, "ctrun");
+    if (!opened) return opened.error();
+    event_log_ = std::move(opened).value();
+    auto hosted = rdzv::EventLog::open(options_.event_log, "ctrun rendezvous");
+    if (!hosted) return hosted.error();
+    server_event_log_ = std::move(hosted).value();
+    return rdzv::ok_status();
+  }
+  rdzv::EventSink hosted_events() {
+    return server_event_log_ ? server_event_log_->sink() : rdzv::EventSink();
+  }
+  void announce_start() {
+    const LaunchOptions& o = options_;
+    event("agent_start", {{"host", host_},
+                          {"local_world_size", local_world_size_},
+                          {"min_nodes", o.min_nodes},
+                          {"max_nodes", o.max_nodes},
+                          {"max_restarts", o.max_restarts},
+                          {"entrypoint", o.entrypoint},
+                          {"rendezvous", endpoint_host_ + ":" + std::to_string(endpoint_port_)}});
+  }
   void arm_signals();
   void arm_heartbeat_check();
   void check_heartbeats();
   rdzv::Status start_workers(const rdzv::RoundAssignment& round, int restart_count);
+  // A structured event for --event_log, with the job and this node's id.
+  void event(const std::string& name, rdzv::Json fields = rdzv::Json::object()) {
+    if (!event_log_) return;
+    fields["job"] = run_id_;
+    fields["node"] = node_id_;
+    event_log_->write(name, std::move(fields));
+  }
   void post(Event e) {
     events_.push_back(std::move(e));
     wake_.cancel();
@@ -290,7 +326,9 @@ class Agent::Impl {
   std::string endpoint_host_;
   std::uint16_t endpoint_port_ = 0;
   std::optional<std::string> token_;
-  std::unique_ptr<rdzv::Server> server_;  // when this agent hosts the rendezvous
+  std::unique_ptr<rdzv::EventLog> event_log_;         // --event_log: this agent's events
+  std::unique_ptr<rdzv::EventLog> server_event_log_;  // and its hosted rendezvous's
+  std::unique_ptr<rdzv::Server> server_;              // when this agent hosts the rendezvous
   std::unique_ptr<rdzv::AsyncClient> client_;
   rdzv::RendezvousConfig config_;
   int requested_rank_ = -1;
@@ -384,6 +422,7 @@ Task<rdzv::Status> Agent::Impl::setup() {
     server_options.service.log = [](const std::string& line) {
       rdzv::log_line("ctrun rendezvous", line);
     };
+    server_options.service.events = hosted_events();
     auto server = rdzv::Server::create(io_, server_options);
     if (server) {
       server_ = std::move(server).value();
@@ -407,6 +446,7 @@ Task<rdzv::Status> Agent::Impl::setup() {
   if (auto s = co_await client_->connect(); !s) co_return s;
   client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
   host_ = !o.local_addr.empty() ? o.local_addr : client_->local_address();
+  announce_start();
   if (!o.rdzv_conf.ignored_keys.empty()) {
     std::string keys;
     for (const auto& k : o.rdzv_conf.ignored_keys) keys += (keys.empty() ? "" : ", ") + k;
@@ -471,9 +511,14 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   }
   exited_ok_ = 0;
   heartbeats_.reset(initial_stamps, std::chrono::steady_clock::now());
-  return workers_.start(std::move(specs), [this](const WorkerExit& e) {
+  auto started = workers_.start(std::move(specs), [this](const WorkerExit& e) {
     post(Event{.kind = Event::Kind::kWorkerExit, .exit = e});
   });
+  if (started) {
+    event("workers_started",
+          {{"round", round.round}, {"restart", restart_count}, {"pids", workers_.pids()}});
+  }
+  return started;
 }
 
 // Always through WorkerGroup::stop, even when no worker is left running: the process groups may
@@ -522,11 +567,20 @@ Task<int> Agent::Impl::main() {
         }
         if (!e.joined->ok()) {
           log("error: rendezvous failed: " + e.joined->error().message);
+          event("join_failed", {{"reason", e.joined->error().message}});
           co_return kExitFailure;
         }
         round_ = e.joined->value();
         auto restarts = co_await client_->get(kRestartsKey, std::chrono::milliseconds(0));
         restart_count_ = restarts ? std::atoi(restarts.value().c_str()) : 0;
+        event("round", {{"round", round_.round},
+                        {"group_rank", round_.group_rank},
+                        {"group_world_size", round_.group_world_size},
+                        {"rank_offset", round_.rank_offset},
+                        {"world_size", round_.world_size},
+                        {"master_addr", round_.master_addr},
+                        {"master_port", round_.master_port},
+                        {"restart", restart_count_}});
         log("round " + std::to_string(round_.round) + ": group rank " +
             std::to_string(round_.group_rank) + " of " + std::to_string(round_.group_world_size) +
             ", ranks " + std::to_string(round_.rank_offset) + ".." +
@@ -545,6 +599,12 @@ Task<int> Agent::Impl::main() {
       }
       case Event::Kind::kWorkerExit:
         if (phase_ != Phase::kRunning) break;  // from a group already stopped
+        event("worker_exit", {{"rank", round_.rank_offset + e.exit.local_rank},
+                              {"local_rank", e.exit.local_rank},
+                              {"pid", e.exit.pid},
+                              {"exit_code", e.exit.exit_code},
+                              {"signal", e.exit.signal ? signal_name(e.exit.signal) : ""},
+                              {"ok", e.exit.ok()}});
         if (e.exit.ok()) {
           if (++exited_ok_ == local_world_size_) co_return co_await finish_success();
           break;
@@ -556,11 +616,13 @@ Task<int> Agent::Impl::main() {
         // While joining there is nothing to stop; an old round's news is stale.
         if (phase_ != Phase::kRunning || e.round <= round_.round) break;
         log("round " + std::to_string(e.round) + " opened (" + e.reason + "): restarting workers");
+        event("round_reopened", {{"round", e.round}, {"reason", e.reason}});
         co_await stop_workers(SIGTERM);
         begin_join();
         break;
       case Event::Kind::kJobEnded:
         log("job ended (" + e.state + "): " + e.reason);
+        event("job_end", {{"state", e.state}, {"reason", e.reason}});
         co_await stop_workers(SIGTERM);
         co_return e.state == "succeeded" ? 0 : kExitFailure;
       case Event::Kind::kConnectionLost: {
@@ -569,6 +631,7 @@ Task<int> Agent::Impl::main() {
         log("lost the rendezvous at " + where + " (" + e.reason + "): reconnecting for up to " +
             std::to_string(rdzv::to_millis(config_.join_timeout) / 1000) +
             " s; workers keep running");
+        event("rendezvous_lost", {{"endpoint", where}, {"reason", e.reason}});
         if (auto s = co_await reconnect(false); !s) {
           log("error: lost the rendezvous at " + where + ": " + s.error().message);
           co_await stop_workers(SIGTERM);
@@ -583,12 +646,14 @@ Task<int> Agent::Impl::main() {
           // Slurm's warning of a coming preemption or time limit: the workers decide what to
           // do (checkpoint, then exit or go on); the job is not stopped for it.
           log("received " + signal_name(e.signo) + ": forwarded to the workers");
+          event("signal", {{"signal", signal_name(e.signo)}, {"action", "forwarded"}});
           if (phase_ == Phase::kRunning) {
             for (int r = 0; r < local_world_size_; ++r) workers_.kill(r, e.signo);
           }
           break;
         }
         log("received " + signal_name(e.signo) + ": stopping workers");
+        event("signal", {{"signal", signal_name(e.signo)}, {"action", "stop"}});
         co_await stop_workers(e.signo);
         (void)co_await client_->leave();
         co_return kExitFailure;
@@ -609,6 +674,7 @@ Task<rdzv::Status> Agent::Impl::reconnect(bool about_to_join) {
     // Dropped while away (its keep-alives stopped), or the daemon restarted without its state.
     log("reconnected, but the rendezvous no longer knows this node (" + resumed.error().message +
         "): joining again");
+    event("reconnected", {{"known", false}, {"reason", resumed.error().message}});
     if (phase_ == Phase::kRunning) co_await stop_workers(SIGTERM);
     if (!join_in_flight_) begin_join();
     co_return rdzv::ok_status();
@@ -617,6 +683,7 @@ Task<rdzv::Status> Agent::Impl::reconnect(bool about_to_join) {
   const int round = at.value("round", 0);
   const std::string state = at.value("state", "running");
   log("reconnected to the rendezvous: round " + std::to_string(round) + ", job " + state);
+  event("reconnected", {{"round", round}, {"state", state}});
   if (state != "running") {
     post(Event{.kind = Event::Kind::kJobEnded, .state = state, .reason = "ended while away"});
   } else if (phase_ == Phase::kRunning && round > round_.round) {
@@ -634,6 +701,7 @@ void Agent::Impl::begin_join() {
   // Exits of the group just stopped must not be read as news about the next one.
   std::erase_if(events_, [](const Event& e) { return e.kind == Event::Kind::kWorkerExit; });
   rdzv::NodeInfo node{node_id_, host_, local_world_size_, free_port(io_, host_), requested_rank_};
+  event("join", {{"host", host_}, {"local_world_size", local_world_size_}});
   // Not awaited here: the answer arrives as an event, so nothing (a signal, an old event) can
   // cancel a join that the daemon has already taken.
   asio::co_spawn(
@@ -678,6 +746,9 @@ void Agent::Impl::check_heartbeats() {
                   options_.worker_timeout);
     log("worker rank " + std::to_string(round_.rank_offset + local_rank) + " (local rank " +
         std::to_string(local_rank) + "): " + std::string(why));
+    event("worker_hung", {{"rank", round_.rank_offset + local_rank},
+                          {"local_rank", local_rank},
+                          {"reason", std::string(why)}});
     write_error_file_if_absent(attempt_dir(restart_count_, local_rank) + "/error.json", why);
     // SIGKILL: a hung process may not run a SIGTERM handler. Its exit restarts the job.
     workers_.kill(local_rank, SIGKILL);
@@ -696,6 +767,8 @@ Task<int> Agent::Impl::finish_success() {
       co_return 0;
     }
     const Event& ev = std::get<0>(e);
+    if (ev.kind == Event::Kind::kJobEnded)
+      event("job_end", {{"state", ev.state}, {"reason", ev.reason}});
     if (ev.kind == Event::Kind::kJobEnded || ev.kind == Event::Kind::kConnectionLost) co_return 0;
     if (ev.kind == Event::Kind::kSignal) co_return kExitFailure;
   }
@@ -718,6 +791,7 @@ Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
   if (used && used.value() <= options_.max_restarts) {
     log("restarting the job (" + std::to_string(used.value()) + " of " +
         std::to_string(options_.max_restarts) + " restarts)");
+    event("restart", {{"used", used.value()}, {"max", options_.max_restarts}});
     co_return std::nullopt;
   }
   FailureInfo info;
@@ -734,6 +808,7 @@ Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
   std::fputs(report.c_str(), stderr);
   // Built before the co_await: g++ 12 mishandles conditional temporaries inside its operand.
   const std::string summary = failure_summary(info);
+  event("job_end", {{"state", "failed"}, {"reason", summary}});
   (void)co_await client_->report(false, summary);
   co_await linger(std::chrono::milliseconds(200));  // let the job's end reach the other nodes
   co_return std::optional<int>(kExitFailure);

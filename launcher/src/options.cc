@@ -249,6 +249,9 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
       {"--worker_timeout,--worker-timeout", "worker_timeout",
        "Kill a worker whose heartbeat stops for this many seconds and restart the job "
        "(0: off, the default)"},
+      {"--event_log,--event-log", "event_log",
+       "Append the agent's events (join, round, worker exit, restart, job end) to this file as "
+       "JSON lines"},
   };
   for (const auto& o : options) {
     auto* opt = app.add_option(o.names, values[o.key], o.help);
@@ -425,6 +428,7 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
       !s) {
     return s.error();
   }
+  o.event_log = value("event_log");
   if (auto s = seconds_flag("worker_timeout", "--worker_timeout", false, o.worker_timeout); !s) {
     return s.error();
   }

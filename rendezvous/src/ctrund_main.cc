@@ -14,6 +14,7 @@
 #include <iostream>
 
 #include "ctrun/rendezvous/auth.h"
+#include "ctrun/rendezvous/event_log.h"
 #include "ctrun/rendezvous/log.h"
 #include "ctrun/rendezvous/server.h"
 
@@ -45,6 +46,10 @@ int main(int argc, char** argv) {
   app.add_option("--port_file", port_file, "write the bound port to this file once listening");
   app.add_option("--state_dir", options.state_dir,
                  "keep every job's store and rendezvous here and restore them at start-up");
+  std::string event_log_path;
+  app.add_option("--event_log", event_log_path,
+                 "append every job's rendezvous events here as JSON lines (join, round, node "
+                 "lost, job end)");
   app.set_version_flag("--version", "ctrund " CTRUN_VERSION);
   try {
     app.parse(argc, argv);
@@ -78,6 +83,17 @@ int main(int argc, char** argv) {
   options.service.max_connections_per_host = max_connections_per_host;
   options.service.log = [](const std::string& line) { rdzv::log_line("ctrund", line); };
 
+  std::unique_ptr<rdzv::EventLog> event_log;
+  if (!event_log_path.empty()) {
+    auto opened = rdzv::EventLog::open(event_log_path, "ctrund");
+    if (!opened) {
+      std::cerr << "ctrund: error: " << opened.error().message << "\n";
+      return 2;
+    }
+    event_log = std::move(opened).value();
+    options.service.events = event_log->sink();
+  }
+
   boost::asio::io_context io;
   auto server = rdzv::Server::create(io, options);
   if (!server) {
@@ -85,6 +101,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   server.value()->start();
+  if (event_log) event_log->write("daemon_start", {{"endpoint", server.value()->endpoint()}});
   rdzv::log_line("ctrund", "listening on " + server.value()->endpoint() + " (token " +
                                (options.service.token ? "required" : "not required") + ")");
   if (!port_file.empty()) {
@@ -107,6 +124,8 @@ int main(int argc, char** argv) {
     rdzv::log_line("ctrund",
                    std::string("stopping on ") + (signo == SIGINT ? "SIGINT" : "SIGTERM"));
     server.value()->stop();
+    if (event_log)
+      event_log->write("daemon_stop", {{"signal", signo == SIGINT ? "SIGINT" : "SIGTERM"}});
     io.stop();
   });
   std::signal(SIGPIPE, SIG_IGN);

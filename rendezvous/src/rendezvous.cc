@@ -85,6 +85,12 @@ void Rendezvous::log(const std::string& line) const {
   if (log_) log_("job '" + job_id_ + "': " + line);
 }
 
+void Rendezvous::emit(const std::string& event, Json fields) const {
+  if (!events_) return;
+  fields["job"] = job_id_;
+  events_(event, std::move(fields));
+}
+
 void Rendezvous::place(Node& node, Place where) {
   ++revision_;
   --place_counts_[static_cast<int>(node.place)];
@@ -155,6 +161,11 @@ Result<std::vector<Notice>> Rendezvous::join(const NodeInfo& info) {
     } else {
       place(node, Place::kWaiting);
       log("node '" + info.node_id + "' waits: round " + std::to_string(round_) + " is full");
+      emit("join", {{"node", info.node_id},
+                    {"host", info.host},
+                    {"local_world_size", info.local_world_size},
+                    {"round", round_},
+                    {"waiting", true}});
       return out;
     }
   } else {
@@ -164,6 +175,11 @@ Result<std::vector<Notice>> Rendezvous::join(const NodeInfo& info) {
       " workers) joined round " + std::to_string(round_) + " (" +
       std::to_string(count(Place::kPending)) + " of " + std::to_string(config_.min_nodes) + ".." +
       std::to_string(config_.max_nodes) + ")");
+  emit("join", {{"node", info.node_id},
+                {"host", info.host},
+                {"local_world_size", info.local_world_size},
+                {"round", round_},
+                {"waiting", false}});
   maybe_form(out);
   return out;
 }
@@ -175,6 +191,7 @@ void Rendezvous::reopen(const std::string& reason, const std::string& except,
   formed_ = false;
   last_call_deadline_.reset();
   log("round " + std::to_string(round_) + " opens: " + reason);
+  emit("round_open", {{"round", round_}, {"reason", reason}});
   for (const auto& id : members_) {
     Node& n = nodes_.at(id);
     if (n.succeeded) {  // finished: not expected back, but told when the job ends
@@ -285,6 +302,22 @@ void Rendezvous::form(std::vector<Notice>& out) {
   last_call_deadline_.reset();
   log("round " + std::to_string(round_) + " formed: " + std::to_string(n) + " nodes, world size " +
       std::to_string(base.world_size) + " [" + roster + "]");
+  if (events_) {
+    Json members = Json::array();
+    for (int r = 0; r < n; ++r) {
+      const NodeInfo& info = nodes_.at(by_rank[r]).info;
+      members.push_back({{"node", info.node_id},
+                         {"host", info.host},
+                         {"group_rank", r},
+                         {"local_world_size", info.local_world_size}});
+    }
+    emit("round", {{"round", round_},
+                   {"nodes", n},
+                   {"world_size", base.world_size},
+                   {"master_addr", base.master_addr},
+                   {"master_port", base.master_port},
+                   {"members", std::move(members)}});
+  }
   out.reserve(out.size() + seats);
   for (int r = 0; r < n; ++r) {
     last_rank_[by_rank[r]] = r;
@@ -309,6 +342,7 @@ std::vector<Notice> Rendezvous::remove_node(const std::string& node_id, const st
   }
   ++revision_;
   log("node '" + node_id + "' left: " + reason);
+  emit("node_lost", {{"node", node_id}, {"reason", reason}});
   if (where == Place::kMember && state_ == JobState::kRunning) {
     reopen("node '" + node_id + "' left (" + reason + ")", node_id, out);
   }
@@ -341,6 +375,7 @@ Result<std::vector<Notice>> Rendezvous::report(const std::string& node_id, bool 
   it->second.succeeded = true;
   ++revision_;
   log("node '" + node_id + "' succeeded");
+  emit("node_succeeded", {{"node", node_id}});
   const bool all = formed_ && std::all_of(members_.begin(), members_.end(), [this](const auto& id) {
                      return nodes_.at(id).succeeded;
                    });
@@ -360,6 +395,7 @@ void Rendezvous::end(JobState state, const std::string& reason, std::vector<Noti
   last_call_deadline_.reset();
   ++revision_;
   log(std::string(job_state_name(state)) + ": " + reason);
+  emit("job_end", {{"state", std::string(job_state_name(state))}, {"reason", reason}});
   for (const auto& [id, n] : nodes_) {
     if (n.place == Place::kPending || n.place == Place::kWaiting) {
       out.push_back(Notice{

@@ -488,6 +488,7 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
   if (!job.rendezvous || replace) {
     fresh = std::make_unique<Rendezvous>(c.job, config, clock_, options_.log,
                                          job.generation + (replace ? 1 : 0));
+    fresh->set_event_sink(options_.events);
   } else if (job.rendezvous->config().min_nodes != config.min_nodes ||
              job.rendezvous->config().max_nodes != config.max_nodes) {
     const auto& have = job.rendezvous->config();
@@ -806,6 +807,7 @@ Status Service::apply_record(const Json& r) {
       auto restored = Rendezvous::restore(*state, clock_, options_.log);
       if (!restored) return restored.error();
       job.rendezvous = std::move(restored).value();
+      job.rendezvous->set_event_sink(options_.events);
     }
     job.saved_rendezvous = job.rendezvous.get();
     job.saved_revision = job.rendezvous ? job.rendezvous->revision() : 0;
@@ -854,6 +856,7 @@ void Service::gc_jobs() {
       log("job '" + it->first + "' dropped: no connections for " + std::to_string(to_millis(keep)) +
           " ms");
       record(Json{{"t", "drop"}, {"job", it->first}});
+      if (options_.events) options_.events("job_dropped", Json{{"job", it->first}});
       it = jobs_.erase(it);
     } else {
       ++it;

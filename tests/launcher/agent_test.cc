@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -139,10 +140,12 @@ TEST_CASE("agent: two agents on 127.0.0.1 are two nodes with four unique ranks")
   CHECK(groups.size() == 1);
 }
 
-TEST_CASE("agent: a worker that fails once is restarted and the job succeeds") {
+TEST_CASE(
+    "agent: a worker that fails once is restarted and the job succeeds, as --event_log tells") {
   Scratch s;
   ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=2", "--max_restarts=2",
-                                 TEST_WORKER_PATH, "fail_once", s.path("env")}),
+                                 "--event_log=" + s.path("events.jsonl"), TEST_WORKER_PATH,
+                                 "fail_once", s.path("env")}),
                      s.path("agent.log"));
   auto code = agent.wait(30s);
   const std::string log = read_file(s.path("agent.log"));
@@ -153,6 +156,50 @@ TEST_CASE("agent: a worker that fails once is restarted and the job succeeds") {
   CHECK(read_env_file(s.path("env.1"))["TORCHELASTIC_RESTART_COUNT"] == "1");
   CHECK(log.find("exited with code 3") != std::string::npos);
   CHECK(log.find("restarting the job (1 of 2 restarts)") != std::string::npos);
+
+  // The agent's story, in order, and its hosted rendezvous's beside it in the same file.
+  std::vector<std::string> agent_events;
+  std::vector<std::string> rendezvous_events;
+  std::istringstream lines(read_file(s.path("events.jsonl")));
+  for (std::string line; std::getline(lines, line);) {
+    const auto e = nlohmann::json::parse(line);
+    REQUIRE(e.contains("time"));
+    CHECK(e.at("pid").get<int>() > 0);
+    CHECK_FALSE(e.at("job").get<std::string>().empty());
+    if (e.at("source") == "ctrun") {
+      agent_events.push_back(e.at("event"));
+      if (e.at("event") == "worker_exit" && !e.at("ok").get<bool>()) {
+        CHECK(e.at("rank") == 1);
+        CHECK(e.at("exit_code") == 3);
+      }
+      if (e.at("event") == "restart") CHECK(e.at("used") == 1);
+    } else {
+      CHECK(e.at("source") == "ctrun rendezvous");
+      rendezvous_events.push_back(e.at("event"));
+    }
+  }
+  // Rank 0 of the first attempt may end before or after rank 1 fails: leave exits out of the
+  // order, then count them per attempt.
+  std::vector<std::string> steps;
+  std::vector<int> exits_per_attempt;
+  for (const auto& name : agent_events) {
+    if (name == "workers_started") exits_per_attempt.push_back(0);
+    if (name == "worker_exit") {
+      REQUIRE_FALSE(exits_per_attempt.empty());
+      ++exits_per_attempt.back();
+    } else {
+      steps.push_back(name);
+    }
+  }
+  const std::vector<std::string> expected = {"agent_start", "join",      "round", "workers_started",
+                                             "restart",     "join",      "round", "workers_started",
+                                             "job_end",     "agent_exit"};
+  CHECK(steps == expected);
+  REQUIRE(exits_per_attempt.size() == 2);
+  CHECK(exits_per_attempt[0] >= 1);  // the failure (and perhaps rank 0's success)
+  CHECK(exits_per_attempt[1] == 2);
+  CHECK(std::count(rendezvous_events.begin(), rendezvous_events.end(), "round") == 2);
+  CHECK(rendezvous_events.back() == "job_end");
 }
 
 TEST_CASE("agent: --worker_timeout kills a worker whose heartbeat stops and restarts the job") {

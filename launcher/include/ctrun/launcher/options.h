@@ -72,6 +72,9 @@ struct LaunchOptions {
   // ctrun's own: a worker whose heartbeat file (CTRUN_HEARTBEAT_FILE) stops changing for this
   // long after its first beat is SIGKILLed and the job restarts; 0 turns it off.
   double worker_timeout = 0;
+  // ctrun's own: append the agent's events (join, round, worker exit, restart, ...) to this
+  // file as JSON lines; empty: none.
+  std::string event_log;
   std::string entrypoint;
   std::vector<std::string> script_args;
 };

@@ -14,6 +14,7 @@
 
 #include "ctrun/rendezvous/clock.h"
 #include "ctrun/rendezvous/error.h"
+#include "ctrun/rendezvous/event_log.h"
 #include "ctrun/rendezvous/frame.h"
 
 namespace ctrun::rendezvous {
@@ -96,6 +97,10 @@ class Rendezvous {
   // Applies deadlines: keep-alives, join timeouts, the last call.
   std::vector<Notice> tick();
 
+  // Structured events (join, round_open, round, node_lost, node_succeeded, job_end), each with
+  // the job's id, for ctrund's --event_log.
+  void set_event_sink(EventSink sink) { events_ = std::move(sink); }
+
   const std::string& job_id() const { return job_id_; }
   const RendezvousConfig& config() const { return config_; }
   JobState state() const { return state_; }
@@ -130,6 +135,7 @@ class Rendezvous {
   };
 
   void log(const std::string& line) const;
+  void emit(const std::string& event, Json fields) const;
   void reopen(const std::string& reason, const std::string& except, std::vector<Notice>& out);
   void maybe_form(std::vector<Notice>& out);
   void form(std::vector<Notice>& out);
@@ -142,6 +148,7 @@ class Rendezvous {
   int generation_;
   const Clock& clock_;
   Logger log_;
+  EventSink events_;
   std::map<std::string, Node> nodes_;
   std::array<int, 6> place_counts_{};     // nodes in each Place
   std::map<std::string, int> last_rank_;  // group ranks of the last formed round

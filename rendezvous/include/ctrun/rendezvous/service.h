@@ -47,6 +47,7 @@ struct ServiceOptions {
   Duration idle_job_timeout = std::chrono::minutes(5);       // a job with no connections is dropped
   std::function<std::string(std::size_t)> random = nullptr;  // nonce source; OpenSSL when null
   std::function<void(const std::string&)> log = nullptr;
+  EventSink events = nullptr;  // --event_log: each job's rendezvous events, and dropped jobs
   // --state_dir: where every change is recorded before it is acknowledged (not owned; null:
   // state lives in memory only). The journal is rewritten as a snapshot once it passes
   // compact_bytes and is larger than the last snapshot.
