@@ -20,6 +20,7 @@
 #include "ctrun/rendezvous/event_log.h"
 #include "ctrun/rendezvous/log.h"
 #include "ctrun/rendezvous/message.h"
+#include "ctrun/rendezvous/metrics.h"
 #include "ctrun/rendezvous/server.h"
 #include "heartbeat_monitor.h"
 #include "worker_group.h"
@@ -35,7 +36,6 @@ using rdzv::Task;
 
 namespace {
 
-constexpr const char* kRestartsKey = "ctrun/restarts";
 constexpr int kExitFailure = 1;
 
 void log(const std::string& line) { rdzv::log_line("ctrun", line); }
@@ -571,7 +571,7 @@ Task<int> Agent::Impl::main() {
           co_return kExitFailure;
         }
         round_ = e.joined->value();
-        auto restarts = co_await client_->get(kRestartsKey, std::chrono::milliseconds(0));
+        auto restarts = co_await client_->get(rdzv::kRestartsKey, std::chrono::milliseconds(0));
         restart_count_ = restarts ? std::atoi(restarts.value().c_str()) : 0;
         event("round", {{"round", round_.round},
                         {"group_rank", round_.group_rank},
@@ -782,11 +782,11 @@ Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
                     : "exited with code " + std::to_string(first.exit_code)));
   co_await stop_workers(SIGTERM);
   // The restart budget is the job's, not the node's: one counter in the job's store.
-  auto used = co_await client_->add(kRestartsKey, 1);
+  auto used = co_await client_->add(rdzv::kRestartsKey, 1);
   if (!used && used.error().code == rdzv::ErrorCode::kConnection) {
     log("lost the rendezvous at " + endpoint_host_ + ":" + std::to_string(endpoint_port_) +
         " while restarting (" + used.error().message + "): reconnecting");
-    if (auto s = co_await reconnect(true); s) used = co_await client_->add(kRestartsKey, 1);
+    if (auto s = co_await reconnect(true); s) used = co_await client_->add(rdzv::kRestartsKey, 1);
   }
   if (used && used.value() <= options_.max_restarts) {
     log("restarting the job (" + std::to_string(used.value()) + " of " +

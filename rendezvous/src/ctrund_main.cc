@@ -16,15 +16,39 @@
 #include "ctrun/rendezvous/auth.h"
 #include "ctrun/rendezvous/event_log.h"
 #include "ctrun/rendezvous/log.h"
+#include "ctrun/rendezvous/metrics.h"
 #include "ctrun/rendezvous/server.h"
+#include "metrics_server.h"
 
 namespace rdzv = ctrun::rendezvous;
+
+namespace {
+
+// Written whole, then renamed: a reader never sees a partial port number. Nothing to do for an
+// empty path.
+bool write_port_file(const std::string& path, std::uint16_t port) {
+  if (path.empty()) return true;
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  std::ofstream out(tmp);
+  out << port << "\n";
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::cerr << "ctrund: error: cannot write port file '" << path << "': " << std::strerror(errno)
+              << "\n";
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ctrund: rendezvous and key-value store daemon for ctrun jobs"};
   rdzv::ServerOptions options;
   std::string token_file;
   std::string port_file;
+  std::string metrics_port_file;
   std::size_t max_frame_bytes = rdzv::kDefaultMaxFrameBytes;
   std::size_t max_connections = options.service.max_connections;
   std::size_t max_connections_per_host = options.service.max_connections_per_host;
@@ -46,6 +70,13 @@ int main(int argc, char** argv) {
   app.add_option("--port_file", port_file, "write the bound port to this file once listening");
   app.add_option("--state_dir", options.state_dir,
                  "keep every job's store and rendezvous here and restore them at start-up");
+  int metrics_port = -1;
+  app.add_option("--metrics_port", metrics_port,
+                 "serve Prometheus metrics over HTTP on this port (GET /metrics), on --host's "
+                 "address; 0 picks a free one")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics_port_file", metrics_port_file,
+                 "write the bound metrics port to this file once listening");
   std::string event_log_path;
   app.add_option("--event_log", event_log_path,
                  "append every job's rendezvous events here as JSON lines (join, round, node "
@@ -101,22 +132,25 @@ int main(int argc, char** argv) {
     return 1;
   }
   server.value()->start();
+  std::unique_ptr<rdzv::MetricsServer> metrics;
+  if (metrics_port >= 0) {
+    rdzv::Server& daemon = *server.value();
+    auto created =
+        rdzv::MetricsServer::create(io, options.host, static_cast<std::uint16_t>(metrics_port),
+                                    [&daemon] { return rdzv::prometheus_text(daemon.metrics()); });
+    if (!created) {
+      std::cerr << "ctrund: error: " << created.error().message << "\n";
+      return 1;
+    }
+    metrics = std::move(created).value();
+    metrics->start();
+    rdzv::log_line("ctrund", "metrics on http://" + metrics->endpoint() + "/metrics");
+  }
   if (event_log) event_log->write("daemon_start", {{"endpoint", server.value()->endpoint()}});
   rdzv::log_line("ctrund", "listening on " + server.value()->endpoint() + " (token " +
                                (options.service.token ? "required" : "not required") + ")");
-  if (!port_file.empty()) {
-    // Written whole, then renamed: a reader never sees a partial port number.
-    const std::string tmp = port_file + ".tmp." + std::to_string(getpid());
-    std::ofstream out(tmp);
-    out << server.value()->port() << "\n";
-    out.close();
-    if (!out || std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      std::cerr << "ctrund: error: cannot write port file '" << port_file
-                << "': " << std::strerror(errno) << "\n";
-      std::remove(tmp.c_str());
-      return 1;
-    }
-  }
+  if (!write_port_file(port_file, server.value()->port())) return 1;
+  if (metrics && !write_port_file(metrics_port_file, metrics->port())) return 1;
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](boost::system::error_code ec, int signo) {
@@ -124,6 +158,7 @@ int main(int argc, char** argv) {
     rdzv::log_line("ctrund",
                    std::string("stopping on ") + (signo == SIGINT ? "SIGINT" : "SIGTERM"));
     server.value()->stop();
+    if (metrics) metrics->stop();
     if (event_log)
       event_log->write("daemon_stop", {{"signal", signo == SIGINT ? "SIGINT" : "SIGTERM"}});
     io.stop();

@@ -22,7 +22,8 @@ std::string format_event(std::chrono::system_clock::time_point at, const std::st
   char stamp[40];
   const std::size_t n = std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
   std::snprintf(stamp + n, sizeof stamp - n, ".%03dZ", static_cast<int>(ms < 0 ? ms + 1000 : ms));
-  Json line = Json::object();
+  // In this order, for people reading the file; the fields follow.
+  nlohmann::ordered_json line;
   line["time"] = stamp;
   line["source"] = source;
   line["host"] = host;
@@ -34,7 +35,7 @@ std::string format_event(std::chrono::system_clock::time_point at, const std::st
     }
   }
   // Replace, not throw, on bytes that are not UTF-8 (a worker's message can hold anything).
-  return line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+  return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 Result<std::unique_ptr<EventLog>> EventLog::open(const std::string& path, std::string source) {

@@ -5,20 +5,12 @@
 #include <array>
 #include <unordered_map>
 
+#include "listen.h"
+
 namespace ctrun::rendezvous {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-
-namespace {
-
-// "127.0.0.1:29400" or "[::1]:29400".
-std::string endpoint_text(const tcp::endpoint& ep) {
-  const std::string host = ep.address().to_string();
-  return (ep.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(ep.port());
-}
-
-}  // namespace
 
 // One TCP connection. Reads go straight into the Service; writes queue in `pending_` and go out
 // in one async_write per batch. Owned by Server::Impl's map; handlers hold a shared_ptr.
@@ -147,46 +139,12 @@ class Server::Impl final : public Transport {
         service_(options_.service, clock_, *this) {}
 
   Status bind() {
-    boost::system::error_code ec;
-    std::vector<tcp::endpoint> candidates;
-    if (options_.host.empty()) {
-      candidates = {tcp::endpoint(asio::ip::address_v6::any(), options_.port),
-                    tcp::endpoint(asio::ip::address_v4::any(), options_.port)};
-    } else {
-      tcp::resolver resolver(io_);
-      auto results = resolver.resolve(options_.host, std::to_string(options_.port),
-                                      tcp::resolver::numeric_service, ec);
-      if (ec) {
-        return Error{ErrorCode::kConnection,
-                     "cannot resolve listen address '" + options_.host + "': " + ec.message()};
-      }
-      for (const auto& r : results) candidates.push_back(r.endpoint());
-    }
-    std::string last_error = "no address";
-    for (const auto& ep : candidates) {
-      acceptor_.close(ec);
-      if (acceptor_.open(ep.protocol(), ec)) {
-        last_error = ec.message();
-        continue;
-      }
-      acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-      if (ep.address().is_v6() && options_.host.empty()) {
-        acceptor_.set_option(asio::ip::v6_only(false), ec);
-      }
-      if (acceptor_.bind(ep, ec) ||
-          acceptor_.listen(asio::socket_base::max_listen_connections, ec)) {
-        last_error = ec.message();
-        continue;
-      }
-      const auto local = acceptor_.local_endpoint();
-      port_ = local.port();
-      address_ = local.address().to_string();
-      endpoint_ = endpoint_text(local);
-      return ok_status();
-    }
-    return Error{ErrorCode::kConnection, "cannot listen on " +
-                                             (options_.host.empty() ? "*" : options_.host) + ":" +
-                                             std::to_string(options_.port) + ": " + last_error};
+    if (auto s = listen_on(acceptor_, options_.host, options_.port); !s) return s;
+    const auto local = acceptor_.local_endpoint();
+    port_ = local.port();
+    address_ = local.address().to_string();
+    endpoint_ = endpoint_text(local);
+    return ok_status();
   }
 
   void start() {
@@ -195,6 +153,7 @@ class Server::Impl final : public Transport {
   }
 
   Status restore() { return service_.restore(); }
+  ServiceMetrics metrics() const { return service_.metrics(); }
 
   void stop() {
     if (stopped_) return;
@@ -304,5 +263,6 @@ const std::string& Server::address() const { return impl_->address_; }
 const std::string& Server::endpoint() const { return impl_->endpoint_; }
 void Server::start() { impl_->start(); }
 void Server::stop() { impl_->stop(); }
+ServiceMetrics Server::metrics() const { return impl_->metrics(); }
 
 }  // namespace ctrun::rendezvous

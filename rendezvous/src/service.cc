@@ -1,5 +1,6 @@
 #include "ctrun/rendezvous/service.h"
 
+#include <cstdlib>
 #include <unordered_set>
 #include <utility>
 
@@ -91,6 +92,7 @@ void Service::on_connect(ConnectionId id, std::string peer) {
     transport_.send(id, encode_frame(error_response(
                             0, Error{ErrorCode::kLimit, "daemon is at its connection limit"})));
     transport_.close(id);
+    ++counters_.connections_refused;
     return;
   }
   std::size_t& from_host = connections_per_host_[host_of(peer)];
@@ -100,9 +102,11 @@ void Service::on_connect(ConnectionId id, std::string peer) {
     transport_.send(id, encode_frame(error_response(
                             0, Error{ErrorCode::kLimit, "too many connections from this host"})));
     transport_.close(id);
+    ++counters_.connections_refused;
     return;
   }
   ++from_host;
+  ++counters_.connections_accepted;
   auto c = std::make_unique<Connection>();
   c->id = id;
   c->peer = std::move(peer);
@@ -184,6 +188,7 @@ void Service::fail(const Connection& c, std::uint64_t id, const Error& e) {
 }
 
 void Service::reject(Connection& c, std::uint64_t id, const Error& e) {
+  ++(e.code == ErrorCode::kAuthFailed ? counters_.auth_failures : counters_.frame_errors);
   log(c.peer + " closed: " + std::string(error_code_name(e.code)) + ": " + e.message);
   fail(c, id, e);
   const ConnectionId cid = c.id;
@@ -218,6 +223,7 @@ void Service::handle_frame(Connection& c, Json frame) {
     Job& job = job_of(c);
     if (job.rendezvous) job.rendezvous->keep_alive(c.node);
   }
+  ++request_counts_[handler->first];
   (this->*handler->second)(c, id, frame);
 }
 
@@ -366,6 +372,7 @@ void Service::op_add(Connection& c, std::uint64_t id, const Json& req) {
   if (!delta) return reject(c, id, delta.error());
   auto v = job_of(c).store.add(key.value(), delta.value());
   if (!v) return fail(c, id, v.error());
+  if (key.value() == kRestartsKey && delta.value() > 0) counters_.restarts += delta.value();
   record_key(c.job, key.value());
   reply(c, id, Json{{"value", v.value()}});
 }
@@ -562,6 +569,9 @@ void Service::op_resume(Connection& c, std::uint64_t id, const Json& req) {
 void Service::deliver(Job& job, std::vector<Notice> notices) {
   record_rendezvous(job);  // before anyone hears of the change
   for (auto& n : notices) {
+    if (n.kind == Notice::Kind::kRoundFormed && n.assignment.group_rank == 0) {
+      ++counters_.rounds_formed;
+    }
     auto bound = job.node_connections.find(n.node_id);
     if (bound == job.node_connections.end()) continue;
     auto it = connections_.find(bound->second);
@@ -645,6 +655,26 @@ void Service::op_status(Connection& c, std::uint64_t id, const Json&) {
             {"connections", job.connections},
             {"rendezvous", job.rendezvous ? job.rendezvous->describe() : Json()}};
   reply(c, id, std::move(body));
+}
+
+ServiceMetrics Service::metrics() const {
+  ServiceMetrics m = counters_;
+  for (const auto& [op, n] : request_counts_) m.requests[std::string(op)] = n;
+  m.connections = connections_.size();
+  for (const auto& [name, job] : jobs_) {
+    JobMetrics j;
+    j.job = name;
+    j.state = job->rendezvous ? std::string(job_state_name(job->rendezvous->state())) : "store";
+    j.round = job->rendezvous ? job->rendezvous->round() : 0;
+    j.nodes = job->rendezvous ? job->rendezvous->num_nodes() : 0;
+    j.keys = job->store.num_keys();
+    j.connections = job->connections;
+    if (const std::string* used = job->store.find(kRestartsKey)) {
+      j.restarts = std::strtoll(used->c_str(), nullptr, 10);
+    }
+    m.jobs.push_back(std::move(j));
+  }
+  return m;
 }
 
 void Service::op_jobs(Connection& c, std::uint64_t id, const Json&) {

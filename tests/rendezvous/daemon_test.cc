@@ -8,13 +8,17 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/message.h"
+#include "ctrun/rendezvous/metrics.h"
 #include "ctrun/rendezvous/server.h"
 #include "process.h"
 
@@ -123,6 +127,35 @@ class RawSocket {
   bool connected_ = false;
   bool closed_ = false;
 };
+
+// GET http://127.0.0.1:PORT/TARGET: the status and the body. Every read is bounded.
+std::pair<int, std::string> http_get(
+    std::uint16_t port, const std::string& target,
+    boost::beast::http::verb verb = boost::beast::http::verb::get) {
+  namespace http = boost::beast::http;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+  timeval tv{5, 0};
+  setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  http::request<http::empty_body> req{verb, target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  http::write(socket, req);
+  boost::beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.skip(verb == http::verb::head);
+  http::read(socket, buffer, parser);
+  return {parser.get().result_int(), parser.get().body()};
+}
+
+// The value of one sample ("name" or "name{labels}") in Prometheus text; -1 when absent.
+double sample(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
 
 }  // namespace
 
@@ -618,4 +651,93 @@ TEST_CASE("daemon: under a connection flood from one host, agents elsewhere stil
   CHECK(took < 3s);
   CHECK(daemon.log().find("100 connections already open from 127.0.0.2") != std::string::npos);
   CHECK(connect(daemon.options())->ping().ok());  // and it goes on serving
+}
+
+TEST_CASE(
+    "daemon: --metrics_port counts a scripted job, promtool accepts it, --event_log tells it") {
+  ScratchDir dir("metrics");
+  std::ofstream(dir.path("token")) << "metrics token\n";
+  Daemon daemon({"--token_file", dir.path("token"), "--metrics_port", "0", "--metrics_port_file",
+                 dir.path("metrics.port"), "--event_log", dir.path("events.jsonl")});
+  auto port_text = wait_for_file(dir.path("metrics.port"), 10s);
+  REQUIRE(port_text);
+  const auto metrics_port = static_cast<std::uint16_t>(std::stoi(*port_text));
+
+  // One wrong token, one malformed frame.
+  auto options = daemon.options("m");
+  options.token = "wrong";
+  REQUIRE_FALSE(Client::connect(options));
+  {
+    RawSocket raw("127.0.0.1", daemon.port());
+    raw.write(std::string("\x00\x00\x00\x05hello", 9));
+    raw.read_until_closed();
+  }
+
+  // A two-node job: round formed, one restart taken, both nodes succeed.
+  options.token = "metrics token";
+  boost::asio::io_context io;
+  AsyncClient a(io, options), b(io, options);
+  RendezvousConfig config;
+  config.min_nodes = config.max_nodes = 2;
+  int finished = 0;
+  // The node id by value and NodeInfo built before co_await: a coroutine keeps references, and
+  // g++ 12 mishandles temporaries inside a co_await operand.
+  auto node = [&](AsyncClient& c, std::string id, bool takes_restart) -> Task<void> {
+    if (!co_await c.connect()) co_return;
+    const NodeInfo info{id, "127.0.0.1", 1, 29500, -1};
+    auto joined = co_await c.join(info, config);
+    if (!joined) co_return;
+    if (takes_restart) (void)co_await c.add(kRestartsKey, 1);
+    if (co_await c.report(true, "")) ++finished;
+  };
+
+  boost::asio::co_spawn(io, node(a, "a", true), boost::asio::detached);
+  boost::asio::co_spawn(io, node(b, "b", false), boost::asio::detached);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (finished < 2 && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
+  REQUIRE(finished == 2);
+
+  auto [status, text] = http_get(metrics_port, "/metrics");
+  INFO(text);
+  REQUIRE(status == 200);
+  CHECK(sample(text, "ctrund_auth_failures_total") == 1);
+  CHECK(sample(text, "ctrund_frame_errors_total") == 1);
+  CHECK(sample(text, "ctrund_connections_accepted_total") == 4);
+  CHECK(sample(text, "ctrund_connections") == 2);
+  CHECK(sample(text, "ctrund_rounds_formed_total") == 1);
+  CHECK(sample(text, "ctrund_restarts_total") == 1);
+  CHECK(sample(text, "ctrund_requests_total{op=\"join\"}") == 2);
+  CHECK(sample(text, "ctrund_requests_total{op=\"report\"}") == 2);
+  CHECK(sample(text, "ctrund_jobs{state=\"succeeded\"}") == 1);
+  CHECK(sample(text, "ctrund_jobs{state=\"running\"}") == 0);
+  CHECK(sample(text, "ctrund_nodes") == 2);
+  CHECK(sample(text, "ctrund_job_restarts{job=\"m\"}") == 1);
+  CHECK(sample(text, "ctrund_job_round{job=\"m\"}") == 0);
+
+  // Prometheus's own linter accepts the exposition.
+  std::ofstream(dir.path("scrape.txt")) << text;
+  const std::string check = "promtool check metrics < " + dir.path("scrape.txt") + " 2>&1";
+  std::FILE* p = popen(check.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string promtool_output;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) promtool_output += buf;
+  const int rc = pclose(p);
+  INFO(promtool_output);
+  CHECK(rc == 0);
+
+  CHECK(http_get(metrics_port, "/nope").first == 404);
+  auto head = http_get(metrics_port, "/metrics", boost::beast::http::verb::head);
+  CHECK(head.first == 200);
+  CHECK(head.second.empty());
+
+  std::vector<std::string> events;
+  std::istringstream lines(read_file(dir.path("events.jsonl")));
+  for (std::string line; std::getline(lines, line);) {
+    const Json e = Json::parse(line);
+    CHECK(e.at("source") == "ctrund");
+    events.push_back(e.at("event"));
+  }
+  CHECK(events == std::vector<std::string>{"daemon_start", "join", "join", "round",
+                                           "node_succeeded", "node_succeeded", "job_end"});
 }

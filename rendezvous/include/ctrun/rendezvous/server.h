@@ -45,6 +45,7 @@ class Server {
   void start();
   // Stops accepting and closes every connection. Safe to call twice.
   void stop();
+  ServiceMetrics metrics() const;
 
  private:
   class Impl;

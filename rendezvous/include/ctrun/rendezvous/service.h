@@ -16,6 +16,7 @@
 
 #include "ctrun/rendezvous/clock.h"
 #include "ctrun/rendezvous/frame.h"
+#include "ctrun/rendezvous/metrics.h"
 #include "ctrun/rendezvous/rendezvous.h"
 #include "ctrun/rendezvous/state_log.h"
 #include "ctrun/rendezvous/store.h"
@@ -78,6 +79,8 @@ class Service {
 
   std::size_t num_connections() const { return connections_.size(); }
   std::size_t num_jobs() const { return jobs_.size(); }
+  // Counters since start and the jobs as they are now (ctrund --metrics_port).
+  ServiceMetrics metrics() const;
 
  private:
   struct Connection;
@@ -133,6 +136,8 @@ class Service {
   std::unordered_map<ConnectionId, std::unique_ptr<Connection>> connections_;
   std::unordered_map<std::string, std::size_t> connections_per_host_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
+  ServiceMetrics counters_;  // the counter fields only; requests are counted apart
+  std::unordered_map<std::string_view, std::uint64_t> request_counts_;  // keys: kHandlers'
   bool state_broken_ = false;
   bool shutting_down_ = false;  // an append failed: rewrite everything at the next tick
   static const std::unordered_map<std::string_view, Handler> kHandlers;

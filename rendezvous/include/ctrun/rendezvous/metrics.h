@@ -1,0 +1,41 @@
+// What ctrund exposes for Prometheus (--metrics_port): counters kept by the Service, gauges
+// read off its jobs at scrape time, and the text exposition format (version 0.0.4).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ctrun::rendezvous {
+
+// The key in a job's store that holds the restarts the job has used (the agents add to it).
+inline constexpr const char* kRestartsKey = "ctrun/restarts";
+
+struct JobMetrics {
+  std::string job;
+  std::string state;  // running, succeeded, failed, closed; "store" for a job with no rendezvous
+  int round = 0;
+  std::size_t nodes = 0;
+  std::size_t keys = 0;
+  std::size_t connections = 0;
+  std::int64_t restarts = 0;
+};
+
+struct ServiceMetrics {
+  // Counters: only ever grow while the daemon runs.
+  std::map<std::string, std::uint64_t> requests;  // by op
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_refused = 0;
+  std::uint64_t frame_errors = 0;   // connections closed for a malformed or late frame
+  std::uint64_t auth_failures = 0;  // hellos with a missing or wrong token proof
+  std::uint64_t rounds_formed = 0;
+  std::uint64_t restarts = 0;  // added to kRestartsKey, over every job
+  // Gauges.
+  std::size_t connections = 0;
+  std::vector<JobMetrics> jobs;
+};
+
+std::string prometheus_text(const ServiceMetrics& m);
+
+}  // namespace ctrun::rendezvous

@@ -1,0 +1,42 @@
+// ctrund --metrics_port: a small HTTP/1.1 server (Boost.Beast) answering GET /metrics with the
+// Prometheus text that `render` produces. Runs on the daemon's io_context; bounded in sessions,
+// request size and time, so a scraper cannot hold the daemon up.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ctrun/rendezvous/error.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace ctrun::rendezvous {
+
+class MetricsServer {
+ public:
+  using Render = std::function<std::string()>;
+
+  // Binds and listens at once (an empty host: every interface; port 0: a free one).
+  static Result<std::unique_ptr<MetricsServer>> create(boost::asio::io_context& io,
+                                                       const std::string& host, std::uint16_t port,
+                                                       Render render);
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  std::uint16_t port() const;
+  const std::string& endpoint() const;
+  void start();
+  void stop();  // closes the listener and every open session; safe to call twice
+
+ private:
+  class Impl;
+  explicit MetricsServer(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace ctrun::rendezvous
