@@ -20,7 +20,6 @@
 #include "ctrun/rendezvous/event_log.h"
 #include "ctrun/rendezvous/log.h"
 #include "ctrun/rendezvous/message.h"
-#include "ctrun/rendezvous/metrics.h"
 #include "ctrun/rendezvous/server.h"
 #include "heartbeat_monitor.h"
 #include "worker_group.h"
@@ -447,6 +446,9 @@ Task<rdzv::Status> Agent::Impl::setup() {
   client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
   host_ = !o.local_addr.empty() ? o.local_addr : client_->local_address();
   announce_start();
+  // For `ctrun status`: the budget beside the count of restarts used.
+  const std::string budget = std::to_string(o.max_restarts);
+  if (auto s = co_await client_->set(rdzv::kMaxRestartsKey, budget); !s) co_return s;
   if (!o.rdzv_conf.ignored_keys.empty()) {
     std::string keys;
     for (const auto& k : o.rdzv_conf.ignored_keys) keys += (keys.empty() ? "" : ", ") + k;

@@ -8,6 +8,7 @@
 
 #include "agent.h"
 #include "ctrun/launcher/options.h"
+#include "status_command.h"
 
 int main(int argc, char** argv) {
   using namespace ctrun::launcher;
@@ -16,6 +17,11 @@ int main(int argc, char** argv) {
   // they ended.
   std::signal(SIGCHLD, SIG_DFL);
   const EnvLookup env = process_env();
+  // A subcommand, not an option: torchrun has none, so "status" first cannot be a torchrun
+  // command line (a program named status is run as ./status).
+  if (argc > 1 && std::string(argv[1]) == "status") {
+    return run_status_command(std::vector<std::string>(argv + 2, argv + argc), env);
+  }
   auto parsed = parse_launch_options(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!parsed) {
     std::fprintf(stderr, "ctrun: error: %s\n", parsed.error().message.c_str());

@@ -73,6 +73,12 @@ std::string shorten(const std::string& key) {
   return key.size() <= 128 ? key : key.substr(0, 128) + "...";
 }
 
+// The restarts a job has used, as its agents count them in its store.
+std::int64_t restarts_used(const KeyValueStore& store) {
+  const std::string* used = store.find(kRestartsKey);
+  return used ? std::strtoll(used->c_str(), nullptr, 10) : 0;
+}
+
 }  // namespace
 
 Service::Service(ServiceOptions options, const Clock& clock, Transport& transport)
@@ -652,6 +658,7 @@ void Service::op_status(Connection& c, std::uint64_t id, const Json&) {
   Job& job = job_of(c);
   Json body{{"job", c.job},
             {"keys", job.store.num_keys()},
+            {"restarts", restarts_used(job.store)},
             {"connections", job.connections},
             {"rendezvous", job.rendezvous ? job.rendezvous->describe() : Json()}};
   reply(c, id, std::move(body));
@@ -669,9 +676,7 @@ ServiceMetrics Service::metrics() const {
     j.nodes = job->rendezvous ? job->rendezvous->num_nodes() : 0;
     j.keys = job->store.num_keys();
     j.connections = job->connections;
-    if (const std::string* used = job->store.find(kRestartsKey)) {
-      j.restarts = std::strtoll(used->c_str(), nullptr, 10);
-    }
+    j.restarts = restarts_used(job->store);
     m.jobs.push_back(std::move(j));
   }
   return m;
@@ -680,7 +685,10 @@ ServiceMetrics Service::metrics() const {
 void Service::op_jobs(Connection& c, std::uint64_t id, const Json&) {
   Json list = Json::array();
   for (const auto& [name, job] : jobs_) {
+    // The asker's own job, when it holds nothing, only exists because it asked (ctrun status).
+    if (name == c.job && !job->rendezvous && job->store.num_keys() == 0) continue;
     list.push_back({{"job", name},
+                    {"restarts", restarts_used(job->store)},
                     {"keys", job->store.num_keys()},
                     {"connections", job->connections},
                     {"state", job->rendezvous ? job_state_name(job->rendezvous->state()) : "store"},
@@ -881,6 +889,8 @@ void Service::gc_jobs() {
     Duration keep = options_.idle_job_timeout;
     if (job.rendezvous && job.rendezvous->state() != JobState::kRunning) {
       keep = job.rendezvous->config().close_timeout;
+    } else if (!job.rendezvous && job.store.num_keys() == 0) {
+      keep = Duration::zero();  // nothing to keep (a `ctrun status` that looked and left)
     }
     if (job.connections == 0 && now - job.idle_since >= keep) {
       log("job '" + it->first + "' dropped: no connections for " + std::to_string(to_millis(keep)) +

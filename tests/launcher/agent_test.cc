@@ -353,6 +353,65 @@ TEST_CASE("agent: SIGUSR1 in --signals_to_handle is forwarded to the workers, wh
         std::string::npos);
 }
 
+TEST_CASE(
+    "agent: ctrun status shows a running job's nodes, ranks and restarts, as a table and JSON") {
+  Scratch s;
+  std::unique_ptr<ChildProcess> daemon;
+  const std::uint16_t port = start_daemon(daemon, s);
+  const std::string endpoint = "--rdzv_endpoint=127.0.0.1:" + std::to_string(port);
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(std::make_unique<ChildProcess>(
+        ctrun_args({"--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d", endpoint,
+                    "--rdzv_id=watched", "--max_restarts=3", TEST_WORKER_PATH, "sleep", "30"}),
+        s.path("agent" + std::to_string(i) + ".log")));
+  }
+  auto status = [&](std::vector<std::string> args, const std::string& out) {
+    args.insert(args.begin(), {"status", endpoint});
+    ChildProcess p(ctrun_args(args), s.path(out));
+    return p.wait(20s);
+  };
+  // Bounded wait until the round has formed with both nodes.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  nlohmann::json job;
+  while (std::chrono::steady_clock::now() < deadline) {
+    fs::remove(s.path("status.json"));
+    if (status({"--rdzv_id=watched", "--json"}, "status.json") == 0) {
+      job = nlohmann::json::parse(read_file(s.path("status.json")));
+      if (job["formed"] == true && job["nodes"].size() == 2) break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  INFO(read_file(s.path("agent0.log")) + read_file(s.path("agent1.log")));
+  REQUIRE(job["formed"] == true);
+  CHECK(job["state"] == "running");
+  CHECK(job["restarts"] == 0);
+  CHECK(job["max_restarts"] == 3);
+  CHECK(job["restarts_left"] == 3);
+  REQUIRE(job["nodes"].size() == 2);
+  CHECK(job["nodes"][0]["group_rank"] == 0);
+  CHECK(job["nodes"][1]["group_rank"] == 1);
+  CHECK(job["nodes"][0]["host"] == "127.0.0.1");
+  CHECK(job["nodes"][0]["local_world_size"] == 2);
+  CHECK(job["nodes"][0]["last_heartbeat_age_s"].get<double>() < 10);
+
+  REQUIRE(status({"--rdzv_id=watched"}, "status.txt") == 0);
+  const std::string table = read_file(s.path("status.txt"));
+  CHECK(table.find("job watched: running, round 0 (formed), nodes 2 (min 2, max 2), restarts 0 "
+                   "of 3 (3 left)") != std::string::npos);
+  CHECK(table.find("GROUP_RANK") != std::string::npos);
+
+  REQUIRE(status({}, "jobs.txt") == 0);
+  const std::string jobs = read_file(s.path("jobs.txt"));
+  CHECK(jobs.find("watched") != std::string::npos);
+  CHECK(jobs.find("ctrun-status") == std::string::npos);  // the asker's own empty job
+  CHECK(status({"--rdzv_id=nonesuch"}, "none.txt") == 1);
+  CHECK(read_file(s.path("none.txt")).find("no job 'nonesuch'") != std::string::npos);
+  CHECK(status({"--rdzv_id=watched", "--timeout=x"}, "bad.txt") == 2);
+  for (auto& a : agents) a->signal(SIGTERM);
+  for (auto& a : agents) CHECK(a->wait(20s).has_value());
+}
+
 TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes on alone") {
   Scratch s;
   // The rendezvous runs apart from both agents (is_host=false): killing one must not take it.

@@ -9,9 +9,6 @@
 
 namespace ctrun::rendezvous {
 
-// The key in a job's store that holds the restarts the job has used (the agents add to it).
-inline constexpr const char* kRestartsKey = "ctrun/restarts";
-
 struct JobMetrics {
   std::string job;
   std::string state;  // running, succeeded, failed, closed; "store" for a job with no rendezvous

@@ -19,6 +19,11 @@
 
 namespace ctrun::rendezvous {
 
+// Keys the agents keep in their job's store: the restarts the job has used (each agent adds one
+// per restart it takes) and the budget (--max_restarts, set by every agent alike).
+inline constexpr const char* kRestartsKey = "ctrun/restarts";
+inline constexpr const char* kMaxRestartsKey = "ctrun/max_restarts";
+
 // Defaults are torchrun's --rdzv_conf defaults.
 struct RendezvousConfig {
   int min_nodes = 1;

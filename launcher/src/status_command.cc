@@ -1,0 +1,104 @@
+#include "status_command.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "ctrun/rendezvous/auth.h"
+#include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/rendezvous.h"
+#include "ctrun/rendezvous/server.h"
+#include "status_view.h"
+
+namespace ctrun::launcher {
+
+namespace rdzv = ctrun::rendezvous;
+
+namespace {
+
+// The job a status connection names when it asks about every job; the daemon leaves it out of
+// its answer and forgets it when the connection goes.
+constexpr const char* kObserverJob = "ctrun-status";
+
+int fail(const std::string& message, int code) {
+  std::fprintf(stderr, "ctrun status: error: %s\n", message.c_str());
+  return code;
+}
+
+}  // namespace
+
+int run_status_command(const std::vector<std::string>& args, const EnvLookup& env) {
+  CLI::App app{"ctrun status: the jobs a rendezvous holds, or one job in detail", "ctrun status"};
+  std::string endpoint = env("PET_RDZV_ENDPOINT").value_or("");
+  std::string id;
+  std::string backend = "c10d";
+  std::string token_file;
+  double timeout = 5;
+  bool json = false;
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "HOST[:PORT] of the rendezvous");
+  app.add_option("--rdzv_id,--rdzv-id", id, "the job to show in detail (default: list every job)");
+  app.add_option("--rdzv_backend,--rdzv-backend", backend, "c10d or ctrund (default c10d)");
+  app.add_option("--token_file", token_file, "the daemon's shared token (else $CTRUN_RDZV_TOKEN)");
+  app.add_option("--timeout", timeout, "seconds to keep trying to reach the rendezvous (5)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--json", json, "print JSON instead of a table");
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return fail(e.what(), 2);
+  }
+  if (backend != "c10d" && backend != "ctrund") {
+    return fail("--rdzv_backend: expected c10d or ctrund, got '" + backend + "'", 2);
+  }
+  if (endpoint.empty()) return fail("--rdzv_endpoint is required", 2);
+  auto ep = parse_endpoint(endpoint, rdzv::kDefaultPort);
+  if (!ep) return fail(ep.error().message, 2);
+
+  rdzv::ClientOptions options;
+  options.host = ep.value().host;
+  options.port = ep.value().port;
+  options.job = id.empty() ? kObserverJob : id;
+  options.connect_timeout =
+      std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(timeout));
+  if (!token_file.empty()) {
+    auto t = rdzv::read_token_file(token_file);
+    if (!t) return fail(t.error().message, 2);
+    options.token = t.value();
+  } else if (auto t = env("CTRUN_RDZV_TOKEN")) {
+    auto clean = rdzv::clean_token(*t, "CTRUN_RDZV_TOKEN");
+    if (!clean) return fail(clean.error().message, 2);
+    options.token = clean.value();
+  }
+  const std::string where = ep.value().host + ":" + std::to_string(ep.value().port);
+  auto client = rdzv::Client::connect(options);
+  if (!client)
+    return fail("cannot reach the rendezvous at " + where + ": " + client.error().message, 1);
+
+  if (id.empty()) {
+    auto jobs = client.value()->call(rdzv::Json{{"op", "jobs"}});
+    if (!jobs) return fail(jobs.error().message, 1);
+    const std::string text =
+        json ? jobs_json(jobs.value()).dump(2) + "\n" : jobs_table(jobs.value());
+    std::fputs(text.c_str(), stdout);
+    return 0;
+  }
+  auto status = client.value()->status();
+  if (!status) return fail(status.error().message, 1);
+  const rdzv::Json& st = status.value();
+  if (st.value("rendezvous", rdzv::Json()).is_null() && st.value("keys", 0) == 0) {
+    return fail("no job '" + id + "' at " + where, 1);
+  }
+  JobStatus job{st, -1};
+  if (auto budget = client.value()->get(rdzv::kMaxRestartsKey, std::chrono::milliseconds(0))) {
+    job.max_restarts = std::atoll(budget.value().c_str());
+  }
+  const std::string text = json ? job_status_json(job).dump(2) + "\n" : job_status_table(job);
+  std::fputs(text.c_str(), stdout);
+  return 0;
+}
+
+}  // namespace ctrun::launcher

@@ -1,0 +1,28 @@
+// `ctrun status`: what a rendezvous answers about its jobs, shown as a table for people or as
+// JSON for scripts. Pure: the answers come in as JSON, the text goes out as a string.
+#pragma once
+
+#include <string>
+
+#include "ctrun/rendezvous/frame.h"
+
+namespace ctrun::launcher {
+
+// One job in detail: the daemon's `status` answer plus the restart budget read from the job's
+// store (-1 when no agent has said it).
+struct JobStatus {
+  rendezvous::Json status;
+  long long max_restarts = -1;
+};
+
+// {"job", "state", "round", "formed", "min_nodes", "max_nodes", "restarts", "max_restarts",
+//  "restarts_left", "connections", "keys", "end_reason", "nodes": [{"node", "host",
+//  "group_rank", "local_world_size", "place", "succeeded", "last_heartbeat_age_s"}]}
+rendezvous::Json job_status_json(const JobStatus& job);
+std::string job_status_table(const JobStatus& job);
+
+// The daemon's `jobs` answer: {"jobs": [...]} as JSON, or one line per job.
+rendezvous::Json jobs_json(const rendezvous::Json& jobs_answer);
+std::string jobs_table(const rendezvous::Json& jobs_answer);
+
+}  // namespace ctrun::launcher
