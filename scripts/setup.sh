@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev catch2 libssl-dev
   libtorch-dev libgloo-dev python3-torch
   iproute2 procps
+  etcd-server etcd-client slurmctld slurmd slurm-client munge prometheus
 )
 
 missing=()
