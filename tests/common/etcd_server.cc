@@ -1,0 +1,122 @@
+#include "etcd_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <stdexcept>
+#include <thread>
+
+namespace ctrun::testing {
+namespace {
+
+constexpr const char* kEtcd = "/usr/bin/etcd";
+
+bool accepts(std::uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
+std::string url(std::uint16_t port) { return "http://127.0.0.1:" + std::to_string(port); }
+
+}  // namespace
+
+bool EtcdCluster::installed() { return access(kEtcd, X_OK) == 0; }
+
+EtcdCluster::EtcdCluster(const ScratchDir& dir, int members, const std::string& name)
+    : token_(name + "-" + std::to_string(getpid())) {
+  members_.resize(members);
+  for (int i = 0; i < members; ++i) {
+    Member& m = members_[i];
+    m.name = name + std::to_string(i);
+    m.data_dir = dir.path(m.name + ".data");
+    m.log = dir.path(m.name + ".log");
+    m.client_port = free_port();
+    m.peer_port = free_port();
+    initial_cluster_ += (i ? "," : "") + m.name + "=" + url(m.peer_port);
+  }
+  for (auto& m : members_) launch(m, true);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (auto& m : members_) {
+    while (!accepts(m.client_port)) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw std::runtime_error("etcd member " + m.name + " did not start:\n" + read_file(m.log));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
+EtcdCluster::~EtcdCluster() {
+  for (auto& m : members_) m.process.reset();  // SIGKILL and reap, by PID
+}
+
+void EtcdCluster::launch(Member& m, bool first_start) {
+  // Short heartbeats and elections so a lost member is replaced quickly; no fsync: the tests'
+  // data need not survive a power cut, and fsync on a shared CI disk costs seconds.
+  std::vector<std::string> argv = {kEtcd,
+                                   "--name",
+                                   m.name,
+                                   "--data-dir",
+                                   m.data_dir,
+                                   "--listen-client-urls",
+                                   url(m.client_port),
+                                   "--advertise-client-urls",
+                                   url(m.client_port),
+                                   "--listen-peer-urls",
+                                   url(m.peer_port),
+                                   "--initial-advertise-peer-urls",
+                                   url(m.peer_port),
+                                   "--initial-cluster",
+                                   initial_cluster_,
+                                   "--initial-cluster-token",
+                                   token_,
+                                   "--initial-cluster-state",
+                                   first_start ? "new" : "existing",
+                                   "--heartbeat-interval=50",
+                                   "--election-timeout=500",
+                                   "--unsafe-no-fsync",
+                                   "--logger=zap",
+                                   "--log-level=error"};
+  m.process = std::make_unique<ChildProcess>(argv, m.log);
+}
+
+std::string EtcdCluster::endpoints() const {
+  std::string out;
+  for (const auto& m : members_)
+    out += std::string(out.empty() ? "" : ",") + "127.0.0.1:" + std::to_string(m.client_port);
+  return out;
+}
+
+void EtcdCluster::kill(int member) {
+  Member& m = members_[member];
+  if (!m.process) return;
+  m.process->signal(SIGKILL);
+  (void)m.process->wait(std::chrono::seconds(10));
+  m.process.reset();
+}
+
+void EtcdCluster::start(int member) {
+  Member& m = members_[member];
+  if (m.process) return;
+  launch(m, false);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!accepts(m.client_port)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw std::runtime_error("etcd member " + m.name + " did not restart:\n" + read_file(m.log));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string EtcdCluster::log(int member) const { return read_file(members_[member].log); }
+
+}  // namespace ctrun::testing
