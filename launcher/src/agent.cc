@@ -272,7 +272,7 @@ class Agent::Impl {
   }
   void announce_start() {
     const LaunchOptions& o = options_;
-    event("agent_start", {{"host", host_},
+    event("agent_start", {{"node_host", host_},
                           {"local_world_size", local_world_size_},
                           {"min_nodes", o.min_nodes},
                           {"max_nodes", o.max_nodes},
@@ -603,7 +603,7 @@ Task<int> Agent::Impl::main() {
         if (phase_ != Phase::kRunning) break;  // from a group already stopped
         event("worker_exit", {{"rank", round_.rank_offset + e.exit.local_rank},
                               {"local_rank", e.exit.local_rank},
-                              {"pid", e.exit.pid},
+                              {"worker_pid", e.exit.pid},
                               {"exit_code", e.exit.exit_code},
                               {"signal", e.exit.signal ? signal_name(e.exit.signal) : ""},
                               {"ok", e.exit.ok()}});
@@ -647,9 +647,12 @@ Task<int> Agent::Impl::main() {
         if (e.signo == SIGUSR1 || e.signo == SIGUSR2) {
           // Slurm's warning of a coming preemption or time limit: the workers decide what to
           // do (checkpoint, then exit or go on); the job is not stopped for it.
-          log("received " + signal_name(e.signo) + ": forwarded to the workers");
-          event("signal", {{"signal", signal_name(e.signo)}, {"action", "forwarded"}});
-          if (phase_ == Phase::kRunning) {
+          const bool running = phase_ == Phase::kRunning;
+          log("received " + signal_name(e.signo) +
+              (running ? ": forwarded to the workers" : ": no workers running, not forwarded"));
+          event("signal",
+                {{"signal", signal_name(e.signo)}, {"action", running ? "forwarded" : "none"}});
+          if (running) {
             for (int r = 0; r < local_world_size_; ++r) workers_.kill(r, e.signo);
           }
           break;
@@ -703,7 +706,7 @@ void Agent::Impl::begin_join() {
   // Exits of the group just stopped must not be read as news about the next one.
   std::erase_if(events_, [](const Event& e) { return e.kind == Event::Kind::kWorkerExit; });
   rdzv::NodeInfo node{node_id_, host_, local_world_size_, free_port(io_, host_), requested_rank_};
-  event("join", {{"host", host_}, {"local_world_size", local_world_size_}});
+  event("join", {{"node_host", host_}, {"local_world_size", local_world_size_}});
   // Not awaited here: the answer arrives as an event, so nothing (a signal, an old event) can
   // cancel a join that the daemon has already taken.
   asio::co_spawn(
@@ -772,7 +775,10 @@ Task<int> Agent::Impl::finish_success() {
     if (ev.kind == Event::Kind::kJobEnded)
       event("job_end", {{"state", ev.state}, {"reason", ev.reason}});
     if (ev.kind == Event::Kind::kJobEnded || ev.kind == Event::Kind::kConnectionLost) co_return 0;
-    if (ev.kind == Event::Kind::kSignal) co_return kExitFailure;
+    // Done workers need no preemption warning; any other signal ends the wait.
+    if (ev.kind == Event::Kind::kSignal && ev.signo != SIGUSR1 && ev.signo != SIGUSR2) {
+      co_return kExitFailure;
+    }
   }
 }
 

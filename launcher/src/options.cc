@@ -468,15 +468,18 @@ MachineFacts probe_machine(const EnvLookup& env) {
   }
   facts.gpu_count = devices;
   if (auto visible = env("CUDA_VISIBLE_DEVICES")) {
-    // CUDA reads the list up to the first invalid entry; "" or "-1" hides every device.
-    int listed = 0;
-    for (const auto& item : split(*visible, ',')) {
-      if (trim(item).empty() || trim(item) == "-1") break;
-      ++listed;
-    }
-    facts.gpu_count = std::min(listed, devices);
+    facts.gpu_count = std::min(count_visible_devices(*visible), devices);
   }
   return facts;
+}
+
+int count_visible_devices(const std::string& cuda_visible_devices) {
+  int listed = 0;
+  for (const auto& item : split(cuda_visible_devices, ',')) {
+    if (trim(item).empty() || trim(item) == "-1") break;
+    ++listed;
+  }
+  return listed;
 }
 
 Result<int> resolve_nproc(const std::string& nproc_per_node, const MachineFacts& machine) {

@@ -11,6 +11,7 @@ using rendezvous::Status;
 
 // Beyond this a host list is a mistake, not a cluster (and expanding it would eat memory).
 constexpr std::size_t kMaxHosts = 1 << 18;
+constexpr int kMaxWorkersPerNode = 4096;  // as --nproc_per_node
 
 Error bad(const std::string& message) { return Error{ErrorCode::kBadRequest, message}; }
 
@@ -147,6 +148,11 @@ Result<SlurmFacts> read_slurm_environment(const EnvLookup& env) {
     return bad("--slurm: " + nnodes_var + " must be a positive node count, got '" + *nnodes_text +
                "'");
   }
+  // srun with several tasks per node would start several agents claiming one node rank.
+  if (auto local = non_empty(env, "SLURM_LOCALID"); local && *local != "0") {
+    return bad("--slurm: run one ctrun per node (srun --ntasks-per-node=1); this is task " +
+               *local + " on its node (SLURM_LOCALID)");
+  }
   auto node = to_int(*node_text);
   if (!node || *node < 0 || *node >= *nnodes) {
     return bad("--slurm: SLURM_NODEID must be in 0.." + std::to_string(*nnodes - 1) + ", got '" +
@@ -165,23 +171,20 @@ Result<SlurmFacts> read_slurm_environment(const EnvLookup& env) {
 
   if (auto gpus = non_empty(env, "SLURM_GPUS_ON_NODE")) {
     auto n = to_int(*gpus);
-    if (!n || *n < 0) {
+    if (!n || *n < 0 || *n > kMaxWorkersPerNode) {
       return bad("--slurm: SLURM_GPUS_ON_NODE must be a GPU count, got '" + *gpus + "'");
     }
     facts.gpus_on_node = static_cast<int>(*n);
   }
   if (facts.gpus_on_node == 0) {
     if (auto visible = non_empty(env, "CUDA_VISIBLE_DEVICES")) {
-      // As CUDA reads it: up to the first empty or -1 entry.
-      std::size_t start = 0;
-      while (start <= visible->size()) {
-        const std::size_t comma = std::min(visible->find(',', start), visible->size());
-        const std::string item = visible->substr(start, comma - start);
-        if (item.empty() || item == "-1") break;
-        ++facts.gpus_on_node;
-        start = comma + 1;
-      }
+      facts.gpus_on_node = count_visible_devices(*visible);
     }
+  }
+  if (facts.gpus_on_node > kMaxWorkersPerNode) {
+    return bad("--slurm: " + std::to_string(facts.gpus_on_node) +
+               " GPUs on this node is more than ctrun starts (" +
+               std::to_string(kMaxWorkersPerNode) + ")");
   }
   return facts;
 }

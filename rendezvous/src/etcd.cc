@@ -353,19 +353,34 @@ Error error_from_answer(int http_status, const std::string& body) {
   const Json j = Json::parse(body, nullptr, false);
   std::string message;
   int code = -1;
+  // Fields of the wrong type are ignored, not thrown on: this is a peer's answer.
+  auto string_of = [](const Json& o, const char* name) {
+    auto it = o.find(name);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto int_of = [](const Json& o, const char* name) {
+    auto it = o.find(name);
+    return it != o.end() && it->is_number_integer() ? it->get<int>() : -1;
+  };
   if (j.is_object()) {
     auto e = j.find("error");
     if (e != j.end() && e->is_object()) {  // a stream's error
-      message = e->value("message", "");
-      code = e->value("grpc_code", -1);
+      message = string_of(*e, "message");
+      code = int_of(*e, "grpc_code");
     } else {
-      message = j.value("message", e != j.end() && e->is_string() ? e->get<std::string>() : "");
-      code = j.value("code", -1);
+      message = string_of(j, "message");
+      if (message.empty()) message = string_of(j, "error");
+      code = int_of(j, "code");
     }
   }
   if (message.empty()) {
     message = "HTTP " + std::to_string(http_status) + ": " + body.substr(0, 200);
   }
+  // One line, whatever the peer sent.
+  for (char& ch : message) {
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  }
+  while (!message.empty() && message.back() == ' ') message.pop_back();
   ErrorCode kind = ErrorCode::kInternal;
   if (code == 5) kind = ErrorCode::kNotFound;
   if (code == 9) kind = ErrorCode::kConflict;

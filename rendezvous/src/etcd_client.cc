@@ -127,6 +127,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   Task<Result<Json>> call(std::string path, Json body) {
+    auto self = shared_from_this();  // the Client may be destroyed while this call waits
     if (options_.endpoints.empty()) {
       co_return Error{ErrorCode::kBadRequest, "etcd: no endpoint given"};
     }
@@ -138,6 +139,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     while (true) {
       for (std::size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
         const auto now = std::chrono::steady_clock::now();
+        if (closed_) co_return Error{ErrorCode::kClosed, "etcd: client closed"};
         if (now >= deadline) co_return last;
         const auto until = std::min(deadline, now + options_.attempt_timeout);
         Attempt a = co_await attempt(index, path, text, until);
@@ -154,6 +156,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
 
   Task<Status> watch(std::string key, std::string range_end, std::int64_t start_revision,
                      std::function<void(const WatchMessage&)> on_message) {
+    auto self = shared_from_this();
     const std::string body = watch_request(key, range_end, start_revision).dump();
     Error last{ErrorCode::kConnection, "etcd: no endpoint answered"};
     for (std::size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
@@ -165,6 +168,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
         last = opened.error();
         continue;
       }
+      if (closed_) co_return ok_status();
       std::shared_ptr<Connection> c = std::move(opened).value();
       watches_.insert(c);
       auto req = post(ep, "/v3/watch", body);
@@ -173,7 +177,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
           co_await http::async_write(c->stream, req, asio::as_tuple(asio::use_awaitable));
       (void)written;
       if (write_error) {
-        watches_.erase(c);
+        if (watches_.erase(c) == 0) co_return ok_status();  // cancelled meanwhile
         last = connection_error(ep, write_error.message());
         continue;
       }
@@ -182,7 +186,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       std::optional<Error> stream_error;
       http::response_parser<http::string_body> parser;
       parser.body_limit(boost::none);
-      auto on_chunk = [&](std::uint64_t, beast::string_view data, boost::system::error_code&) {
+      auto on_chunk = [&](std::uint64_t, beast::string_view data, boost::system::error_code& ec) {
         pending.append(data.data(), data.size());
         std::size_t newline;
         while ((newline = pending.find('\n')) != std::string::npos) {
@@ -193,19 +197,42 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
                              ? Result<WatchMessage>(
                                    Error{ErrorCode::kInternal, "etcd: watch message is not JSON"})
                              : parse_watch_message(j);
-          if (!message) {
+          if (message && message.value().canceled) {
+            // A compacted start revision, or etcd's own cancel: the stream stays open but
+            // will say nothing more.
+            const WatchMessage& m = message.value();
+            stream_error = Error{
+                m.compact_revision ? ErrorCode::kNotFound : ErrorCode::kClosed,
+                "etcd: watch canceled" +
+                    (m.compact_revision
+                         ? ": revisions before " + std::to_string(m.compact_revision) +
+                               " were compacted"
+                         : (m.cancel_reason.empty() ? std::string() : ": " + m.cancel_reason))};
+          } else if (!message) {
             stream_error = message.error();
-          } else if (!stream_error) {
+          } else {
             on_message(message.value());
+          }
+          if (stream_error) {
+            ec = asio::error::operation_aborted;  // ends the read
+            return std::size_t{0};
           }
         }
         return data.size();
       };
       parser.on_chunk_body(on_chunk);
-      c->stream.expires_never();  // a quiet watch is a healthy one
-      auto [read_error, n] = co_await http::async_read(c->stream, c->buffer, parser,
-                                                       asio::as_tuple(asio::use_awaitable));
-      (void)n;
+      // The answer's header must come in time; after it, a quiet watch is a healthy one.
+      auto [header_error, h] = co_await http::async_read_header(
+          c->stream, c->buffer, parser, asio::as_tuple(asio::use_awaitable));
+      (void)h;
+      boost::system::error_code read_error = header_error;
+      if (!header_error) {
+        c->stream.expires_never();
+        auto [e, n] = co_await http::async_read(c->stream, c->buffer, parser,
+                                                asio::as_tuple(asio::use_awaitable));
+        (void)n;
+        read_error = e;
+      }
       const bool cancelled = watches_.erase(c) == 0;
       if (cancelled) co_return ok_status();
       if (stream_error) co_return *stream_error;
@@ -225,6 +252,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void close_all() {
+    closed_ = true;
     cancel_watches();
     idle_.clear();
   }
@@ -249,6 +277,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<std::unique_ptr<Connection>> idle_;
   std::set<std::shared_ptr<Connection>> watches_;
   std::size_t preferred_ = 0;  // the endpoint that answered last
+  bool closed_ = false;        // the Client is gone: calls still in flight end at their next step
 };
 
 Client::Client(asio::io_context& io, ClientOptions options)
@@ -259,8 +288,7 @@ Task<Result<Json>> Client::call(std::string path, Json body) {
   co_return co_await impl_->call(path, body);
 }
 
-Task<Result<std::int64_t>> Client::put(std::string key, std::string value,
-                                       std::int64_t lease) {
+Task<Result<std::int64_t>> Client::put(std::string key, std::string value, std::int64_t lease) {
   const Json body = put_request(key, value, lease);
   auto answer = co_await impl_->call("/v3/kv/put", body);
   if (!answer) co_return answer.error();
@@ -313,8 +341,7 @@ Task<Status> Client::revoke(std::int64_t lease) {
   co_return ok_status();
 }
 
-Task<Status> Client::watch(std::string key, std::string range_end,
-                           std::int64_t start_revision,
+Task<Status> Client::watch(std::string key, std::string range_end, std::int64_t start_revision,
                            std::function<void(const WatchMessage&)> on_message) {
   auto impl = impl_;  // the stream may outlive a Client destroyed mid-watch
   co_return co_await impl->watch(key, range_end, start_revision, std::move(on_message));

@@ -9,6 +9,30 @@ namespace ctrun::rendezvous {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
+void accept_loop(tcp::acceptor& acceptor, std::function<bool()> keep_going,
+                 std::function<void(tcp::socket)> on_accept,
+                 std::function<void(const std::string&)> on_error) {
+  acceptor.async_accept([&acceptor, keep_going = std::move(keep_going),
+                         on_accept = std::move(on_accept), on_error = std::move(on_error)](
+                            boost::system::error_code ec, tcp::socket socket) mutable {
+    if (!keep_going()) return;
+    if (ec) {
+      on_error("accept failed: " + ec.message());
+      auto retry = std::make_shared<asio::steady_timer>(acceptor.get_executor(),
+                                                        std::chrono::milliseconds(100));
+      retry->async_wait([&acceptor, retry, keep_going, on_accept,
+                         on_error](boost::system::error_code) mutable {
+        if (keep_going()) {
+          accept_loop(acceptor, std::move(keep_going), std::move(on_accept), std::move(on_error));
+        }
+      });
+      return;
+    }
+    on_accept(std::move(socket));
+    accept_loop(acceptor, std::move(keep_going), std::move(on_accept), std::move(on_error));
+  });
+}
+
 std::string endpoint_text(const tcp::endpoint& ep) {
   const std::string host = ep.address().to_string();
   return (ep.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(ep.port());

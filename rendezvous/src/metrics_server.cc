@@ -66,18 +66,24 @@ class MetricsServer::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void accept() {
-    acceptor_.async_accept(
-        [self = shared_from_this()](boost::system::error_code ec, tcp::socket socket) {
-          if (self->stopped_) return;
-          if (!ec) {
-            if (self->sessions_.size() >= kMaxSessions) {
-              socket.close(ec);  // a scraper does not need more; the daemon's clients come first
-            } else {
-              self->serve(std::move(socket));
-            }
+    std::weak_ptr<Impl> weak = shared_from_this();
+    accept_loop(
+        acceptor_,
+        [weak] {
+          auto self = weak.lock();
+          return self && !self->stopped_;
+        },
+        [weak](tcp::socket socket) {
+          auto self = weak.lock();
+          boost::system::error_code ignored;
+          // A scraper needs few connections; the daemon's clients come first.
+          if (self->sessions_.size() >= kMaxSessions) {
+            socket.close(ignored);
+          } else {
+            self->serve(std::move(socket));
           }
-          self->accept();
-        });
+        },
+        [](const std::string&) {});
   }
 
   void serve(tcp::socket socket) {

@@ -162,7 +162,7 @@ Result<std::vector<Notice>> Rendezvous::join(const NodeInfo& info) {
       place(node, Place::kWaiting);
       log("node '" + info.node_id + "' waits: round " + std::to_string(round_) + " is full");
       emit("join", {{"node", info.node_id},
-                    {"host", info.host},
+                    {"node_host", info.host},
                     {"local_world_size", info.local_world_size},
                     {"round", round_},
                     {"waiting", true}});
@@ -176,7 +176,7 @@ Result<std::vector<Notice>> Rendezvous::join(const NodeInfo& info) {
       std::to_string(count(Place::kPending)) + " of " + std::to_string(config_.min_nodes) + ".." +
       std::to_string(config_.max_nodes) + ")");
   emit("join", {{"node", info.node_id},
-                {"host", info.host},
+                {"node_host", info.host},
                 {"local_world_size", info.local_world_size},
                 {"round", round_},
                 {"waiting", false}});

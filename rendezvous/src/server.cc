@@ -189,31 +189,23 @@ class Server::Impl final : public Transport {
 
  private:
   void accept() {
-    acceptor_.async_accept([this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec,
-                                                                      tcp::socket socket) {
-      if (alive.expired() || stopped_) return;
-      if (ec) {
-        // Out of descriptors or a transient error: back off briefly instead of spinning.
-        log("accept failed: " + ec.message());
-        auto retry = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
-        retry->async_wait([this, retry, alive](boost::system::error_code) {
-          if (!alive.expired() && !stopped_) accept();
-        });
-        return;
-      }
-      boost::system::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      std::string peer = endpoint_text(socket.remote_endpoint(ignored));
-      const ConnectionId id = next_id_++;
-      auto session = std::make_shared<Session>(
-          std::move(socket), id, service_, options_.max_pending_write_bytes,
-          [this](ConnectionId gone) { sessions_.erase(gone); }, alive_);
-      session->set_peer(peer);
-      sessions_.emplace(id, session);
-      service_.on_connect(id, std::move(peer));
-      session->start();
-      accept();
-    });
+    accept_loop(
+        acceptor_,
+        [this, alive = std::weak_ptr<int>(alive_)] { return !alive.expired() && !stopped_; },
+        [this](tcp::socket socket) {
+          boost::system::error_code ignored;
+          socket.set_option(tcp::no_delay(true), ignored);
+          std::string peer = endpoint_text(socket.remote_endpoint(ignored));
+          const ConnectionId id = next_id_++;
+          auto session = std::make_shared<Session>(
+              std::move(socket), id, service_, options_.max_pending_write_bytes,
+              [this](ConnectionId gone) { sessions_.erase(gone); }, alive_);
+          session->set_peer(peer);
+          sessions_.emplace(id, session);
+          service_.on_connect(id, std::move(peer));
+          session->start();
+        },
+        [this](const std::string& line) { log(line); });
   }
 
   void arm_timer() {

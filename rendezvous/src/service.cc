@@ -68,6 +68,42 @@ std::string host_of(const std::string& peer) {
   return colon == std::string::npos ? peer : peer.substr(0, colon);
 }
 
+// Well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool valid_utf8(const std::string& s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int extra = 0;
+    unsigned cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xe0) == 0xc0) {
+      extra = 1;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      extra = 2;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + extra >= s.size()) return false;  // truncated sequence
+    for (int k = 1; k <= extra; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    static constexpr unsigned kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
 // Keys quoted in error messages are cut short, so an error frame stays small.
 std::string shorten(const std::string& key) {
   return key.size() <= 128 ? key : key.substr(0, 128) + "...";
@@ -252,6 +288,10 @@ void Service::op_hello(Connection& c, std::uint64_t id, const Json& req) {
     return reject(c, id,
                   Error{ErrorCode::kBadRequest,
                         "job id must be 1.." + std::to_string(options_.max_job_bytes) + " bytes"});
+  }
+  // It is shown in logs, metrics labels, event logs and `ctrun status` JSON.
+  if (!valid_utf8(job.value())) {
+    return reject(c, id, Error{ErrorCode::kBadRequest, "job id is not valid UTF-8"});
   }
   Json body = Json::object();
   if (options_.token) {

@@ -171,6 +171,12 @@ TEST_CASE("slurm --slurm: a missing or inconsistent allocation is a clear error"
   CHECK_THAT(parse_error({"--slurm", "train"}, env), Catch::Contains("SLURM_NODEID is not set"));
   CHECK_THAT(parse_error({"--slurm", "--standalone", "train"}, step_env("n1", 1, 0)),
              Catch::Contains("--slurm and --standalone"));
+  env = step_env("n1", 1, 0);
+  env["SLURM_LOCALID"] = "1";
+  CHECK_THAT(parse_error({"--slurm", "train"}, env), Catch::Contains("run one ctrun per node"));
+  env = step_env("n1", 1, 0);
+  env["SLURM_GPUS_ON_NODE"] = "100000";
+  CHECK_THAT(parse_error({"--slurm", "train"}, env), Catch::Contains("SLURM_GPUS_ON_NODE"));
   // PET_SLURM turns it on like the flag.
   CHECK_THAT(parse_error({"train"}, {{"PET_SLURM", "1"}}), Catch::Contains("SLURM_JOB_ID"));
 }

@@ -99,6 +99,9 @@ struct MachineFacts {
   int gpu_count = 0;
 };
 MachineFacts probe_machine(const EnvLookup& env);
+// The devices a CUDA_VISIBLE_DEVICES value lists, read as CUDA does: up to the first empty or
+// "-1" entry ("" and "-1" hide every device).
+int count_visible_devices(const std::string& cuda_visible_devices);
 Result<int> resolve_nproc(const std::string& nproc_per_node, const MachineFacts& machine);
 
 // --rdzv_endpoint: "host", "host:port", "[v6addr]" or "[v6addr]:port".

@@ -40,6 +40,9 @@ class Client {
   // Arguments are taken by value: a coroutine outlives the caller's temporaries.
   // POSTs `body` to `path` ("/v3/kv/put") and returns the JSON answer. Connection errors and
   // 503s move on to the next endpoint until request_timeout; other errors come back at once.
+  // A write whose try was cut (no answer in time, 503 "request timed out") may still have been
+  // applied when it is sent again: callers must compare-and-swap on revisions and re-read after
+  // an error, so that a retried write is never taken for a fresh one.
   Task<Result<Json>> call(std::string path, Json body);
 
   Task<Result<std::int64_t>> put(std::string key, std::string value,
@@ -54,8 +57,9 @@ class Client {
   Task<Status> revoke(std::int64_t lease);
 
   // Watches [key, range_end) from `start_revision` (0: from now) and hands every message to
-  // `on_message` until the stream ends: an error when the connection is lost or etcd cancels,
-  // ok after cancel_watches().
+  // `on_message` until the stream ends: an error when the connection is lost or etcd cancels
+  // (kNotFound when `start_revision` was compacted: read again, then watch from there), ok after
+  // cancel_watches() or the Client's end.
   Task<Status> watch(std::string key, std::string range_end,
                      std::int64_t start_revision,
                      std::function<void(const WatchMessage&)> on_message);
