@@ -280,6 +280,12 @@ class Agent::Impl {
                           {"entrypoint", o.entrypoint},
                           {"rendezvous", endpoint_host_ + ":" + std::to_string(endpoint_port_)}});
   }
+  // The assignment as the daemon sent it, and the restart it runs as.
+  void announce_round() {
+    rdzv::Json fields = rdzv::to_json(round_);
+    fields["restart"] = restart_count_;
+    event("round", std::move(fields));
+  }
   void arm_signals();
   void arm_heartbeat_check();
   void check_heartbeats();
@@ -575,14 +581,7 @@ Task<int> Agent::Impl::main() {
         round_ = e.joined->value();
         auto restarts = co_await client_->get(rdzv::kRestartsKey, std::chrono::milliseconds(0));
         restart_count_ = restarts ? std::atoi(restarts.value().c_str()) : 0;
-        event("round", {{"round", round_.round},
-                        {"group_rank", round_.group_rank},
-                        {"group_world_size", round_.group_world_size},
-                        {"rank_offset", round_.rank_offset},
-                        {"world_size", round_.world_size},
-                        {"master_addr", round_.master_addr},
-                        {"master_port", round_.master_port},
-                        {"restart", restart_count_}});
+        announce_round();
         log("round " + std::to_string(round_.round) + ": group rank " +
             std::to_string(round_.group_rank) + " of " + std::to_string(round_.group_world_size) +
             ", ranks " + std::to_string(round_.rank_offset) + ".." +
