@@ -63,12 +63,6 @@ std::string random_uuid() {
          hex.substr(16, 4) + "-" + hex.substr(20);
 }
 
-std::string hostname() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
 // True when `host` names an address of this machine (torchrun's test for hosting the store).
 bool is_local_host(const std::string& host) {
   addrinfo hints{};
@@ -364,7 +358,7 @@ Task<void> Agent::Impl::linger(rdzv::Duration d) {
 Task<rdzv::Status> Agent::Impl::setup() {
   const LaunchOptions& o = options_;
   run_id_ = o.standalone ? random_uuid() : o.rdzv_id;
-  node_id_ = hostname() + ":" + std::to_string(getpid()) + ":" + random_hex(4);
+  node_id_ = rdzv::local_host_name() + ":" + std::to_string(getpid()) + ":" + random_hex(4);
 
   // Logs and error files live under --log_dir, or a private temporary directory.
   if (!o.log_dir.empty()) {
@@ -803,7 +797,7 @@ Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
   }
   FailureInfo info;
   info.entrypoint = options_.entrypoint;
-  info.host = hostname();
+  info.host = rdzv::local_host_name();
   info.rank = rank;
   info.local_rank = first.local_rank;
   info.pid = first.pid;

@@ -13,13 +13,10 @@
 #include <sstream>
 
 #include "ctrun/launcher/slurm.h"
+#include "option_text.h"
 
 namespace ctrun::launcher {
 namespace {
-
-using rendezvous::ErrorCode;
-
-Error bad(const std::string& message) { return Error{ErrorCode::kBadRequest, message}; }
 
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> out;
@@ -33,13 +30,6 @@ std::string trim(std::string s) {
   s.erase(0, s.find_first_not_of(" \t"));
   s.erase(s.find_last_not_of(" \t") + 1);
   return s;
-}
-
-std::optional<long long> to_int(const std::string& s) {
-  long long v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
 }
 
 std::optional<double> to_number(const std::string& s) {
@@ -357,7 +347,7 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
     const auto n = to_int(o.nproc_per_node);
     const bool word =
         o.nproc_per_node == "cpu" || o.nproc_per_node == "gpu" || o.nproc_per_node == "auto";
-    if (!word && (!n || *n < 1 || *n > 4096)) {
+    if (!word && (!n || *n < 1 || *n > kMaxWorkersPerNode)) {
       return bad("--nproc_per_node: expected a positive integer, cpu, gpu or auto, got '" +
                  o.nproc_per_node + "'");
     }

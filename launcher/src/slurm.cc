@@ -3,24 +3,15 @@
 #include <charconv>
 #include <optional>
 
+#include "option_text.h"
+
 namespace ctrun::launcher {
 namespace {
 
-using rendezvous::ErrorCode;
 using rendezvous::Status;
 
 // Beyond this a host list is a mistake, not a cluster (and expanding it would eat memory).
 constexpr std::size_t kMaxHosts = 1 << 18;
-constexpr int kMaxWorkersPerNode = 4096;  // as --nproc_per_node
-
-Error bad(const std::string& message) { return Error{ErrorCode::kBadRequest, message}; }
-
-std::optional<long long> to_int(const std::string& s) {
-  long long v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
-}
 
 bool all_digits(const std::string& s) {
   return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;

@@ -48,11 +48,7 @@ Result<std::unique_ptr<EventLog>> EventLog::open(const std::string& path, std::s
 }
 
 EventLog::EventLog(int fd, std::string path, std::string source)
-    : fd_(fd), path_(std::move(path)), source_(std::move(source)) {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  host_ = name;
-}
+    : fd_(fd), path_(std::move(path)), source_(std::move(source)), host_(local_host_name()) {}
 
 EventLog::~EventLog() { ::close(fd_); }
 

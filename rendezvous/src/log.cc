@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+
+#include <unistd.h>
 #include <string>
 
 namespace ctrun::rendezvous {
@@ -19,6 +21,12 @@ void log_line(std::string_view component, std::string_view text) {
   std::string line = std::string(stamp) + "." + std::to_string(1000 + ms.count()).substr(1) + "Z " +
                      std::string(component) + ": " + std::string(text) + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);  // one write: lines from threads do not mix
+}
+
+std::string local_host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
 }
 
 }  // namespace ctrun::rendezvous
