@@ -154,37 +154,6 @@ Result<RendezvousConf> parse_rdzv_conf(const std::string& text) {
   return conf;
 }
 
-Result<Endpoint> parse_endpoint(const std::string& text, std::uint16_t default_port) {
-  const std::string t = trim(text);
-  Endpoint ep{t, default_port};
-  std::string port;
-  if (!t.empty() && t.front() == '[') {
-    const auto close = t.find(']');
-    if (close == std::string::npos) return bad("--rdzv_endpoint: unclosed '[' in '" + t + "'");
-    ep.host = t.substr(1, close - 1);
-    if (close + 1 < t.size()) {
-      if (t[close + 1] != ':') return bad("--rdzv_endpoint: expected ':' after ']' in '" + t + "'");
-      port = t.substr(close + 2);
-      if (port.empty()) return bad("--rdzv_endpoint: no port after ':' in '" + t + "'");
-    }
-  } else if (std::count(t.begin(), t.end(), ':') == 1) {
-    ep.host = t.substr(0, t.find(':'));
-    port = t.substr(t.find(':') + 1);
-    if (port.empty()) return bad("--rdzv_endpoint: no port after ':' in '" + t + "'");
-  } else if (std::count(t.begin(), t.end(), ':') > 1) {
-    return bad("--rdzv_endpoint: write an IPv6 address in brackets, as [" + t + "]:29400");
-  }
-  if (ep.host.empty()) return bad("--rdzv_endpoint: no host in '" + t + "'");
-  if (!port.empty()) {
-    auto p = to_int(port);
-    if (!p || *p < 1 || *p > 65535) {
-      return bad("--rdzv_endpoint: port must be 1..65535, got '" + port + "'");
-    }
-    ep.port = static_cast<std::uint16_t>(*p);
-  }
-  return ep;
-}
-
 EnvLookup process_env() {
   return [](const std::string& name) -> std::optional<std::string> {
     const char* v = std::getenv(name.c_str());

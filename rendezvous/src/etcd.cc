@@ -159,40 +159,9 @@ Result<std::vector<Endpoint>> parse_endpoints(const std::string& text) {
       return Error{ErrorCode::kBadRequest,
                    "--rdzv_endpoint: empty etcd endpoint in '" + text + "'"};
     }
-    Endpoint ep;
-    std::string port;
-    if (item.front() == '[') {
-      const auto close = item.find(']');
-      if (close == std::string::npos) {
-        return Error{ErrorCode::kBadRequest, "--rdzv_endpoint: unclosed '[' in '" + item + "'"};
-      }
-      ep.host = item.substr(1, close - 1);
-      if (close + 1 < item.size()) {
-        if (item[close + 1] != ':') {
-          return Error{ErrorCode::kBadRequest,
-                       "--rdzv_endpoint: expected ':' after ']' in '" + item + "'"};
-        }
-        port = item.substr(close + 2);
-      }
-    } else if (item.find(':') != std::string::npos) {
-      ep.host = item.substr(0, item.find(':'));
-      port = item.substr(item.find(':') + 1);
-    } else {
-      ep.host = item;
-    }
-    if (ep.host.empty()) {
-      return Error{ErrorCode::kBadRequest, "--rdzv_endpoint: no host in '" + item + "'"};
-    }
-    if (!port.empty() || item.back() == ':') {
-      int p = 0;
-      auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-      if (ec != std::errc() || end != port.data() + port.size() || p < 1 || p > 65535) {
-        return Error{ErrorCode::kBadRequest, "--rdzv_endpoint: port must be 1..65535, got '" +
-                                                 port + "' in '" + item + "'"};
-      }
-      ep.port = static_cast<std::uint16_t>(p);
-    }
-    out.push_back(ep);
+    auto ep = parse_endpoint(item, kDefaultPort);
+    if (!ep) return ep.error();
+    out.push_back(std::move(ep).value());
   }
   return out;
 }

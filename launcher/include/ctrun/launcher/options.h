@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ctrun/rendezvous/endpoint.h"
 #include "ctrun/rendezvous/error.h"
 
 namespace ctrun::launcher {
@@ -104,12 +105,9 @@ MachineFacts probe_machine(const EnvLookup& env);
 int count_visible_devices(const std::string& cuda_visible_devices);
 Result<int> resolve_nproc(const std::string& nproc_per_node, const MachineFacts& machine);
 
-// --rdzv_endpoint: "host", "host:port", "[v6addr]" or "[v6addr]:port".
-struct Endpoint {
-  std::string host;
-  std::uint16_t port = 0;
-};
-Result<Endpoint> parse_endpoint(const std::string& text, std::uint16_t default_port);
+// --rdzv_endpoint, parsed where the rendezvous part defines it.
+using rendezvous::Endpoint;
+using rendezvous::parse_endpoint;
 
 std::optional<int> signal_from_name(const std::string& name);
 std::string signal_name(int signo);

@@ -31,7 +31,7 @@ struct WorkerEnvInputs {
   rendezvous::StoreAddress store;  // passed on as CTRUN_STORE_*
   bool use_agent_store = false;
   std::string error_file;
-  std::string heartbeat_file;  // CTRUN_HEARTBEAT_FILE when --worker_timeout is on; else empty
+  std::string heartbeat_file;        // CTRUN_HEARTBEAT_FILE when --worker_timeout is on; else empty
   bool set_omp_num_threads = false;  // OMP_NUM_THREADS unset and more than one local worker
 };
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ctrun/rendezvous/endpoint.h"
 #include "ctrun/rendezvous/error.h"
 #include "ctrun/rendezvous/frame.h"
 
@@ -20,12 +21,10 @@ Result<std::string> base64_decode(const std::string& text);
 // The range_end that makes a range request cover every key starting with `prefix`.
 std::string prefix_end(const std::string& prefix);
 
-// --rdzv_endpoint for etcd: "host[:port]" items separated by commas, tried in turn; an
-// "http://" scheme is accepted, "https://" is refused until TLS is supported.
-struct Endpoint {
-  std::string host;
-  std::uint16_t port = 2379;
-};
+// --rdzv_endpoint for etcd: endpoints (parse_endpoint's forms, port 2379 by default) separated
+// by commas, tried in turn; an "http://" scheme is accepted, "https://" is refused until TLS is
+// supported.
+inline constexpr std::uint16_t kDefaultPort = 2379;
 Result<std::vector<Endpoint>> parse_endpoints(const std::string& text);
 
 struct KeyValue {

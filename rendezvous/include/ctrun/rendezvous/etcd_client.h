@@ -60,8 +60,7 @@ class Client {
   // `on_message` until the stream ends: an error when the connection is lost or etcd cancels
   // (kNotFound when `start_revision` was compacted: read again, then watch from there), ok after
   // cancel_watches() or the Client's end.
-  Task<Status> watch(std::string key, std::string range_end,
-                     std::int64_t start_revision,
+  Task<Status> watch(std::string key, std::string range_end, std::int64_t start_revision,
                      std::function<void(const WatchMessage&)> on_message);
   void cancel_watches();
 

@@ -1,0 +1,49 @@
+#include "ctrun/rendezvous/endpoint.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace ctrun::rendezvous {
+namespace {
+
+Error bad(const std::string& message) {
+  return Error{ErrorCode::kBadRequest, "--rdzv_endpoint: " + message};
+}
+
+}  // namespace
+
+Result<Endpoint> parse_endpoint(const std::string& text, std::uint16_t default_port) {
+  std::string t = text;
+  t.erase(0, t.find_first_not_of(" \t"));
+  t.erase(t.find_last_not_of(" \t") + 1);
+  Endpoint ep{t, default_port};
+  std::string port;
+  if (!t.empty() && t.front() == '[') {
+    const auto close = t.find(']');
+    if (close == std::string::npos) return bad("unclosed '[' in '" + t + "'");
+    ep.host = t.substr(1, close - 1);
+    if (close + 1 < t.size()) {
+      if (t[close + 1] != ':') return bad("expected ':' after ']' in '" + t + "'");
+      port = t.substr(close + 2);
+      if (port.empty()) return bad("no port after ':' in '" + t + "'");
+    }
+  } else if (std::count(t.begin(), t.end(), ':') == 1) {
+    ep.host = t.substr(0, t.find(':'));
+    port = t.substr(t.find(':') + 1);
+    if (port.empty()) return bad("no port after ':' in '" + t + "'");
+  } else if (std::count(t.begin(), t.end(), ':') > 1) {
+    return bad("write an IPv6 address in brackets, as [" + t + "]:" + std::to_string(default_port));
+  }
+  if (ep.host.empty()) return bad("no host in '" + t + "'");
+  if (!port.empty()) {
+    int p = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+    if (ec != std::errc() || end != port.data() + port.size() || p < 1 || p > 65535) {
+      return bad("port must be 1..65535, got '" + port + "'");
+    }
+    ep.port = static_cast<std::uint16_t>(p);
+  }
+  return ep;
+}
+
+}  // namespace ctrun::rendezvous
