@@ -16,7 +16,8 @@
 #include "ctrun/launcher/failure_report.h"
 #include "ctrun/launcher/worker_env.h"
 #include "ctrun/rendezvous/auth.h"
-#include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/backend.h"
+#include "ctrun/rendezvous/etcd.h"
 #include "ctrun/rendezvous/event_log.h"
 #include "ctrun/rendezvous/log.h"
 #include "ctrun/rendezvous/message.h"
@@ -237,7 +238,9 @@ class Agent::Impl {
   }
 
  private:
+  // The job, then a goodbye to the rendezvous so that it lets this node go at once.
   Task<int> main();
+  Task<int> run_job();
   Task<rdzv::Status> setup();
   Task<int> finish_success();
   // nullopt: the job restarts (join again); otherwise the agent's exit code.
@@ -328,7 +331,8 @@ class Agent::Impl {
   std::unique_ptr<rdzv::EventLog> event_log_;         // --event_log: this agent's events
   std::unique_ptr<rdzv::EventLog> server_event_log_;  // and its hosted rendezvous's
   std::unique_ptr<rdzv::Server> server_;              // when this agent hosts the rendezvous
-  std::unique_ptr<rdzv::AsyncClient> client_;
+  std::unique_ptr<rdzv::Backend> client_;
+  bool etcd_ = false;  // --rdzv_backend=etcd: no daemon, the workers' store is torch's own
   rdzv::RendezvousConfig config_;
   int requested_rank_ = -1;
 
@@ -391,7 +395,26 @@ Task<rdzv::Status> Agent::Impl::setup() {
   // Where the rendezvous is, and whether this agent hosts it.
   bool try_host = false;
   bool must_host = false;
-  if (o.standalone) {
+  etcd_ = !o.standalone && (o.rdzv_backend == "etcd" || o.rdzv_backend == "etcd-v2");
+  if (etcd_) {
+    if (o.rdzv_endpoint.empty()) {
+      co_return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                            "--rdzv_endpoint is required with --rdzv_backend=" + o.rdzv_backend};
+    }
+    auto endpoints = rdzv::etcd::parse_endpoints(o.rdzv_endpoint);
+    if (!endpoints) co_return endpoints.error();
+    endpoint_host_ = endpoints.value().front().host;
+    endpoint_port_ = endpoints.value().front().port;
+    if (o.node_rank_given) requested_rank_ = o.node_rank;
+    rdzv::EtcdBackendOptions etcd_options;
+    etcd_options.endpoints = std::move(endpoints).value();
+    etcd_options.job = run_id_;
+    etcd_options.connect_timeout = config_.join_timeout;
+    etcd_options.lease_ttl = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+    etcd_options.log = [](const std::string& line) { rdzv::log_line("ctrun rendezvous", line); };
+    etcd_options.events = hosted_events();
+    client_ = rdzv::make_etcd_backend(io_, std::move(etcd_options));
+  } else if (o.standalone) {
     endpoint_host_ = "127.0.0.1";
     endpoint_port_ = 0;  // a free port: two standalone jobs on one machine do not collide
     try_host = must_host = true;
@@ -434,13 +457,15 @@ Task<rdzv::Status> Agent::Impl::setup() {
     // Otherwise another agent on this machine hosts it: join as a client.
   }
 
-  rdzv::ClientOptions client_options;
-  client_options.host = endpoint_host_;
-  client_options.port = endpoint_port_;
-  client_options.job = run_id_;
-  client_options.token = token_;
-  client_options.connect_timeout = config_.join_timeout;
-  client_ = std::make_unique<rdzv::AsyncClient>(io_, client_options);
+  if (!client_) {
+    rdzv::ClientOptions client_options;
+    client_options.host = endpoint_host_;
+    client_options.port = endpoint_port_;
+    client_options.job = run_id_;
+    client_options.token = token_;
+    client_options.connect_timeout = config_.join_timeout;
+    client_ = rdzv::make_ctrund_backend(io_, client_options);
+  }
   client_->set_event_handler([this](const rdzv::Json& e) { post(event_from_daemon(e)); });
   if (auto s = co_await client_->connect(); !s) co_return s;
   client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
@@ -483,7 +508,9 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     in.placement = RoundPlacement{round.group_rank, round.group_world_size, round.rank_offset,
                                   round.world_size, round.master_addr,      round.master_port,
                                   restart_count};
-    in.store = rdzv::StoreAddress{endpoint_host_, endpoint_port_, round.store_prefix, token_};
+    if (!etcd_) {
+      in.store = rdzv::StoreAddress{endpoint_host_, endpoint_port_, round.store_prefix, token_};
+    }
     in.use_agent_store = false;  // rank 0's worker serves torch's own store (docs/env.md)
     in.error_file = dir + "/error.json";
     in.set_omp_num_threads = set_omp;
@@ -539,6 +566,12 @@ Task<void> Agent::Impl::stop_workers(int signo) {
 }
 
 Task<int> Agent::Impl::main() {
+  const int code = co_await run_job();
+  if (client_) co_await client_->release();
+  co_return code;
+}
+
+Task<int> Agent::Impl::run_job() {
   for (int signo : options_.signals_to_handle) {
     boost::system::error_code ec;
     signals_.add(signo, ec);

@@ -180,7 +180,8 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
       {"--nnodes", "nnodes", "Number of nodes, N or MIN:MAX (default 1:1)"},
       {"--nproc_per_node,--nproc-per-node", "nproc_per_node",
        "Workers per node: N, cpu, gpu or auto (default 1)"},
-      {"--rdzv_backend,--rdzv-backend", "rdzv_backend", "static, c10d or ctrund (default static)"},
+      {"--rdzv_backend,--rdzv-backend", "rdzv_backend",
+       "static, c10d, ctrund, etcd or etcd-v2 (default static)"},
       {"--rdzv_endpoint,--rdzv-endpoint", "rdzv_endpoint", "HOST[:PORT] of ctrund (port 29400)"},
       {"--rdzv_id,--rdzv-id", "rdzv_id", "Job id shared by every node (default none)"},
       {"--rdzv_conf,--rdzv-conf", "rdzv_conf",
@@ -323,8 +324,10 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
   }
   if (!value("rdzv_backend").empty()) {
     o.rdzv_backend = trim(value("rdzv_backend"));
-    if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d" && o.rdzv_backend != "ctrund") {
-      return bad("--rdzv_backend: expected static, c10d or ctrund, got '" + o.rdzv_backend + "'");
+    if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d" && o.rdzv_backend != "ctrund" &&
+        o.rdzv_backend != "etcd" && o.rdzv_backend != "etcd-v2") {
+      return bad("--rdzv_backend: expected static, c10d, ctrund, etcd or etcd-v2, got '" +
+                 o.rdzv_backend + "'");
     }
   }
   o.rdzv_endpoint = trim(value("rdzv_endpoint"));

@@ -207,6 +207,19 @@ rendezvous::Status apply_slurm(const SlurmFacts& facts, const ExplicitOptions& g
     if (!given.master_port) o.master_port = port;
     return rendezvous::ok_status();
   }
+  if (o.rdzv_backend == "etcd" || o.rdzv_backend == "etcd-v2") {
+    // The etcd cluster is the site's, not a host of the allocation: it must be named.
+    if (!given.rdzv_endpoint) {
+      return rendezvous::Error{rendezvous::ErrorCode::kBadRequest,
+                               "--slurm with --rdzv_backend=" + o.rdzv_backend +
+                                   " needs --rdzv_endpoint (the etcd cluster's endpoints)"};
+    }
+    if (!given.node_rank) {
+      o.node_rank = facts.node_id;
+      o.node_rank_given = true;
+    }
+    return rendezvous::ok_status();
+  }
   if (!given.rdzv_backend) o.rdzv_backend = "c10d";
   if (!given.node_rank) {
     o.node_rank = facts.node_id;

@@ -29,10 +29,12 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
       {"TORCHELASTIC_ERROR_FILE", in.error_file},
       {"NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
-      {"CTRUN_STORE_ADDR", in.store.host},
-      {"CTRUN_STORE_PORT", std::to_string(in.store.port)},
-      {"CTRUN_STORE_PREFIX", in.store.prefix},
   };
+  if (!in.store.host.empty()) {  // none with etcd: the workers meet at MASTER_ADDR:MASTER_PORT
+    vars["CTRUN_STORE_ADDR"] = in.store.host;
+    vars["CTRUN_STORE_PORT"] = std::to_string(in.store.port);
+    vars["CTRUN_STORE_PREFIX"] = in.store.prefix;
+  }
   if (in.store.token) vars["CTRUN_RDZV_TOKEN"] = *in.store.token;
   if (!in.heartbeat_file.empty()) vars.emplace("CTRUN_HEARTBEAT_FILE", in.heartbeat_file);
   // emplace, not operator[] = "1": g++ 12 warns falsely (-Wrestrict) on that assignment

@@ -190,6 +190,7 @@ void Rendezvous::reopen(const std::string& reason, const std::string& except,
   ++revision_;
   formed_ = false;
   last_call_deadline_.reset();
+  open_reason_ = reason;
   log("round " + std::to_string(round_) + " opens: " + reason);
   emit("round_open", {{"round", round_}, {"reason", reason}});
   for (const auto& id : members_) {
@@ -277,29 +278,19 @@ void Rendezvous::form(std::vector<Notice>& out) {
     place(nodes_.at(candidates[i]), Place::kWaiting);
   }
 
-  RoundAssignment base;
-  base.round = round_;
-  base.group_world_size = n;
-  base.store_prefix = "rdzv/" + std::to_string(generation_) + "/" + std::to_string(round_) + "/";
-  std::vector<int> offsets(seats);
   std::string roster;  // for the log: the first few ranks are enough to read
   for (int r = 0; r < n; ++r) {
-    Node& node = nodes_.at(by_rank[r]);
-    place(node, Place::kMember);
-    offsets[r] = base.world_size;
-    base.world_size += node.info.local_world_size;
+    place(nodes_.at(by_rank[r]), Place::kMember);
     if (r < 8) roster += (r ? ", " : "") + by_rank[r] + "=" + std::to_string(r);
   }
   if (n > 8) roster += ", ...";
-  const Node& first = nodes_.at(by_rank[0]);
-  base.master_addr = first.info.host;
-  base.master_port = first.info.master_port;
-
   members_ = by_rank;
   last_rank_.clear();
   formed_ = true;
   ++revision_;
   last_call_deadline_.reset();
+  std::vector<RoundAssignment> told = assignments();
+  const RoundAssignment& base = told.front();
   log("round " + std::to_string(round_) + " formed: " + std::to_string(n) + " nodes, world size " +
       std::to_string(base.world_size) + " [" + roster + "]");
   if (events_) {
@@ -321,11 +312,58 @@ void Rendezvous::form(std::vector<Notice>& out) {
   out.reserve(out.size() + seats);
   for (int r = 0; r < n; ++r) {
     last_rank_[by_rank[r]] = r;
-    Notice notice{.kind = Notice::Kind::kRoundFormed, .node_id = by_rank[r], .assignment = base};
-    notice.assignment.group_rank = r;
-    notice.assignment.rank_offset = offsets[r];
-    out.push_back(std::move(notice));
+    out.push_back(Notice{.kind = Notice::Kind::kRoundFormed,
+                         .node_id = by_rank[r],
+                         .assignment = std::move(told[r])});
   }
+}
+
+std::vector<RoundAssignment> Rendezvous::assignments() const {
+  std::vector<RoundAssignment> out;
+  if (!formed_ || members_.empty()) return out;
+  RoundAssignment base;
+  base.round = round_;
+  base.group_world_size = static_cast<int>(members_.size());
+  base.store_prefix = "rdzv/" + std::to_string(generation_) + "/" + std::to_string(round_) + "/";
+  const NodeInfo& first = nodes_.at(members_.front()).info;
+  base.master_addr = first.host;
+  base.master_port = first.master_port;
+  out.reserve(members_.size());
+  for (std::size_t r = 0; r < members_.size(); ++r) {
+    RoundAssignment a = base;
+    a.group_rank = static_cast<int>(r);
+    a.rank_offset = base.world_size;
+    base.world_size += nodes_.at(members_[r]).info.local_world_size;
+    out.push_back(std::move(a));
+  }
+  for (auto& a : out) a.world_size = base.world_size;
+  return out;
+}
+
+std::optional<RoundAssignment> Rendezvous::assignment(const std::string& node_id) const {
+  auto at = std::find(members_.begin(), members_.end(), node_id);
+  if (!formed_ || at == members_.end()) return std::nullopt;
+  return assignments()[at - members_.begin()];
+}
+
+bool Rendezvous::is_joining(const std::string& node_id) const {
+  auto it = nodes_.find(node_id);
+  return it != nodes_.end() &&
+         (it->second.place == Place::kPending || it->second.place == Place::kWaiting);
+}
+
+std::vector<std::string> Rendezvous::node_ids() const {
+  std::vector<std::string> ids;
+  ids.reserve(nodes_.size());
+  for (const auto& [id, n] : nodes_) ids.push_back(id);
+  return ids;
+}
+
+std::optional<std::string> Rendezvous::departure(const std::string& node_id) const {
+  for (auto it = departures_.rbegin(); it != departures_.rend(); ++it) {
+    if (it->first == node_id) return it->second;
+  }
+  return std::nullopt;
 }
 
 std::vector<Notice> Rendezvous::remove_node(const std::string& node_id, const std::string& reason) {
@@ -341,6 +379,9 @@ std::vector<Notice> Rendezvous::remove_node(const std::string& node_id, const st
     return out;
   }
   ++revision_;
+  departures_.emplace_back(node_id, reason);
+  constexpr std::size_t kDeparturesKept = 16;
+  if (departures_.size() > kDeparturesKept) departures_.erase(departures_.begin());
   log("node '" + node_id + "' left: " + reason);
   emit("node_lost", {{"node", node_id}, {"reason", reason}});
   if (where == Place::kMember && state_ == JobState::kRunning) {
@@ -442,15 +483,15 @@ std::vector<Notice> Rendezvous::tick() {
   for (const auto& id : timed_out) {
     if (!nodes_.count(id)) continue;
     const int pending = count(Place::kPending);
+    const std::string why = "round " + std::to_string(round_) + " of job '" + job_id_ +
+                            "' did not form within join_timeout (" +
+                            std::to_string(to_millis(config_.join_timeout)) +
+                            " ms): " + std::to_string(pending) + " of min " +
+                            std::to_string(config_.min_nodes) + " nodes joined";
     out.push_back(Notice{.kind = Notice::Kind::kJoinFailed,
                          .node_id = id,
-                         .error = Error{ErrorCode::kTimeout,
-                                        "round " + std::to_string(round_) + " of job '" + job_id_ +
-                                            "' did not form within join_timeout (" +
-                                            std::to_string(to_millis(config_.join_timeout)) +
-                                            " ms): " + std::to_string(pending) + " of min " +
-                                            std::to_string(config_.min_nodes) + " nodes joined"}});
-    auto more = remove_node(id, "join timed out");
+                         .error = Error{ErrorCode::kTimeout, why}});
+    auto more = remove_node(id, why);
     out.insert(out.end(), more.begin(), more.end());
   }
   if (last_call_deadline_ && now >= *last_call_deadline_ && !formed_ &&
@@ -458,6 +499,17 @@ std::vector<Notice> Rendezvous::tick() {
     form(out);
   }
   return out;
+}
+
+std::optional<TimePoint> Rendezvous::next_deadline() const {
+  std::optional<TimePoint> next = last_call_deadline_;
+  for (const auto& [id, n] : nodes_) {
+    if (n.place == Place::kPending || n.place == Place::kWaiting) {
+      const TimePoint due = n.joined_at + config_.join_timeout;
+      if (!next || due < *next) next = due;
+    }
+  }
+  return next;
 }
 
 Json Rendezvous::describe() const {
@@ -491,6 +543,7 @@ Json Rendezvous::describe() const {
 namespace ctrun::rendezvous {
 
 Json Rendezvous::save() const {
+  const TimePoint now = clock_.now();
   Json nodes = Json::array();
   for (const auto& [id, n] : nodes_) {
     nodes.push_back({{"node", id},
@@ -500,11 +553,16 @@ Json Rendezvous::save() const {
                      {"requested_rank", n.info.requested_rank},
                      {"place", static_cast<int>(n.place)},
                      {"join_seq", n.join_seq},
-                     {"succeeded", n.succeeded}});
+                     {"succeeded", n.succeeded},
+                     // how long its join has waited (join_timeout); 0 once placed
+                     {"waited_ms", n.place == Place::kPending || n.place == Place::kWaiting
+                                       ? to_millis(now - n.joined_at)
+                                       : 0}});
   }
+  Json departures = Json::array();
+  for (const auto& [id, why] : departures_) departures.push_back({id, why});
   Json last_rank = Json::object();
   for (const auto& [id, r] : last_rank_) last_rank[id] = r;
-  const TimePoint now = clock_.now();
   return Json{
       {"job", job_id_},
       {"generation", generation_},
@@ -519,8 +577,11 @@ Json Rendezvous::save() const {
       {"formed", formed_},
       {"last_call_ms",
        last_call_deadline_ ? std::max<std::int64_t>(0, to_millis(*last_call_deadline_ - now)) : -1},
+      {"saved_unix_ms", clock_.unix_millis()},
       {"state", static_cast<int>(state_)},
+      {"open_reason", open_reason_},
       {"end_reason", end_reason_},
+      {"departures", std::move(departures)},
       {"next_join_seq", next_join_seq_},
       {"members", members_},
       {"last_rank", std::move(last_rank)},
@@ -528,7 +589,7 @@ Json Rendezvous::save() const {
 }
 
 Result<std::unique_ptr<Rendezvous>> Rendezvous::restore(const Json& j, const Clock& clock,
-                                                        Logger log) {
+                                                        Logger log, Timers timers) {
   // The record was written by save(); a mismatch means a damaged or foreign state file.
   try {
     RendezvousConfig config;
@@ -545,16 +606,30 @@ Result<std::unique_ptr<Rendezvous>> Rendezvous::restore(const Json& j, const Clo
     auto r = std::make_unique<Rendezvous>(j.at("job").get<std::string>(), config, clock,
                                           std::move(log), j.at("generation").get<int>());
     const TimePoint now = clock.now();
+    // kCarried: the time since the writer saved counts against its deadlines. (Wall clocks of
+    // different machines agree only as well as NTP keeps them; a reading from the future is 0.)
+    const bool carried = timers == Timers::kCarried;
+    const std::chrono::milliseconds since_saved(
+        carried ? std::max<std::int64_t>(
+                      0, clock.unix_millis() - j.value("saved_unix_ms", clock.unix_millis()))
+                : 0);
     r->round_ = j.at("round").get<int>();
     r->formed_ = j.at("formed").get<bool>();
     const auto last_call = j.at("last_call_ms").get<std::int64_t>();
-    if (last_call >= 0) r->last_call_deadline_ = now + std::chrono::milliseconds(last_call);
+    if (last_call >= 0) {
+      r->last_call_deadline_ = now + std::max(std::chrono::milliseconds(last_call) - since_saved,
+                                              std::chrono::milliseconds(0));
+    }
     const int state = j.at("state").get<int>();
     if (state < 0 || state > static_cast<int>(JobState::kClosed)) {
       return Error{ErrorCode::kBadRequest, "saved job state " + std::to_string(state)};
     }
     r->state_ = static_cast<JobState>(state);
     r->end_reason_ = j.at("end_reason").get<std::string>();
+    r->open_reason_ = j.value("open_reason", "");  // absent from state files before 2026-11
+    for (const auto& d : j.value("departures", Json::array())) {
+      r->departures_.emplace_back(d.at(0).get<std::string>(), d.at(1).get<std::string>());
+    }
     r->next_join_seq_ = j.at("next_join_seq").get<std::uint64_t>();
     r->members_ = j.at("members").get<std::vector<std::string>>();
     for (const auto& [id, rank] : j.at("last_rank").items()) r->last_rank_[id] = rank.get<int>();
@@ -572,7 +647,8 @@ Result<std::unique_ptr<Rendezvous>> Rendezvous::restore(const Json& j, const Clo
       node.place = static_cast<Place>(where);
       node.join_seq = n.at("join_seq").get<std::uint64_t>();
       node.succeeded = n.at("succeeded").get<bool>();
-      node.joined_at = now;
+      node.joined_at =
+          carried ? now - std::chrono::milliseconds(n.value("waited_ms", 0)) - since_saved : now;
       node.last_seen = now;
       ++r->place_counts_[where];
       r->nodes_.emplace(node.info.node_id, std::move(node));

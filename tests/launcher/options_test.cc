@@ -150,8 +150,8 @@ TEST_CASE("options: bad values name the flag and what was expected") {
   CHECK(parse_error({"--nnodes=a:b", "x"}).find("--nnodes") == 0);
   CHECK(parse_error({"--nproc_per_node=many", "x"}).find("--nproc_per_node: expected") == 0);
   CHECK(parse_error({"--nproc_per_node=0", "x"}).find("--nproc_per_node") == 0);
-  CHECK(parse_error({"--rdzv_backend=etcd", "x"}) ==
-        "--rdzv_backend: expected static, c10d or ctrund, got 'etcd'");
+  CHECK(parse_error({"--rdzv_backend=zookeeper", "x"}) ==
+        "--rdzv_backend: expected static, c10d, ctrund, etcd or etcd-v2, got 'zookeeper'");
   CHECK(parse_error({"--master_port=70000", "x"})
             .find("--master_port: expected an integer in 0..65535") == 0);
   CHECK(parse_error({"--max_restarts=two", "x"}).find("--max_restarts") == 0);

@@ -130,6 +130,16 @@ TEST_CASE("slurm --slurm: flags the user gave win over the allocation") {
   CHECK(o.node_rank == 3);
 }
 
+TEST_CASE("slurm --slurm with etcd keeps the given etcd endpoints and needs them") {
+  auto o = parse_ok({"--slurm", "--rdzv_backend=etcd", "--rdzv_endpoint=e1:2379,e2", "train"},
+                    step_env("n[1-2]", 2, 1));
+  CHECK(o.rdzv_endpoint == "e1:2379,e2");
+  CHECK(o.node_rank == 1);
+  CHECK(o.rdzv_id == "4242");
+  CHECK(parse_error({"--slurm", "--rdzv_backend=etcd-v2", "train"}, step_env("n[1-2]", 2, 1)) ==
+        "--slurm with --rdzv_backend=etcd-v2 needs --rdzv_endpoint (the etcd cluster's endpoints)");
+}
+
 TEST_CASE("slurm --slurm with the static backend sets torchrun's master address and rank") {
   auto o = parse_ok({"--slurm", "--rdzv_backend", "static", "train"}, step_env("n[1-2]", 2, 1));
   CHECK(o.rdzv_backend == "static");

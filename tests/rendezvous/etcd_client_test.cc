@@ -7,6 +7,7 @@
 
 #include "etcd_server.h"
 #include "process.h"
+#include "run_task.h"
 
 using namespace ctrun::rendezvous;
 using namespace ctrun::testing;
@@ -15,19 +16,9 @@ namespace etcd = ctrun::rendezvous::etcd;
 
 namespace {
 
-// Runs `task` on `io` to its end (bounded) and returns its value.
 template <typename T>
 T run(boost::asio::io_context& io, etcd::Task<T> task, std::chrono::milliseconds limit = 20s) {
-  std::optional<T> out;
-  io.restart();  // run_for() leaves it stopped once it ran out of work
-  boost::asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
-    if (e) std::rethrow_exception(e);
-    out = std::move(value);
-  });
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!out && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
-  REQUIRE(out.has_value());
-  return std::move(*out);
+  return run_task(io, std::move(task), limit);
 }
 
 etcd::ClientOptions options_for(const std::string& endpoints) {

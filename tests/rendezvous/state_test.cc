@@ -116,6 +116,83 @@ TEST_CASE("state: a rendezvous restored from save() goes on as the original woul
   CHECK_FALSE(bad);
 }
 
+TEST_CASE("state: restored with carried timers, the last call and join deadlines go on") {
+  ManualClock clock;
+  RendezvousConfig config;
+  config.min_nodes = 2;
+  config.max_nodes = 3;
+  config.last_call_timeout = 10s;
+  config.join_timeout = 60s;
+  Rendezvous original("job", config, clock);
+  auto node = [](const std::string& id) { return NodeInfo{id, id + ".host", 1, 29500, -1}; };
+  REQUIRE(original.join(node("a")));
+  clock.advance(20s);
+  REQUIRE(original.join(node("b")));  // min reached: the last call starts
+  REQUIRE(original.next_deadline() == clock.now() + 10s);
+  clock.advance(4s);
+  const Json saved = original.save();
+
+  // Another agent reads the state 3 s after it was written (by wall clock).
+  clock.advance(3s);
+  auto carried = Rendezvous::restore(saved, clock, {}, Rendezvous::Timers::kCarried);
+  REQUIRE(carried);
+  CHECK(carried.value()->next_deadline() == clock.now() + 3s);  // 10 - 4 - 3
+  auto fresh = Rendezvous::restore(saved, clock);
+  REQUIRE(fresh);
+  CHECK(fresh.value()->next_deadline() == clock.now() + 6s);  // as the saved remainder says
+
+  clock.advance(3s);
+  auto formed = carried.value()->tick();
+  CHECK(carried.value()->formed());
+  REQUIRE(formed.size() == 2);
+  // Each member reads the same assignment from the state as the notice that told it.
+  for (const Notice& n : formed) {
+    auto a = carried.value()->assignment(n.node_id);
+    REQUIRE(a);
+    CHECK(to_json(*a) == to_json(n.assignment));
+  }
+  CHECK_FALSE(carried.value()->assignment("nobody"));
+  CHECK_FALSE(carried.value()->next_deadline());
+
+  // A lone joiner's join_timeout counts from its join, not from the last restore.
+  Rendezvous lonely("solo", config, clock);
+  REQUIRE(lonely.join(node("c")));
+  clock.advance(50s);
+  const Json half = lonely.save();
+  clock.advance(5s);
+  auto later = Rendezvous::restore(half, clock, {}, Rendezvous::Timers::kCarried);
+  REQUIRE(later);
+  CHECK(later.value()->next_deadline() == clock.now() + 5s);
+  clock.advance(5s);
+  auto failed = later.value()->tick();
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].kind == Notice::Kind::kJoinFailed);
+  CHECK_FALSE(later.value()->has_node("c"));
+  auto why = later.value()->departure("c");
+  REQUIRE(why);
+  CHECK(why->find("did not form within join_timeout") != std::string::npos);
+  // The reasons travel with the state.
+  auto again = Rendezvous::restore(later.value()->save(), clock);
+  REQUIRE(again);
+  CHECK(again.value()->departure("c") == why);
+}
+
+TEST_CASE("state: a reopened round's reason is kept with the state") {
+  ManualClock clock;
+  RendezvousConfig config;
+  config.min_nodes = 1;
+  config.max_nodes = 2;
+  config.last_call_timeout = 0s;
+  Rendezvous r("job", config, clock);
+  REQUIRE(r.join(NodeInfo{"a", "h", 1, 1, -1}));
+  REQUIRE(r.formed());
+  REQUIRE(r.join(NodeInfo{"b", "h", 1, 1, -1}));
+  auto restored = Rendezvous::restore(r.save(), clock);
+  REQUIRE(restored);
+  CHECK(restored.value()->round() == 1);
+  CHECK(restored.value()->open_reason() == "new node 'b' is waiting");
+}
+
 TEST_CASE("state: a restarted service has every key, round and result, and nodes resume") {
   MemoryStateLog log;
   {

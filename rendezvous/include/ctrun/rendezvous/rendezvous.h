@@ -101,6 +101,8 @@ class Rendezvous {
   std::vector<Notice> close(const std::string& reason);
   // Applies deadlines: keep-alives, join timeouts, the last call.
   std::vector<Notice> tick();
+  // When tick() next has something to do, keep-alives aside; nullopt when nothing waits.
+  std::optional<TimePoint> next_deadline() const;
 
   // Structured events (join, round_open, round, node_lost, node_succeeded, job_end), each with
   // the job's id, for ctrund's --event_log.
@@ -113,17 +115,30 @@ class Rendezvous {
   int round() const { return round_; }  // the formed round, or the one being gathered
   int nodes_waiting() const;            // joined but not in the formed round
   bool has_node(const std::string& node_id) const { return nodes_.count(node_id) != 0; }
+  // Joined and waiting for a round to form (not a member, nor told to join again).
+  bool is_joining(const std::string& node_id) const;
   std::size_t num_nodes() const { return nodes_.size(); }
+  std::vector<std::string> node_ids() const;
   Json describe() const;
+  // What a member of the formed round was told when it formed; nullopt for anyone else. (The
+  // etcd backend has no daemon to deliver notices: each agent reads its own from the state.)
+  std::optional<RoundAssignment> assignment(const std::string& node_id) const;
+  const std::string& open_reason() const { return open_reason_; }  // why round() opened
+  const std::string& end_reason() const { return end_reason_; }
+  // Why `node_id` was removed, while it is among the last few removed.
+  std::optional<std::string> departure(const std::string& node_id) const;
 
-  // Durable state (ctrund --state_dir). revision() changes whenever what save() returns would
-  // (keep-alives aside), so the caller records the state only when it moved. save() leaves out
-  // clock readings; restore() starts every timer afresh, so each restored node has a full
-  // keep-alive window to come back on a new connection.
+  // Durable state (ctrund --state_dir, the etcd backend's key). revision() changes whenever what
+  // save() returns would (keep-alives aside), so the caller records the state only when it
+  // moved. Timers: kFresh starts every timer afresh (ctrund after a restart: each restored node
+  // gets a full keep-alive window to come back); kCarried goes on with the last call and join
+  // deadlines where the writer left them, by wall clock (agents that take turns with one state).
+  enum class Timers { kFresh, kCarried };
   std::uint64_t revision() const { return revision_; }
   Json save() const;
   static Result<std::unique_ptr<Rendezvous>> restore(const Json& saved, const Clock& clock,
-                                                     Logger log = {});
+                                                     Logger log = {},
+                                                     Timers timers = Timers::kFresh);
   int generation() const { return generation_; }
 
  private:
@@ -144,6 +159,8 @@ class Rendezvous {
   void reopen(const std::string& reason, const std::string& except, std::vector<Notice>& out);
   void maybe_form(std::vector<Notice>& out);
   void form(std::vector<Notice>& out);
+  // Each member's assignment, by group rank, for the formed round.
+  std::vector<RoundAssignment> assignments() const;
   void end(JobState state, const std::string& reason, std::vector<Notice>& out);
   int count(Place place) const { return place_counts_[static_cast<int>(place)]; }
   void place(Node& node, Place where);
@@ -162,7 +179,9 @@ class Rendezvous {
   bool formed_ = false;
   std::optional<TimePoint> last_call_deadline_;
   JobState state_ = JobState::kRunning;
+  std::string open_reason_;
   std::string end_reason_;
+  std::vector<std::pair<std::string, std::string>> departures_;  // (node, reason), oldest first
   std::uint64_t next_join_seq_ = 0;
   std::uint64_t revision_ = 0;
 };

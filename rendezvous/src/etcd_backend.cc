@@ -1,0 +1,745 @@
+// The Backend over etcd. There is no daemon: every agent runs the same Rendezvous on the job's
+// one state key ("rendezvous", Rendezvous::save() JSON). An action (join, report, leave, a
+// deadline, a node's lease gone) reads the state, applies the call ctrund would make, and
+// writes it back in a transaction that compares the key's mod_revision, retrying when another
+// agent wrote first. Each agent watches the job's keys and reads its own notices from the state
+// (its assignment, a reopened round, the job's end). A node's liveness is its lease: its
+// "nodes/<id>" key vanishes when keep-alives stop, and any agent that sees that removes it.
+#include <boost/asio.hpp>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "ctrun/rendezvous/backend.h"
+#include "ctrun/rendezvous/etcd_client.h"
+
+namespace ctrun::rendezvous {
+
+namespace asio = boost::asio;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// With etcd the Rendezvous's own keep-alive deadline is off: leases say who is alive.
+constexpr Duration kNoKeepAliveDeadline = std::chrono::hours(24 * 365);
+// How long one action keeps retrying a write that etcd did not take (members down, no quorum).
+constexpr Duration kWriteTimeout = std::chrono::seconds(30);
+
+RendezvousConfig without_keep_alives(RendezvousConfig c) {
+  c.keep_alive_interval = kNoKeepAliveDeadline;
+  c.keep_alive_max_attempt = 1;
+  return c;
+}
+
+std::int64_t whole_seconds_up(Duration d) {
+  const auto ms = to_millis(d);
+  return std::max<std::int64_t>(2, (ms + 999) / 1000);  // etcd's shortest lease is about 2 s
+}
+
+// This host's address on the way to `ep`: a "connected" UDP socket sends nothing.
+std::string local_address_towards(asio::io_context& io, const Endpoint& ep) {
+  boost::system::error_code ec;
+  asio::ip::udp::resolver resolver(io);
+  auto found = resolver.resolve(ep.host, std::to_string(ep.port), ec);
+  if (ec || found.empty()) return "";
+  asio::ip::udp::socket socket(io);
+  const auto target = found.begin()->endpoint();
+  socket.open(target.protocol(), ec);
+  if (!ec) socket.connect(target, ec);
+  if (ec) return "";
+  const auto local = socket.local_endpoint(ec);
+  return ec ? "" : local.address().to_string();
+}
+
+etcd::Operation put_op(std::string key, std::string value) {
+  etcd::Operation op;
+  op.kind = etcd::Operation::Kind::kPut;
+  op.key = std::move(key);
+  op.value = std::move(value);
+  return op;
+}
+
+etcd::Operation range_op(std::string key, std::string range_end) {
+  etcd::Operation op;
+  op.kind = etcd::Operation::Kind::kRange;
+  op.key = std::move(key);
+  op.range_end = std::move(range_end);
+  return op;
+}
+
+// The condition "`key` is unchanged since `mod_revision`" (0: "`key` does not exist").
+etcd::Compare unchanged_since(const std::string& key, std::int64_t mod_revision) {
+  etcd::Compare c;
+  c.key = key;
+  c.target = mod_revision == 0 ? etcd::Compare::Target::kCreate : etcd::Compare::Target::kMod;
+  c.result = etcd::Compare::Result::kEqual;
+  c.number = mod_revision;
+  return c;
+}
+
+Task<void> sleep_for(asio::io_context& io, Duration d) {
+  asio::steady_timer t(io, d);
+  co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+}  // namespace
+
+std::string etcd_job_prefix(const std::string& job) {
+  std::string escaped;
+  for (char c : job) {
+    if (c == '%') {
+      escaped += "%25";
+    } else if (c == '/') {
+      escaped += "%2F";
+    } else {
+      escaped += c;
+    }
+  }
+  return "/ctrun/" + escaped + "/";
+}
+
+namespace {
+
+class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
+ public:
+  // What a change to the state may do: replace the Rendezvous (a new job under the same id) and
+  // add operations to the write. `log` and `events` are what a Rendezvous it creates should use.
+  struct Edit {
+    std::unique_ptr<Rendezvous>& state;
+    std::vector<etcd::Operation>& also;
+    Rendezvous::Logger log;
+    EventSink events;
+  };
+  using Change = std::function<Status(Edit&)>;
+
+  EtcdRendezvous(asio::io_context& io, EtcdBackendOptions options)
+      : io_(io),
+        options_(std::move(options)),
+        prefix_(etcd_job_prefix(options_.job)),
+        state_key_(prefix_ + "rendezvous"),
+        nodes_prefix_(prefix_ + "nodes/"),
+        store_prefix_(prefix_ + "store/"),
+        client_(io, etcd::ClientOptions{.endpoints = options_.endpoints}),
+        // Keep-alives must not wait out a long request timeout: the lease would be gone first.
+        lease_client_(io, etcd::ClientOptions{.endpoints = options_.endpoints,
+                                              .request_timeout = options_.lease_ttl / 3,
+                                              .attempt_timeout = options_.lease_ttl / 3}),
+        tick_timer_(io) {}
+
+  void set_event_handler(Backend::EventHandler handler) { on_event_ = std::move(handler); }
+  bool connected() const { return lease_ != 0 && !lost_ && !closed_; }
+  const std::string& local_address() const { return local_address_; }
+
+  Task<Status> connect() {
+    closed_ = false;
+    const auto until = Clock::now() + options_.connect_timeout;
+    Duration backoff = std::chrono::milliseconds(100);
+    while (true) {
+      auto granted = co_await client_.grant(whole_seconds_up(options_.lease_ttl));
+      if (granted) {
+        lease_ = granted.value().id;
+        break;
+      }
+      if (granted.error().code != ErrorCode::kConnection || Clock::now() + backoff >= until) {
+        co_return Error{granted.error().code, "cannot reach etcd: " + granted.error().message};
+      }
+      co_await sleep_for(io_, backoff);
+      backoff = std::min<Duration>(backoff * 2, std::chrono::seconds(2));
+    }
+    if (local_address_.empty()) local_address_ = local_address_towards(io_, options_.endpoints[0]);
+    if (!watching_) {
+      watching_ = true;
+      asio::co_spawn(io_, watch_loop(shared_from_this()), asio::detached);
+    }
+    while (!loaded_) {
+      if (Clock::now() >= until) {
+        co_return Error{ErrorCode::kTimeout, "cannot read job '" + options_.job + "' from etcd"};
+      }
+      co_await wait_change(std::min(until, Clock::now() + std::chrono::seconds(1)));
+    }
+    lost_ = false;
+    co_return ok_status();
+  }
+
+  void start_keep_alive(Duration interval, int max_missed) {
+    asio::co_spawn(io_,
+                   keep_alive_loop(shared_from_this(), ++keep_alive_epoch_, interval, max_missed),
+                   asio::detached);
+  }
+
+  Task<void> release() {
+    const std::int64_t lease = lease_;
+    close();
+    // Revoked, the node's key goes now instead of when the lease runs out.
+    if (lease != 0) (void)co_await lease_client_.revoke(lease);
+  }
+
+  void close() {
+    closed_ = true;
+    ++keep_alive_epoch_;
+    client_.cancel_watches();
+    tick_timer_.cancel();
+    notify();
+  }
+
+  Task<Result<RoundAssignment>> join(NodeInfo node, RendezvousConfig config) {
+    node_id_ = node.node_id;
+    running_round_.reset();
+    end_sent_ = false;
+    if (auto s = co_await put_node_key(); !s) co_return s.error();
+    const RendezvousConfig wanted = without_keep_alives(config);
+    auto enter = [&](Edit& edit) -> Status {
+      std::unique_ptr<Rendezvous>& r = edit.state;
+      // Every node of an ended job is gone: the same id starts a new job, as with ctrund. Its
+      // store goes with the old job.
+      const bool replace = r && r->state() != JobState::kRunning && !any_live(*r);
+      if (!r || replace) {
+        const int generation = r ? r->generation() + 1 : 0;
+        if (r) {
+          etcd::Operation wipe;
+          wipe.kind = etcd::Operation::Kind::kDelete;
+          wipe.key = store_prefix_;
+          wipe.range_end = etcd::prefix_end(store_prefix_);
+          edit.also.push_back(std::move(wipe));
+        }
+        r = std::make_unique<Rendezvous>(options_.job, wanted, clock_, edit.log, generation);
+        r->set_event_sink(edit.events);
+      } else if (r->config().min_nodes != config.min_nodes ||
+                 r->config().max_nodes != config.max_nodes) {
+        return Error{ErrorCode::kConflict,
+                     "job '" + options_.job + "' runs with nnodes " +
+                         std::to_string(r->config().min_nodes) + ":" +
+                         std::to_string(r->config().max_nodes) + ", this node asked for " +
+                         std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes)};
+      }
+      auto notices = r->join(node);
+      return notices ? ok_status() : Status(notices.error());
+    };
+    if (auto joined = co_await mutate(enter); !joined) co_return joined.error();
+    // The answer is in the state once the round forms; each change wakes this.
+    while (true) {
+      if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
+      auto current = restore_current();
+      if (!current) co_return current.error();
+      const std::unique_ptr<Rendezvous>& r = current.value();
+      if (!r) co_return Error{ErrorCode::kClosed, "etcd key " + state_key_ + " was deleted"};
+      if (r->state() != JobState::kRunning) {
+        co_return Error{ErrorCode::kClosed, "job '" + options_.job + "' ended (" +
+                                                std::string(job_state_name(r->state())) +
+                                                "): " + r->end_reason()};
+      }
+      if (!r->has_node(node_id_)) {
+        co_return Error{ErrorCode::kTimeout,
+                        "dropped from job '" + options_.job +
+                            "': " + r->departure(node_id_).value_or("removed by another node")};
+      }
+      if (auto a = r->assignment(node_id_)) {
+        running_round_ = a->round;
+        reported_round_ = std::max(reported_round_, a->round);
+        co_return *a;
+      }
+      if (!r->is_joining(node_id_)) {
+        // The round this node entered formed and reopened before this node read the state
+        // (a watch may bring several changes at once): it joins the next round, as it would
+        // have on the reopened round's notice.
+        if (auto joined = co_await mutate(enter); !joined) co_return joined.error();
+        continue;
+      }
+      co_await wait_change(Clock::now() + std::chrono::seconds(1));
+    }
+  }
+
+  Task<Result<Json>> resume(std::string node_id) {
+    co_await reload_state();
+    auto current = restore_current();
+    if (!current) co_return current.error();
+    const std::unique_ptr<Rendezvous>& r = current.value();
+    if (!r || !r->has_node(node_id)) {
+      co_return Error{ErrorCode::kNotFound,
+                      "node '" + node_id + "' is not in job '" + options_.job + "'"};
+    }
+    node_id_ = std::move(node_id);
+    if (auto s = co_await put_node_key(); !s) co_return s.error();
+    co_return Json{{"round", r->round()},
+                   {"formed", r->formed()},
+                   {"state", std::string(job_state_name(r->state()))}};
+  }
+
+  Task<Status> report(bool succeeded, std::string message) {
+    co_return co_await mutate([&](Edit& edit) -> Status {
+      if (!edit.state) return Error{ErrorCode::kConflict, "job '" + options_.job + "' is gone"};
+      auto notices = edit.state->report(node_id_, succeeded, message);
+      return notices ? ok_status() : Status(notices.error());
+    });
+  }
+
+  Task<Status> leave() {
+    running_round_.reset();
+    co_return co_await mutate([&](Edit& edit) -> Status {
+      if (edit.state) edit.state->remove_node(node_id_, "left");
+      return ok_status();
+    });
+  }
+
+  Task<Status> set(std::string key, std::string value) {
+    auto put = co_await client_.put(store_prefix_ + key, value);
+    co_return put ? ok_status() : Status(put.error());
+  }
+
+  // Reads, and while the key is absent waits for the watch to bring a change and reads again.
+  Task<Result<std::string>> get(std::string key, std::optional<Duration> timeout) {
+    const auto until = timeout ? Clock::now() + *timeout : Clock::time_point::max();
+    while (true) {
+      auto found = co_await client_.range(store_prefix_ + key);
+      if (!found) co_return found.error();
+      if (!found.value().kvs.empty()) co_return found.value().kvs.front().value;
+      if (closed_ || Clock::now() >= until) {
+        co_return Error{
+            timeout && *timeout == Duration::zero() ? ErrorCode::kNotFound : ErrorCode::kTimeout,
+            "key '" + key + "' is not set"};
+      }
+      co_await wait_change(std::min(until, Clock::now() + std::chrono::seconds(1)));
+    }
+  }
+
+  // A compare-and-swap loop on the key's mod_revision.
+  Task<Result<std::int64_t>> add(std::string key, std::int64_t delta) {
+    const std::string full = store_prefix_ + key;
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      auto found = co_await client_.range(full);
+      if (!found) co_return found.error();
+      std::int64_t value = 0;
+      std::int64_t revision = 0;
+      if (!found.value().kvs.empty()) {
+        const etcd::KeyValue& kv = found.value().kvs.front();
+        try {
+          std::size_t used = 0;
+          value = std::stoll(kv.value, &used);
+          if (used != kv.value.size()) throw std::invalid_argument("trailing text");
+        } catch (const std::exception&) {
+          co_return Error{ErrorCode::kBadRequest,
+                          "key '" + key + "' holds '" + kv.value.substr(0, 64) + "', not a number"};
+        }
+        revision = kv.mod_revision;
+      }
+      etcd::Txn txn;
+      txn.compare.push_back(unchanged_since(full, revision));
+      txn.success.push_back(put_op(full, std::to_string(value + delta)));
+      auto done = co_await client_.txn(std::move(txn));
+      if (!done) co_return done.error();
+      if (done.value().succeeded) co_return value + delta;
+    }
+    co_return Error{ErrorCode::kConflict, "key '" + key + "': too many concurrent writers"};
+  }
+
+ private:
+  // Puts this node's key on its lease, taking a new lease when the old one is gone.
+  Task<Status> put_node_key() {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      auto put = co_await client_.put(nodes_prefix_ + node_id_, local_address_, lease_);
+      if (put) {
+        live_.insert(node_id_);
+        dead_.erase(node_id_);
+        co_return ok_status();
+      }
+      if (put.error().code != ErrorCode::kNotFound || attempt > 0) co_return put.error();
+      auto granted = co_await client_.grant(whole_seconds_up(options_.lease_ttl));
+      if (!granted) co_return granted.error();
+      lease_ = granted.value().id;
+      lost_ = false;
+    }
+    co_return ok_status();
+  }
+
+  // The cached state as a Rendezvous (null when the key does not exist), deadlines carried.
+  Result<std::unique_ptr<Rendezvous>> restore_current(Rendezvous::Logger log = {}) const {
+    if (state_json_.is_null()) return std::unique_ptr<Rendezvous>();
+    if (state_json_.is_discarded()) {
+      return Error{ErrorCode::kBadRequest,
+                   "etcd key " + state_key_ + " does not hold a ctrun rendezvous"};
+    }
+    return Rendezvous::restore(state_json_, clock_, std::move(log), Rendezvous::Timers::kCarried);
+  }
+
+  // Takes what a read at `revision` saw of the state key, unless the cache is newer.
+  void take_state(const etcd::KeyValue* kv, std::int64_t revision) {
+    if (revision < state_rev_) return;
+    if (kv) {
+      state_json_ = Json::parse(kv->value, nullptr, false);
+      state_rev_ = kv->mod_revision;
+    } else {
+      state_json_ = nullptr;
+      state_rev_ = 0;
+    }
+  }
+
+  // One consistent read of the state and the live nodes; the revision it saw.
+  Task<Result<std::int64_t>> load() {
+    etcd::Txn txn;
+    txn.success.push_back(range_op(state_key_, ""));
+    txn.success.push_back(range_op(nodes_prefix_, etcd::prefix_end(nodes_prefix_)));
+    auto read = co_await client_.txn(std::move(txn));
+    if (!read) co_return read.error();
+    const etcd::TxnResult& r = read.value();
+    if (r.ranges.size() != 2) {
+      co_return Error{ErrorCode::kInternal, "etcd: a two-range transaction answered " +
+                                                std::to_string(r.ranges.size()) + " ranges"};
+    }
+    take_state(r.ranges[0].kvs.empty() ? nullptr : &r.ranges[0].kvs.front(), r.revision);
+    live_.clear();
+    for (const auto& kv : r.ranges[1].kvs) live_.insert(kv.key.substr(nodes_prefix_.size()));
+    if (auto current = restore_current(); current && current.value()) {
+      for (const auto& id : current.value()->node_ids()) {
+        if (!live_.count(id)) dead_.insert(id);
+      }
+    }
+    loaded_ = true;
+    after_change();
+    co_return r.revision;
+  }
+
+  Task<void> reload_state() {
+    auto read = co_await client_.range(state_key_);
+    if (!read) {
+      co_await sleep_for(io_, std::chrono::milliseconds(100));
+      co_return;
+    }
+    take_state(read.value().kvs.empty() ? nullptr : &read.value().kvs.front(),
+               read.value().revision);
+    after_change();
+  }
+
+  // Reads everything, then follows the changes; again from a fresh read whenever the stream
+  // ends (etcd restarted, a member lost, history compacted), until close().
+  Task<void> watch_loop([[maybe_unused]] std::shared_ptr<EtcdRendezvous> self) {
+    Duration backoff = std::chrono::milliseconds(100);
+    while (!closed_) {
+      auto loaded = co_await load();
+      if (!loaded) {
+        if (!closed_) co_await sleep_for(io_, backoff);
+        backoff = std::min<Duration>(backoff * 2, std::chrono::seconds(1));
+        continue;
+      }
+      backoff = std::chrono::milliseconds(100);
+      (void)co_await client_.watch(prefix_, etcd::prefix_end(prefix_), loaded.value() + 1,
+                                   [this](const etcd::WatchMessage& m) { on_watch(m); });
+    }
+  }
+
+  void on_watch(const etcd::WatchMessage& message) {
+    for (const auto& e : message.events) {
+      const std::string& key = e.kv.key;
+      if (key == state_key_) {
+        take_state(e.deleted ? nullptr : &e.kv, e.kv.mod_revision);
+      } else if (key.compare(0, nodes_prefix_.size(), nodes_prefix_) == 0) {
+        const std::string id = key.substr(nodes_prefix_.size());
+        if (e.deleted) {
+          live_.erase(id);
+          dead_.insert(id);
+        } else {
+          live_.insert(id);
+          dead_.erase(id);
+        }
+      }
+    }
+    after_change();
+  }
+
+  bool any_live(const Rendezvous& r) const {
+    for (const auto& id : r.node_ids()) {
+      if (id != node_id_ && live_.count(id)) return true;
+    }
+    return false;
+  }
+
+  // What every change of the cache sets off: waiters wake, this node's notices go out, nodes
+  // whose leases are gone are removed, and the next deadline is armed.
+  void after_change() {
+    notify();
+    if (closed_) return;
+    auto current = restore_current();
+    if (!current || !current.value()) return;
+    Rendezvous& r = *current.value();
+    deliver_notices(r);
+    arm_tick(r);
+    remove_dead(r);  // last: it changes r
+  }
+
+  void deliver_notices(const Rendezvous& r) {
+    if (!running_round_) return;
+    if (r.state() != JobState::kRunning) {
+      if (!end_sent_) {
+        end_sent_ = true;
+        emit(Json{{"event", "job_ended"},
+                  {"state", std::string(job_state_name(r.state()))},
+                  {"reason", r.end_reason()}});
+      }
+      return;
+    }
+    if (r.round() > reported_round_) {
+      reported_round_ = r.round();
+      emit(Json{{"event", "round_reopened"}, {"round", r.round()}, {"reason", r.open_reason()}});
+      return;
+    }
+    if (!r.has_node(node_id_) && !lost_) {
+      lose("dropped from job '" + options_.job +
+           "': " + r.departure(node_id_).value_or("removed by another node"));
+    }
+  }
+
+  void arm_tick(const Rendezvous& r) {
+    auto due = r.next_deadline();
+    if (!due) {
+      tick_timer_.cancel();
+      return;
+    }
+    // A little spread, so that not every agent writes the same tick at once.
+    static thread_local std::minstd_rand jitter(std::random_device{}());
+    tick_timer_.expires_at(*due + std::chrono::milliseconds(jitter() % 50));
+    tick_timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->closed_) return;
+      auto tick = [](Edit& edit) -> Status {
+        if (edit.state) edit.state->tick();
+        return ok_status();
+      };
+      asio::co_spawn(self->io_, self->apply(self, tick, false), asio::detached);
+    });
+  }
+
+  void remove_dead(Rendezvous& r) {
+    if (removing_) return;
+    std::vector<std::string> gone;
+    for (const auto& id : dead_) {
+      if (id == node_id_ || !r.has_node(id)) continue;
+      const auto before = r.revision();
+      r.remove_node(id, "");
+      if (r.revision() != before) gone.push_back(id);  // e.g. not a member that already succeeded
+    }
+    if (gone.empty()) return;
+    removing_ = true;
+    const std::string why = "its etcd lease expired (no keep-alive for " +
+                            std::to_string(whole_seconds_up(options_.lease_ttl)) + " s)";
+    auto remove = [gone, why](Edit& edit) -> Status {
+      for (const auto& id : gone) {
+        if (edit.state) edit.state->remove_node(id, why);
+      }
+      return ok_status();
+    };
+    asio::co_spawn(io_, apply(shared_from_this(), remove, true), asio::detached);
+  }
+
+  // mutate() for a detached caller, which keeps this alive. A removal, once done, looks again:
+  // more leases may have gone meanwhile.
+  Task<void> apply([[maybe_unused]] std::shared_ptr<EtcdRendezvous> self, Change change,
+                   bool removal) {
+    (void)co_await mutate(std::move(change));
+    if (removal) {
+      removing_ = false;
+      after_change();
+    }
+  }
+
+  // Applies `change` to the state and writes it back if it moved, with compare-and-swap.
+  Task<Status> mutate(Change change) {
+    const auto until = Clock::now() + kWriteTimeout;
+    while (true) {
+      if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
+      // Lines and events are kept until the write lands: a lost race must not tell them twice.
+      std::vector<std::string> lines;
+      std::vector<std::pair<std::string, Json>> events;
+      auto log = [&lines](const std::string& line) { lines.push_back(line); };
+      auto sink = [&events](const std::string& name, Json fields) {
+        events.emplace_back(name, std::move(fields));
+      };
+      auto current = restore_current(log);
+      if (!current) co_return current.error();
+      std::unique_ptr<Rendezvous> state = std::move(current).value();
+      const Rendezvous* original = state.get();
+      if (state) state->set_event_sink(sink);
+      const std::uint64_t before = state ? state->revision() : 0;
+      std::vector<etcd::Operation> also;
+      Edit edit{state, also, log, sink};
+      if (auto s = change(edit); !s) co_return s;
+      if (!state || (state.get() == original && state->revision() == before)) co_return ok_status();
+
+      Json saved = state->save();
+      etcd::Txn txn;
+      txn.compare.push_back(unchanged_since(state_key_, state_rev_));
+      txn.success.push_back(put_op(state_key_, saved.dump()));
+      for (auto& op : also) txn.success.push_back(std::move(op));
+      auto written = co_await client_.txn(std::move(txn));
+      if (written && written.value().succeeded) {
+        if (written.value().revision >= state_rev_) {
+          state_json_ = std::move(saved);
+          state_rev_ = written.value().revision;
+        }
+        if (options_.log) {
+          for (const auto& line : lines) options_.log(line);
+        }
+        if (options_.events) {
+          for (auto& [name, fields] : events) options_.events(name, std::move(fields));
+        }
+        after_change();
+        co_return ok_status();
+      }
+      if (!written && written.error().code != ErrorCode::kConnection &&
+          written.error().code != ErrorCode::kTimeout) {
+        co_return written.error();
+      }
+      if (Clock::now() >= until) {
+        co_return written ? Error{ErrorCode::kConflict, "etcd: the job's state kept changing"}
+                          : written.error();
+      }
+      // Another agent wrote first, or the answer was lost (the write may have landed): read the
+      // state again and apply the change to what is there now.
+      co_await reload_state();
+    }
+  }
+
+  Task<void> keep_alive_loop([[maybe_unused]] std::shared_ptr<EtcdRendezvous> self, int epoch,
+                             Duration interval, int max_missed) {
+    int missed = 0;
+    while (!closed_ && epoch == keep_alive_epoch_) {
+      co_await sleep_for(io_, interval);
+      if (closed_ || epoch != keep_alive_epoch_) co_return;
+      const std::int64_t lease = lease_;
+      auto ttl = co_await lease_client_.keep_alive(lease);
+      if (closed_ || epoch != keep_alive_epoch_) co_return;
+      if (lease != lease_) continue;  // a new lease was taken meanwhile
+      if (ttl && ttl.value() > 0) {
+        missed = 0;
+      } else if (ttl) {
+        lose("this node's etcd lease expired");
+        co_return;
+      } else if (++missed >= max_missed) {
+        lose("no answer from etcd to " + std::to_string(missed) +
+             " keep-alives in a row: " + ttl.error().message);
+        co_return;
+      }
+    }
+  }
+
+  void lose(const std::string& reason) {
+    if (lost_) return;
+    lost_ = true;
+    ++keep_alive_epoch_;
+    emit(Json{{"event", "connection_lost"}, {"reason", reason}});
+  }
+
+  void emit(const Json& event) {
+    if (on_event_) on_event_(event);
+  }
+
+  Task<void> wait_change(Clock::time_point until) {
+    asio::steady_timer t(io_, until);
+    waiters_.push_back(&t);
+    co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+    std::erase(waiters_, &t);
+  }
+
+  void notify() {
+    for (auto* t : waiters_) t->cancel();
+  }
+
+  asio::io_context& io_;
+  EtcdBackendOptions options_;
+  const std::string prefix_;
+  const std::string state_key_;
+  const std::string nodes_prefix_;
+  const std::string store_prefix_;
+  SteadyClock clock_;
+  etcd::Client client_;
+  etcd::Client lease_client_;
+  asio::steady_timer tick_timer_;
+  Backend::EventHandler on_event_;
+  std::string local_address_;
+  std::vector<asio::steady_timer*> waiters_;
+
+  bool closed_ = false;
+  bool watching_ = false;
+  bool removing_ = false;
+  std::int64_t lease_ = 0;
+  bool lost_ = false;
+  int keep_alive_epoch_ = 0;
+
+  // The cache, kept by the watch: the state (null: no key; discarded: not ours) at state_rev_,
+  // and the nodes whose keys exist (live_) or were seen to go (dead_).
+  bool loaded_ = false;
+  Json state_json_;
+  std::int64_t state_rev_ = 0;
+  std::set<std::string> live_;
+  std::set<std::string> dead_;
+
+  std::string node_id_;
+  std::optional<int> running_round_;  // the round this node runs in, after its join returned
+  int reported_round_ = 0;            // the newest round this node knows of
+  bool end_sent_ = false;
+};
+
+class EtcdBackend final : public Backend {
+ public:
+  EtcdBackend(asio::io_context& io, EtcdBackendOptions options)
+      : impl_(std::make_shared<EtcdRendezvous>(io, std::move(options))) {}
+  ~EtcdBackend() override { impl_->close(); }
+
+  // Each call holds the implementation in its own frame, so a call still in flight when the
+  // backend is destroyed ends cleanly instead of touching freed memory.
+  Task<Status> connect() override {
+    auto impl = impl_;
+    co_return co_await impl->connect();
+  }
+  bool connected() const override { return impl_->connected(); }
+  std::string local_address() const override { return impl_->local_address(); }
+  void set_event_handler(EventHandler handler) override {
+    impl_->set_event_handler(std::move(handler));
+  }
+  void start_keep_alive(Duration interval, int max_missed) override {
+    impl_->start_keep_alive(interval, max_missed);
+  }
+  Task<void> release() override {
+    auto impl = impl_;
+    co_await impl->release();
+  }
+  Task<Result<RoundAssignment>> join(NodeInfo node, RendezvousConfig config) override {
+    auto impl = impl_;
+    co_return co_await impl->join(std::move(node), config);
+  }
+  Task<Result<Json>> resume(std::string node_id) override {
+    auto impl = impl_;
+    co_return co_await impl->resume(std::move(node_id));
+  }
+  Task<Status> report(bool succeeded, std::string message) override {
+    auto impl = impl_;
+    co_return co_await impl->report(succeeded, std::move(message));
+  }
+  Task<Status> leave() override {
+    auto impl = impl_;
+    co_return co_await impl->leave();
+  }
+  Task<Status> set(std::string key, std::string value) override {
+    auto impl = impl_;
+    co_return co_await impl->set(std::move(key), std::move(value));
+  }
+  Task<Result<std::string>> get(std::string key, std::optional<Duration> timeout) override {
+    auto impl = impl_;
+    co_return co_await impl->get(std::move(key), timeout);
+  }
+  Task<Result<std::int64_t>> add(std::string key, std::int64_t delta) override {
+    auto impl = impl_;
+    co_return co_await impl->add(std::move(key), delta);
+  }
+
+ private:
+  std::shared_ptr<EtcdRendezvous> impl_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_etcd_backend(asio::io_context& io, EtcdBackendOptions options) {
+  return std::make_unique<EtcdBackend>(io, std::move(options));
+}
+
+}  // namespace ctrun::rendezvous

@@ -1,0 +1,174 @@
+// ctrun --rdzv_backend=etcd end to end: real agents, real workers, a real etcd (Debian's
+// etcd-server) on loopback ports, stopped and restarted under the job.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "etcd_server.h"
+#include "process.h"
+
+using namespace ctrun::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+#define SKIP_WITHOUT_ETCD()                                                                  \
+  if (!EtcdCluster::installed()) {                                                           \
+    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)"); \
+    return;                                                                                  \
+  }
+
+// One agent on etcd: `nnodes` nodes of `workers` test workers each; keep-alives every 1 s, a
+// lease of 2 s.
+std::unique_ptr<ChildProcess> start_node(const ScratchDir& s, const std::string& endpoints,
+                                         const std::string& run_id, const std::string& nnodes,
+                                         int workers, const std::vector<std::string>& worker_args,
+                                         const std::string& log,
+                                         const std::string& backend = "etcd") {
+  std::vector<std::string> argv = {CTRUN_PATH,
+                                   "--nnodes=" + nnodes,
+                                   "--nproc_per_node=" + std::to_string(workers),
+                                   "--rdzv_backend=" + backend,
+                                   "--rdzv_endpoint=" + endpoints,
+                                   "--rdzv_id=" + run_id,
+                                   "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=2,"
+                                   "last_call_timeout=60",
+                                   "--max_restarts=3",
+                                   "--shutdown_timeout=2",
+                                   TEST_WORKER_PATH};
+  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+  return std::make_unique<ChildProcess>(argv, s.path(log));
+}
+
+bool wait_exists(const std::string& path, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(path)) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return std::filesystem::exists(path);
+}
+
+// Both agents exit 0, and the four ranks wrote their torchrun variables under `prefix`.
+void expect_four_ranks(const ScratchDir& s, ChildProcess& a, ChildProcess& b,
+                       const std::string& prefix, const std::string& run_id) {
+  auto code_a = a.wait(60s);
+  auto code_b = b.wait(60s);
+  INFO(read_file(s.path("a.log")) + read_file(s.path("b.log")));
+  REQUIRE(code_a.has_value());
+  REQUIRE(code_b.has_value());
+  CHECK(*code_a == 0);
+  CHECK(*code_b == 0);
+  std::set<std::string> masters;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = read_env_file(s.path(prefix + "." + std::to_string(rank)));
+    CHECK(env["RANK"] == std::to_string(rank));
+    CHECK(env["WORLD_SIZE"] == "4");
+    CHECK(env["GROUP_RANK"] == std::to_string(rank / 2));
+    CHECK(env["TORCHELASTIC_RUN_ID"] == run_id);
+    CHECK(env["CTRUN_STORE_ADDR"] == "<unset>");  // the workers meet at MASTER_ADDR:MASTER_PORT
+    masters.insert(env["MASTER_ADDR"] + ":" + env["MASTER_PORT"]);
+  }
+  CHECK(masters.size() == 1);
+}
+
+}  // namespace
+
+TEST_CASE("etcd: two nodes of two workers, a worker fails once, the job restarts and succeeds") {
+  SKIP_WITHOUT_ETCD();
+  ScratchDir s("etcd_agent");
+  EtcdCluster etcd(s, 1);
+  auto a =
+      start_node(s, etcd.endpoints(), "etcd-two", "2", 2, {"fail_once", s.path("env")}, "a.log");
+  auto b = start_node(s, etcd.endpoints(), "etcd-two", "2", 2, {"fail_once", s.path("env")},
+                      "b.log", "etcd-v2");
+  expect_four_ranks(s, *a, *b, "env", "etcd-two");
+  const std::string logs = read_file(s.path("a.log")) + read_file(s.path("b.log"));
+  CHECK(logs.find("restarting the job (1 of 3 restarts)") != std::string::npos);
+  CHECK(logs.find("round 1: group rank") != std::string::npos);
+}
+
+TEST_CASE("etcd: a SIGKILLed agent's lease expires and the survivor re-forms alone") {
+  SKIP_WITHOUT_ETCD();
+  ScratchDir s("etcd_agent");
+  EtcdCluster etcd(s, 1);
+  auto node = [&](const std::string& log) {
+    return start_node(s, etcd.endpoints(), "etcd-kill", "1:2", 1, {"until_alone", s.path("pids")},
+                      log);
+  };
+  auto victim = node("victim.log");
+  auto survivor = node("survivor.log");
+  REQUIRE(wait_exists(s.path("pids.0"), 30s));
+  REQUIRE(wait_exists(s.path("pids.1"), 30s));
+  victim->signal(SIGKILL);
+  REQUIRE(victim->wait(5s).has_value());
+  const auto killed = std::chrono::steady_clock::now();
+  // The lease (2 s) runs out, the survivor removes the node and forms round 1 by itself.
+  REQUIRE(wait_for_text(s.path("survivor.log"), "round 1: group rank 0 of 1", 15s));
+  const auto took = std::chrono::steady_clock::now() - killed;
+  CHECK(took >= 1500ms);  // not before the lease could expire
+  auto code = survivor->wait(20s);
+  const std::string log = read_file(s.path("survivor.log"));
+  INFO(log);
+  CHECK(log.find("its etcd lease expired") != std::string::npos);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+}
+
+TEST_CASE("etcd: etcd SIGKILLed and restarted mid-job, the job goes on") {
+  SKIP_WITHOUT_ETCD();
+  ScratchDir s("etcd_agent");
+  EtcdCluster etcd(s, 1);
+  ::setenv("CTRUN_TEST_OUT", s.path("env").c_str(), 1);
+  auto a = start_node(s, etcd.endpoints(), "etcd-restart", "2", 2, {"sleep", "6"}, "a.log");
+  auto b = start_node(s, etcd.endpoints(), "etcd-restart", "2", 2, {"sleep", "6"}, "b.log");
+  ::unsetenv("CTRUN_TEST_OUT");
+  REQUIRE(wait_for_text(s.path("a.log"), "round 0: group rank", 30s));
+  REQUIRE(wait_for_text(s.path("b.log"), "round 0: group rank", 30s));
+  std::this_thread::sleep_for(500ms);
+  etcd.kill(0);
+  std::this_thread::sleep_for(1s);
+  etcd.start(0);
+  expect_four_ranks(s, *a, *b, "env", "etcd-restart");
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = read_env_file(s.path("env." + std::to_string(rank)));
+    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");  // the workers were never restarted
+  }
+}
+
+TEST_CASE("etcd: a three-member cluster loses the member the agents talk to, the job goes on") {
+  SKIP_WITHOUT_ETCD();
+  ScratchDir s("etcd_agent");
+  EtcdCluster etcd(s, 3);
+  ::setenv("CTRUN_TEST_OUT", s.path("env").c_str(), 1);
+  auto a = start_node(s, etcd.endpoints(), "etcd-three", "2", 2, {"sleep", "5"}, "a.log");
+  auto b = start_node(s, etcd.endpoints(), "etcd-three", "2", 2, {"sleep", "5"}, "b.log");
+  ::unsetenv("CTRUN_TEST_OUT");
+  REQUIRE(wait_for_text(s.path("a.log"), "round 0: group rank", 30s));
+  REQUIRE(wait_for_text(s.path("b.log"), "round 0: group rank", 30s));
+  etcd.kill(0);  // the first endpoint of --rdzv_endpoint
+  expect_four_ranks(s, *a, *b, "env", "etcd-three");
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = read_env_file(s.path("env." + std::to_string(rank)));
+    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
+  }
+}
+
+TEST_CASE("etcd: a bad endpoint list is a one-line error") {
+  ScratchDir s("etcd_agent");
+  ChildProcess c({CTRUN_PATH, "--nnodes=1", "--rdzv_backend=etcd", "--rdzv_endpoint=h1:2379,",
+                  TEST_WORKER_PATH, "exit", "0"},
+                 s.path("bad.log"));
+  auto code = c.wait(10s);
+  REQUIRE(code.has_value());
+  CHECK(*code != 0);
+  CHECK(read_file(s.path("bad.log")).find("--rdzv_endpoint: empty etcd endpoint in 'h1:2379,'") !=
+        std::string::npos);
+}
