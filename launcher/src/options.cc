@@ -182,7 +182,8 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
        "Workers per node: N, cpu, gpu or auto (default 1)"},
       {"--rdzv_backend,--rdzv-backend", "rdzv_backend",
        "static, c10d, ctrund, etcd or etcd-v2 (default static)"},
-      {"--rdzv_endpoint,--rdzv-endpoint", "rdzv_endpoint", "HOST[:PORT] of ctrund (port 29400)"},
+      {"--rdzv_endpoint,--rdzv-endpoint", "rdzv_endpoint",
+       "HOST[:PORT] of ctrund (port 29400), or etcd endpoints H1[:PORT],H2... (port 2379)"},
       {"--rdzv_id,--rdzv-id", "rdzv_id", "Job id shared by every node (default none)"},
       {"--rdzv_conf,--rdzv-conf", "rdzv_conf",
        "key=value,... (join_timeout, last_call_timeout, "

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "ctrun/rendezvous/auth.h"
 #include "ctrun/rendezvous/backend.h"
 #include "ctrun/rendezvous/etcd_client.h"
 
@@ -77,6 +78,10 @@ etcd::Compare unchanged_since(const std::string& key, std::int64_t mod_revision)
   c.result = etcd::Compare::Result::kEqual;
   c.number = mod_revision;
   return c;
+}
+
+std::string txn_text_of(const Json& saved) {
+  return saved.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 Task<void> sleep_for(asio::io_context& io, Duration d) {
@@ -163,10 +168,11 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     co_return ok_status();
   }
 
-  void start_keep_alive(Duration interval, int max_missed) {
-    asio::co_spawn(io_,
-                   keep_alive_loop(shared_from_this(), ++keep_alive_epoch_, interval, max_missed),
-                   asio::detached);
+  // Renews at least three times per TTL, whatever the interval, so that a failed renewal or two
+  // still leave the lease alive (the TTL is interval x max_missed already).
+  void start_keep_alive(Duration interval, int /*max_missed*/) {
+    keep_alive_interval_ = std::min(interval, options_.lease_ttl / 3);
+    asio::co_spawn(io_, keep_alive_loop(shared_from_this(), ++keep_alive_epoch_), asio::detached);
   }
 
   Task<void> release() {
@@ -304,10 +310,14 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     }
   }
 
-  // A compare-and-swap loop on the key's mod_revision.
+  // A compare-and-swap loop on the key's mod_revision. Each try also writes a marker of its own
+  // (on this node's lease): when a try's answer says it lost, or is lost, the marker tells
+  // whether it landed after all, so that a retried add never counts twice.
   Task<Result<std::int64_t>> add(std::string key, std::int64_t delta) {
     const std::string full = store_prefix_ + key;
     for (int attempt = 0; attempt < 1000; ++attempt) {
+      std::string marker = prefix_ + "ops/";
+      for (unsigned char c : random_bytes(8)) marker += "0123456789abcdef"[c % 16];
       auto found = co_await client_.range(full);
       if (!found) co_return found.error();
       std::int64_t value = 0;
@@ -327,9 +337,14 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       etcd::Txn txn;
       txn.compare.push_back(unchanged_since(full, revision));
       txn.success.push_back(put_op(full, std::to_string(value + delta)));
+      etcd::Operation mark = put_op(marker, std::to_string(value + delta));
+      mark.lease = lease_;
+      txn.success.push_back(std::move(mark));
       auto done = co_await client_.txn(std::move(txn));
+      if (done && done.value().succeeded) co_return value + delta;
+      auto landed = co_await client_.range(marker);
+      if (landed && !landed.value().kvs.empty()) co_return value + delta;
       if (!done) co_return done.error();
-      if (done.value().succeeded) co_return value + delta;
     }
     co_return Error{ErrorCode::kConflict, "key '" + key + "': too many concurrent writers"};
   }
@@ -348,7 +363,12 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       auto granted = co_await client_.grant(whole_seconds_up(options_.lease_ttl));
       if (!granted) co_return granted.error();
       lease_ = granted.value().id;
-      lost_ = false;
+      if (lost_ && keep_alive_interval_ > Duration::zero()) {
+        // lose() stopped the renewals of the old lease: the new one needs its own.
+        lost_ = false;
+        asio::co_spawn(io_, keep_alive_loop(shared_from_this(), ++keep_alive_epoch_),
+                       asio::detached);
+      }
     }
     co_return ok_status();
   }
@@ -387,12 +407,19 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       co_return Error{ErrorCode::kInternal, "etcd: a two-range transaction answered " +
                                                 std::to_string(r.ranges.size()) + " ranges"};
     }
-    take_state(r.ranges[0].kvs.empty() ? nullptr : &r.ranges[0].kvs.front(), r.revision);
+    const etcd::KeyValue* state = r.ranges[0].kvs.empty() ? nullptr : &r.ranges[0].kvs.front();
+    take_state(state, r.revision);
     live_.clear();
     for (const auto& kv : r.ranges[1].kvs) live_.insert(kv.key.substr(nodes_prefix_.size()));
-    if (auto current = restore_current(); current && current.value()) {
-      for (const auto& id : current.value()->node_ids()) {
-        if (!live_.count(id)) dead_.insert(id);
+    // Dead: nodes of the state *as this read saw it* without a key (the cache may be newer, with
+    // nodes whose keys this read predates), and those seen deleted before, unless back now.
+    std::erase_if(dead_, [this](const std::string& id) { return live_.count(id) != 0; });
+    if (state) {
+      auto read = Rendezvous::restore(Json::parse(state->value, nullptr, false), clock_);
+      if (read) {
+        for (const auto& id : read.value()->node_ids()) {
+          if (!live_.count(id)) dead_.insert(id);
+        }
       }
     }
     loaded_ = true;
@@ -497,7 +524,10 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     }
     // A little spread, so that not every agent writes the same tick at once.
     static thread_local std::minstd_rand jitter(std::random_device{}());
-    tick_timer_.expires_at(*due + std::chrono::milliseconds(jitter() % 50));
+    // Not sooner than 100 ms from now: a deadline already past (the wall-clock save and this
+    // steady clock disagree by a few ms) is tried again, not spun on.
+    tick_timer_.expires_at(std::max(*due, Clock::now() + std::chrono::milliseconds(100)) +
+                           std::chrono::milliseconds(jitter() % 50));
     tick_timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
       if (ec || !self || self->closed_) return;
@@ -513,7 +543,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     if (removing_) return;
     std::vector<std::string> gone;
     for (const auto& id : dead_) {
-      if (id == node_id_ || !r.has_node(id)) continue;
+      if (id == node_id_ || live_.count(id) || !r.has_node(id)) continue;
       const auto before = r.revision();
       r.remove_node(id, "");
       if (r.revision() != before) gone.push_back(id);  // e.g. not a member that already succeeded
@@ -535,11 +565,15 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   // more leases may have gone meanwhile.
   Task<void> apply([[maybe_unused]] std::shared_ptr<EtcdRendezvous> self, Change change,
                    bool removal) {
-    (void)co_await mutate(std::move(change));
-    if (removal) {
-      removing_ = false;
-      after_change();
+    Status done = ok_status();
+    try {
+      done = co_await mutate(std::move(change));
+    } catch (const std::exception& e) {
+      done = Error{ErrorCode::kInternal, e.what()};
     }
+    if (!done && !closed_ && options_.log) options_.log("etcd: " + done.error().message);
+    if (removal) removing_ = false;
+    after_change();  // also re-arms the deadline when this tick found nothing due yet
   }
 
   // Applies `change` to the state and writes it back if it moved, with compare-and-swap.
@@ -568,7 +602,9 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       Json saved = state->save();
       etcd::Txn txn;
       txn.compare.push_back(unchanged_since(state_key_, state_rev_));
-      txn.success.push_back(put_op(state_key_, saved.dump()));
+      // Text from workers (failure reasons) may not be UTF-8: replaced, never a throw.
+      const std::string text = txn_text_of(saved);
+      txn.success.push_back(put_op(state_key_, text));
       for (auto& op : also) txn.success.push_back(std::move(op));
       auto written = co_await client_.txn(std::move(txn));
       if (written && written.value().succeeded) {
@@ -593,31 +629,50 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         co_return written ? Error{ErrorCode::kConflict, "etcd: the job's state kept changing"}
                           : written.error();
       }
-      // Another agent wrote first, or the answer was lost (the write may have landed): read the
-      // state again and apply the change to what is there now.
+      // Another agent wrote first, or the answer was lost, or a try cut short landed and its
+      // retry lost to it: read the state again. Our own write (its save time makes it unique)
+      // is done; anything else gets the change applied anew.
       co_await reload_state();
+      if (state_json_ == Json::parse(text, nullptr, false)) {
+        if (options_.log) {
+          for (const auto& line : lines) options_.log(line);
+        }
+        after_change();
+        co_return ok_status();
+      }
     }
   }
 
-  Task<void> keep_alive_loop([[maybe_unused]] std::shared_ptr<EtcdRendezvous> self, int epoch,
-                             Duration interval, int max_missed) {
-    int missed = 0;
+  // Connection lost = no renewal for a whole TTL (the lease is gone or about to go), or etcd
+  // saying the lease is gone. Every ~30 s the state is also read afresh, in case the watch
+  // connection went silent without closing.
+  Task<void> keep_alive_loop([[maybe_unused]] std::shared_ptr<EtcdRendezvous> self, int epoch) {
+    auto renewed = Clock::now();
+    auto refreshed = Clock::now();
+    std::string last_error;
     while (!closed_ && epoch == keep_alive_epoch_) {
-      co_await sleep_for(io_, interval);
+      co_await sleep_for(io_, keep_alive_interval_);
       if (closed_ || epoch != keep_alive_epoch_) co_return;
       const std::int64_t lease = lease_;
       auto ttl = co_await lease_client_.keep_alive(lease);
       if (closed_ || epoch != keep_alive_epoch_) co_return;
       if (lease != lease_) continue;  // a new lease was taken meanwhile
       if (ttl && ttl.value() > 0) {
-        missed = 0;
+        renewed = Clock::now();
       } else if (ttl) {
         lose("this node's etcd lease expired");
         co_return;
-      } else if (++missed >= max_missed) {
-        lose("no answer from etcd to " + std::to_string(missed) +
-             " keep-alives in a row: " + ttl.error().message);
+      } else {
+        last_error = ttl.error().message;
+      }
+      if (Clock::now() - renewed >= options_.lease_ttl) {
+        lose("no keep-alive reached etcd for " + std::to_string(to_millis(options_.lease_ttl)) +
+             " ms: " + last_error);
         co_return;
+      }
+      if (Clock::now() - refreshed >= std::chrono::seconds(30)) {
+        refreshed = Clock::now();
+        co_await reload_state();
       }
     }
   }
@@ -664,6 +719,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   std::int64_t lease_ = 0;
   bool lost_ = false;
   int keep_alive_epoch_ = 0;
+  Duration keep_alive_interval_{};  // zero until start_keep_alive()
 
   // The cache, kept by the watch: the state (null: no key; discarded: not ours) at state_rev_,
   // and the nodes whose keys exist (live_) or were seen to go (dead_).
