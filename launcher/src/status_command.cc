@@ -2,10 +2,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <boost/asio.hpp>
 #include <cstdio>
 
 #include "ctrun/rendezvous/auth.h"
 #include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/etcd_jobs.h"
 #include "ctrun/rendezvous/rendezvous.h"
 #include "ctrun/rendezvous/server.h"
 #include "status_view.h"
@@ -25,6 +27,52 @@ int fail(const std::string& message, int code) {
   return code;
 }
 
+// Runs one etcd read to its end on a private loop.
+rdzv::Result<rdzv::Json> run_read(boost::asio::io_context& io,
+                                  rdzv::etcd::Task<rdzv::Result<rdzv::Json>> read) {
+  rdzv::Result<rdzv::Json> out;
+  boost::asio::co_spawn(io, std::move(read), [&](std::exception_ptr e, rdzv::Result<rdzv::Json> r) {
+    out = e ? rdzv::Result<rdzv::Json>(rdzv::Error{rdzv::ErrorCode::kInternal, "etcd read failed"})
+            : std::move(r);
+  });
+  io.run();
+  return out;
+}
+
+// `ctrun status` on etcd: the same views, built from the job's keys (etcd_jobs.h).
+int etcd_status(const std::string& endpoint, const std::string& id, rdzv::Duration limit,
+                bool json) {
+  auto endpoints = rdzv::etcd::parse_endpoints(endpoint);
+  if (!endpoints) return fail(endpoints.error().message, 2);
+  boost::asio::io_context io;
+  rdzv::etcd::ClientOptions options;
+  options.endpoints = endpoints.value();
+  options.request_timeout = limit;
+  options.attempt_timeout = std::min(limit, options.attempt_timeout);
+  rdzv::etcd::Client client(io, options);
+  if (id.empty()) {
+    auto jobs = run_read(io, rdzv::etcd_jobs(client));
+    if (!jobs)
+      return fail("cannot read jobs from etcd at " + endpoint + ": " + jobs.error().message, 1);
+    const std::string text =
+        json ? jobs_json(jobs.value()).dump(2) + "\n" : jobs_table(jobs.value());
+    std::fputs(text.c_str(), stdout);
+    return 0;
+  }
+  auto status = run_read(io, rdzv::etcd_job_status(client, id));
+  if (!status)
+    return fail(
+        "cannot read job '" + id + "' from etcd at " + endpoint + ": " + status.error().message, 1);
+  const rdzv::Json& st = status.value();
+  if (st["rendezvous"].is_null() && st.value("keys", 0) == 0) {
+    return fail("no job '" + id + "' at " + endpoint, 1);
+  }
+  JobStatus job{st, st.value("max_restarts", -1LL)};
+  const std::string text = json ? job_status_json(job).dump(2) + "\n" : job_status_table(job);
+  std::fputs(text.c_str(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 int run_status_command(const std::vector<std::string>& args, const EnvLookup& env) {
@@ -37,7 +85,8 @@ int run_status_command(const std::vector<std::string>& args, const EnvLookup& en
   bool json = false;
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "HOST[:PORT] of the rendezvous");
   app.add_option("--rdzv_id,--rdzv-id", id, "the job to show in detail (default: list every job)");
-  app.add_option("--rdzv_backend,--rdzv-backend", backend, "c10d or ctrund (default c10d)");
+  app.add_option("--rdzv_backend,--rdzv-backend", backend,
+                 "c10d, ctrund, etcd or etcd-v2 (default c10d)");
   app.add_option("--token_file", token_file, "the daemon's shared token (else $CTRUN_RDZV_TOKEN)");
   app.add_option("--timeout", timeout, "seconds to keep trying to reach the rendezvous (5)")
       ->check(CLI::PositiveNumber);
@@ -51,10 +100,13 @@ int run_status_command(const std::vector<std::string>& args, const EnvLookup& en
   } catch (const CLI::ParseError& e) {
     return fail(e.what(), 2);
   }
-  if (backend != "c10d" && backend != "ctrund") {
-    return fail("--rdzv_backend: expected c10d or ctrund, got '" + backend + "'", 2);
+  if (backend != "c10d" && backend != "ctrund" && backend != "etcd" && backend != "etcd-v2") {
+    return fail("--rdzv_backend: expected c10d, ctrund, etcd or etcd-v2, got '" + backend + "'", 2);
   }
   if (endpoint.empty()) return fail("--rdzv_endpoint is required", 2);
+  const auto limit =
+      std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(timeout));
+  if (backend == "etcd" || backend == "etcd-v2") return etcd_status(endpoint, id, limit, json);
   auto ep = parse_endpoint(endpoint, rdzv::kDefaultPort);
   if (!ep) return fail(ep.error().message, 2);
 
@@ -62,8 +114,7 @@ int run_status_command(const std::vector<std::string>& args, const EnvLookup& en
   options.host = ep.value().host;
   options.port = ep.value().port;
   options.job = id.empty() ? kObserverJob : id;
-  options.connect_timeout =
-      std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(timeout));
+  options.connect_timeout = limit;
   if (!token_file.empty()) {
     auto t = rdzv::read_token_file(token_file);
     if (!t) return fail(t.error().message, 2);

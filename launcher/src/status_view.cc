@@ -57,13 +57,17 @@ Json job_status_json(const JobStatus& job) {
   Json nodes = Json::array();
   if (rdzv.is_object() && rdzv.contains("nodes") && rdzv["nodes"].is_array()) {
     for (const auto& n : rdzv["nodes"]) {
-      nodes.push_back({{"node", n.value("node", "")},
-                       {"host", n.value("host", "")},
-                       {"group_rank", n.value("group_rank", -1)},
-                       {"local_world_size", n.value("local_world_size", 0)},
-                       {"place", n.value("place", "")},
-                       {"succeeded", n.value("succeeded", false)},
-                       {"last_heartbeat_age_s", n.value("last_seen_ms_ago", 0) / 1000.0}});
+      nodes.push_back(
+          {{"node", n.value("node", "")},
+           {"host", n.value("host", "")},
+           {"group_rank", n.value("group_rank", -1)},
+           {"local_world_size", n.value("local_world_size", 0)},
+           {"place", n.value("place", "")},
+           {"succeeded", n.value("succeeded", false)},
+           // null: no heartbeat to be had (etcd: the node's lease is gone)
+           {"last_heartbeat_age_s", n.value("last_seen_ms_ago", 0) < 0
+                                        ? Json()
+                                        : Json(n.value("last_seen_ms_ago", 0) / 1000.0)}});
     }
     // Members by group rank first, then the others by node id.
     std::stable_sort(nodes.begin(), nodes.end(), [](const Json& a, const Json& b) {
@@ -104,7 +108,9 @@ std::string job_status_table(const JobStatus& job) {
     if (n["succeeded"].get<bool>()) place += ", succeeded";
     rows.push_back({rank >= 0 ? std::to_string(rank) : "-", n["node"], n["host"],
                     std::to_string(n["local_world_size"].get<int>()), place,
-                    seconds_text(n["last_heartbeat_age_s"].get<double>()) + " ago"});
+                    n["last_heartbeat_age_s"].is_null()
+                        ? std::string("gone")
+                        : seconds_text(n["last_heartbeat_age_s"].get<double>()) + " ago"});
   }
   return out + table(rows);
 }

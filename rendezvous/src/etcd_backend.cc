@@ -14,6 +14,7 @@
 #include "ctrun/rendezvous/auth.h"
 #include "ctrun/rendezvous/backend.h"
 #include "ctrun/rendezvous/etcd_client.h"
+#include "ctrun/rendezvous/etcd_jobs.h"
 
 namespace ctrun::rendezvous {
 
@@ -88,24 +89,6 @@ Task<void> sleep_for(asio::io_context& io, Duration d) {
   asio::steady_timer t(io, d);
   co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
 }
-
-}  // namespace
-
-std::string etcd_job_prefix(const std::string& job) {
-  std::string escaped;
-  for (char c : job) {
-    if (c == '%') {
-      escaped += "%25";
-    } else if (c == '/') {
-      escaped += "%2F";
-    } else {
-      escaped += c;
-    }
-  }
-  return "/ctrun/" + escaped + "/";
-}
-
-namespace {
 
 class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
  public:

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
@@ -159,6 +160,53 @@ TEST_CASE("etcd: a three-member cluster loses the member the agents talk to, the
     auto env = read_env_file(s.path("env." + std::to_string(rank)));
     CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
   }
+}
+
+TEST_CASE("etcd: ctrun status shows a job on etcd as JSON and a table, and lists jobs") {
+  SKIP_WITHOUT_ETCD();
+  ScratchDir s("etcd_agent");
+  EtcdCluster etcd(s, 1);
+  const std::string job_id = "team/run-1";  // a '/' in the id stays inside its own keys
+  auto a = start_node(s, etcd.endpoints(), job_id, "2", 2, {"sleep", "30"}, "a.log");
+  auto b = start_node(s, etcd.endpoints(), job_id, "2", 2, {"sleep", "30"}, "b.log");
+  auto status = [&](std::vector<std::string> args, const std::string& out) {
+    args.insert(args.begin(), {CTRUN_PATH, "status", "--rdzv_backend=etcd",
+                               "--rdzv_endpoint=" + etcd.endpoints()});
+    ChildProcess p(args, s.path(out));
+    return p.wait(20s);
+  };
+  REQUIRE(wait_for_text(s.path("a.log"), "round 0: group rank", 30s));
+  REQUIRE(wait_for_text(s.path("b.log"), "round 0: group rank", 30s));
+  REQUIRE(status({"--rdzv_id=" + job_id, "--json"}, "status.json") == 0);
+  const std::string text = read_file(s.path("status.json"));
+  INFO(text);
+  auto job = nlohmann::json::parse(text);
+  CHECK(job["job"] == job_id);
+  CHECK(job["state"] == "running");
+  CHECK(job["formed"] == true);
+  CHECK(job["restarts"] == 0);
+  CHECK(job["max_restarts"] == 3);
+  CHECK(job["connections"] == 2);
+  REQUIRE(job["nodes"].size() == 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    CHECK(job["nodes"][rank]["group_rank"] == rank);
+    CHECK(job["nodes"][rank]["host"] == "127.0.0.1");
+    const double age = job["nodes"][rank]["last_heartbeat_age_s"].get<double>();
+    CHECK(age >= 0);
+    CHECK(age <= 2);  // the lease (2 s) is renewed at least three times per TTL
+  }
+  REQUIRE(status({"--rdzv_id=" + job_id}, "status.txt") == 0);
+  CHECK(read_file(s.path("status.txt"))
+            .find("job team/run-1: running, round 0 (formed), nodes 2 (min 2, max 2), restarts 0 "
+                  "of 3 (3 left)") != std::string::npos);
+  REQUIRE(status({}, "jobs.txt") == 0);
+  CHECK(read_file(s.path("jobs.txt")).find("team/run-1") != std::string::npos);
+  CHECK(status({"--rdzv_id=team"}, "none.txt") == 1);
+  CHECK(read_file(s.path("none.txt")).find("no job 'team'") != std::string::npos);
+  a->signal(SIGTERM);
+  b->signal(SIGTERM);
+  CHECK(a->wait(20s).has_value());
+  CHECK(b->wait(20s).has_value());
 }
 
 TEST_CASE("etcd: a bad endpoint list is a one-line error") {

@@ -36,8 +36,9 @@ class Backend {
   // This host's address towards the service: where peers can reach it too.
   virtual std::string local_address() const = 0;
   virtual void set_event_handler(EventHandler handler) = 0;
-  // Proves this node alive every `interval`; `max_missed` unanswered in a row, or the service
-  // saying the node is gone, is a connection_lost event.
+  // Proves this node alive every `interval`. When the service stops hearing it (ctrund:
+  // `max_missed` keep-alives unanswered in a row; etcd: no lease renewal for the lease's TTL) or
+  // says the node is gone, a connection_lost event follows.
   virtual void start_keep_alive(Duration interval, int max_missed) = 0;
   // Says goodbye without leaving the job (the agent is exiting): the service forgets this
   // connection now instead of when its keep-alives run out.
@@ -71,12 +72,7 @@ struct EtcdBackendOptions {
   EventSink events;
 };
 
-// Keys of a job on etcd, all under "/ctrun/<job>/" (the job id with '%' and '/' escaped, so one
-// job's keys are never inside another's): "rendezvous" (the Rendezvous, saved), "nodes/<id>" (on
-// each node's lease) and "store/<key>".
-std::string etcd_job_prefix(const std::string& job);
-
-// etcd, through its HTTP gateway (docs/etcd_gateway.md).
+// etcd, through its HTTP gateway (docs/etcd_gateway.md); the keys it uses: etcd_jobs.h.
 std::unique_ptr<Backend> make_etcd_backend(boost::asio::io_context& io, EtcdBackendOptions options);
 
 }  // namespace ctrun::rendezvous
