@@ -81,10 +81,6 @@ etcd::Compare unchanged_since(const std::string& key, std::int64_t mod_revision)
   return c;
 }
 
-std::string txn_text_of(const Json& saved) {
-  return saved.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
 Task<void> sleep_for(asio::io_context& io, Duration d) {
   asio::steady_timer t(io, d);
   co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -155,7 +151,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   // still leave the lease alive (the TTL is interval x max_missed already).
   void start_keep_alive(Duration interval, int /*max_missed*/) {
     keep_alive_interval_ = std::min(interval, options_.lease_ttl / 3);
-    asio::co_spawn(io_, keep_alive_loop(shared_from_this(), ++keep_alive_epoch_), asio::detached);
+    spawn_keep_alive();
   }
 
   Task<void> release() {
@@ -349,8 +345,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       if (lost_ && keep_alive_interval_ > Duration::zero()) {
         // lose() stopped the renewals of the old lease: the new one needs its own.
         lost_ = false;
-        asio::co_spawn(io_, keep_alive_loop(shared_from_this(), ++keep_alive_epoch_),
-                       asio::detached);
+        spawn_keep_alive();
       }
     }
     co_return ok_status();
@@ -398,7 +393,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     // nodes whose keys this read predates), and those seen deleted before, unless back now.
     std::erase_if(dead_, [this](const std::string& id) { return live_.count(id) != 0; });
     if (state) {
-      auto read = Rendezvous::restore(Json::parse(state->value, nullptr, false), clock_);
+      auto read = etcd_restore_state(*state, clock_);
       if (read) {
         for (const auto& id : read.value()->node_ids()) {
           if (!live_.count(id)) dead_.insert(id);
@@ -586,7 +581,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       etcd::Txn txn;
       txn.compare.push_back(unchanged_since(state_key_, state_rev_));
       // Text from workers (failure reasons) may not be UTF-8: replaced, never a throw.
-      const std::string text = txn_text_of(saved);
+      const std::string text = saved.dump(-1, ' ', false, Json::error_handler_t::replace);
       txn.success.push_back(put_op(state_key_, text));
       for (auto& op : also) txn.success.push_back(std::move(op));
       auto written = co_await client_.txn(std::move(txn));
@@ -658,6 +653,11 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         co_await reload_state();
       }
     }
+  }
+
+  // A renewal loop of its own; the epoch ends any loop before it.
+  void spawn_keep_alive() {
+    asio::co_spawn(io_, keep_alive_loop(shared_from_this(), ++keep_alive_epoch_), asio::detached);
   }
 
   void lose(const std::string& reason) {

@@ -2,8 +2,6 @@
 
 #include <map>
 
-#include "ctrun/rendezvous/rendezvous.h"
-
 namespace ctrun::rendezvous {
 
 namespace {
@@ -48,7 +46,15 @@ void sort_key(JobKeys& keys, const std::string& rest, const etcd::KeyValue& kv) 
   }
 }
 
-Result<std::unique_ptr<Rendezvous>> restore_state(const etcd::KeyValue& kv, const Clock& clock) {
+long long restarts_of(const JobKeys& keys) {
+  auto it = keys.store.find(kRestartsKey);
+  return it == keys.store.end() ? 0 : number_text(it->second, 0);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Rendezvous>> etcd_restore_state(const etcd::KeyValue& kv,
+                                                       const Clock& clock) {
   const Json saved = Json::parse(kv.value, nullptr, false);
   if (saved.is_discarded()) {
     return Error{ErrorCode::kBadRequest,
@@ -56,13 +62,6 @@ Result<std::unique_ptr<Rendezvous>> restore_state(const etcd::KeyValue& kv, cons
   }
   return Rendezvous::restore(saved, clock, {}, Rendezvous::Timers::kCarried);
 }
-
-long long restarts_of(const JobKeys& keys) {
-  auto it = keys.store.find(kRestartsKey);
-  return it == keys.store.end() ? 0 : number_text(it->second, 0);
-}
-
-}  // namespace
 
 std::string etcd_job_prefix(const std::string& job) {
   std::string escaped;
@@ -115,7 +114,7 @@ etcd::Task<Result<Json>> etcd_job_status(etcd::Client& client, std::string job) 
   }
   if (!keys.state) co_return answer;
   SteadyClock clock;
-  auto state = restore_state(*keys.state, clock);
+  auto state = etcd_restore_state(*keys.state, clock);
   if (!state) co_return state.error();
   Json described = state.value()->describe();
   // A node's heartbeat is its lease: the time since the last renewal is what the TTL lost.
@@ -161,7 +160,7 @@ etcd::Task<Result<Json>> etcd_jobs(etcd::Client& client) {
                {"round", 0},
                {"nodes", 0}};
     if (keys.state) {
-      auto state = restore_state(*keys.state, clock);
+      auto state = etcd_restore_state(*keys.state, clock);
       if (state) {
         entry["state"] = std::string(job_state_name(state.value()->state()));
         entry["round"] = state.value()->round();

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "etcd_server.h"
@@ -80,6 +81,28 @@ void expect_four_ranks(const ScratchDir& s, ChildProcess& a, ChildProcess& b,
   CHECK(masters.size() == 1);
 }
 
+// Two nodes of two workers that sleep `seconds`, then write their variables to env.<RANK>;
+// returns once the round has formed on both.
+std::pair<std::unique_ptr<ChildProcess>, std::unique_ptr<ChildProcess>> start_sleeping_pair(
+    const ScratchDir& s, const std::string& endpoints, const std::string& run_id,
+    const std::string& seconds) {
+  ::setenv("CTRUN_TEST_OUT", s.path("env").c_str(), 1);
+  auto a = start_node(s, endpoints, run_id, "2", 2, {"sleep", seconds}, "a.log");
+  auto b = start_node(s, endpoints, run_id, "2", 2, {"sleep", seconds}, "b.log");
+  ::unsetenv("CTRUN_TEST_OUT");
+  REQUIRE(wait_for_text(s.path("a.log"), "round 0: group rank", 30s));
+  REQUIRE(wait_for_text(s.path("b.log"), "round 0: group rank", 30s));
+  return {std::move(a), std::move(b)};
+}
+
+// No worker of the job was ever restarted.
+void expect_no_restart(const ScratchDir& s) {
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = read_env_file(s.path("env." + std::to_string(rank)));
+    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
+  }
+}
+
 }  // namespace
 
 TEST_CASE("etcd: two nodes of two workers, a worker fails once, the job restarts and succeeds") {
@@ -127,39 +150,23 @@ TEST_CASE("etcd: etcd SIGKILLed and restarted mid-job, the job goes on") {
   SKIP_WITHOUT_ETCD();
   ScratchDir s("etcd_agent");
   EtcdCluster etcd(s, 1);
-  ::setenv("CTRUN_TEST_OUT", s.path("env").c_str(), 1);
-  auto a = start_node(s, etcd.endpoints(), "etcd-restart", "2", 2, {"sleep", "6"}, "a.log");
-  auto b = start_node(s, etcd.endpoints(), "etcd-restart", "2", 2, {"sleep", "6"}, "b.log");
-  ::unsetenv("CTRUN_TEST_OUT");
-  REQUIRE(wait_for_text(s.path("a.log"), "round 0: group rank", 30s));
-  REQUIRE(wait_for_text(s.path("b.log"), "round 0: group rank", 30s));
+  auto [a, b] = start_sleeping_pair(s, etcd.endpoints(), "etcd-restart", "6");
   std::this_thread::sleep_for(500ms);
   etcd.kill(0);
   std::this_thread::sleep_for(1s);
   etcd.start(0);
   expect_four_ranks(s, *a, *b, "env", "etcd-restart");
-  for (int rank = 0; rank < 4; ++rank) {
-    auto env = read_env_file(s.path("env." + std::to_string(rank)));
-    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");  // the workers were never restarted
-  }
+  expect_no_restart(s);
 }
 
 TEST_CASE("etcd: a three-member cluster loses the member the agents talk to, the job goes on") {
   SKIP_WITHOUT_ETCD();
   ScratchDir s("etcd_agent");
   EtcdCluster etcd(s, 3);
-  ::setenv("CTRUN_TEST_OUT", s.path("env").c_str(), 1);
-  auto a = start_node(s, etcd.endpoints(), "etcd-three", "2", 2, {"sleep", "5"}, "a.log");
-  auto b = start_node(s, etcd.endpoints(), "etcd-three", "2", 2, {"sleep", "5"}, "b.log");
-  ::unsetenv("CTRUN_TEST_OUT");
-  REQUIRE(wait_for_text(s.path("a.log"), "round 0: group rank", 30s));
-  REQUIRE(wait_for_text(s.path("b.log"), "round 0: group rank", 30s));
+  auto [a, b] = start_sleeping_pair(s, etcd.endpoints(), "etcd-three", "5");
   etcd.kill(0);  // the first endpoint of --rdzv_endpoint
   expect_four_ranks(s, *a, *b, "env", "etcd-three");
-  for (int rank = 0; rank < 4; ++rank) {
-    auto env = read_env_file(s.path("env." + std::to_string(rank)));
-    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
-  }
+  expect_no_restart(s);
 }
 
 TEST_CASE("etcd: ctrun status shows a job on etcd as JSON and a table, and lists jobs") {
@@ -167,16 +174,13 @@ TEST_CASE("etcd: ctrun status shows a job on etcd as JSON and a table, and lists
   ScratchDir s("etcd_agent");
   EtcdCluster etcd(s, 1);
   const std::string job_id = "team/run-1";  // a '/' in the id stays inside its own keys
-  auto a = start_node(s, etcd.endpoints(), job_id, "2", 2, {"sleep", "30"}, "a.log");
-  auto b = start_node(s, etcd.endpoints(), job_id, "2", 2, {"sleep", "30"}, "b.log");
+  auto [a, b] = start_sleeping_pair(s, etcd.endpoints(), job_id, "30");
   auto status = [&](std::vector<std::string> args, const std::string& out) {
     args.insert(args.begin(), {CTRUN_PATH, "status", "--rdzv_backend=etcd",
                                "--rdzv_endpoint=" + etcd.endpoints()});
     ChildProcess p(args, s.path(out));
     return p.wait(20s);
   };
-  REQUIRE(wait_for_text(s.path("a.log"), "round 0: group rank", 30s));
-  REQUIRE(wait_for_text(s.path("b.log"), "round 0: group rank", 30s));
   REQUIRE(status({"--rdzv_id=" + job_id, "--json"}, "status.json") == 0);
   const std::string text = read_file(s.path("status.json"));
   INFO(text);

@@ -129,14 +129,19 @@ void expect_round(const std::vector<Node*>& members, int round) {
   }
 }
 
-void run_elastic_script(asio::io_context& io, const MakeBackend& make) {
-  Script s(io, make, "conformance");
-  Node& a = s.add("a");
-  Node& b = s.add("b");
+// Nodes a and b join and form round 0.
+void form_first_round(Script& s, Node& a, Node& b) {
   s.join(a);
   s.join(b);
   REQUIRE(s.until([&] { return a.joined && b.joined; }));
   expect_round({&a, &b}, 0);
+}
+
+void run_elastic_script(asio::io_context& io, const MakeBackend& make) {
+  Script s(io, make, "conformance");
+  Node& a = s.add("a");
+  Node& b = s.add("b");
+  form_first_round(s, a, b);
 
   // A newcomer reopens the round: the members are told and join again.
   Node& c = s.add("c");
@@ -202,10 +207,7 @@ void run_failure_script(asio::io_context& io, const MakeBackend& make) {
   Script s(io, make, "conformance-fail");
   Node& a = s.add("a");
   Node& b = s.add("b");
-  s.join(a);
-  s.join(b);
-  REQUIRE(s.until([&] { return a.joined && b.joined; }));
-  expect_round({&a, &b}, 0);
+  form_first_round(s, a, b);
   REQUIRE(run_task(io, a.backend->report(false, "rank 0 on h: exit code 3")).ok());
   auto ended = s.next_event(b, "job_ended");
   REQUIRE(ended);

@@ -4,17 +4,23 @@
 // "store/<key>", and "ops/<random>" (store add markers, on the adder's lease).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "ctrun/rendezvous/etcd_client.h"
 #include "ctrun/rendezvous/frame.h"
+#include "ctrun/rendezvous/rendezvous.h"
 
 namespace ctrun::rendezvous {
 
 std::string etcd_job_prefix(const std::string& job);
 // The job a key belongs to, or nullopt for a key outside the layout.
 std::optional<std::string> etcd_job_of_key(const std::string& key);
+
+// A job's rendezvous as its "rendezvous" key holds it, deadlines carried (Timers::kCarried).
+Result<std::unique_ptr<Rendezvous>> etcd_restore_state(const etcd::KeyValue& kv,
+                                                       const Clock& clock);
 
 // One job in the shape of ctrund's `status` answer: {"job", "keys", "restarts", "max_restarts"
 // (-1 when unset), "connections" (nodes holding a lease), "rendezvous": Rendezvous::describe()},
