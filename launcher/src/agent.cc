@@ -44,20 +44,9 @@ rdzv::Duration seconds(double s) {
   return std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(s));
 }
 
-std::string random_hex(std::size_t bytes) {
-  const std::string raw = rdzv::random_bytes(bytes);
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
 // A random UUID (version 4), the form torchrun gives a --standalone run id.
 std::string random_uuid() {
-  std::string hex = random_hex(16);
+  std::string hex = rdzv::random_hex(16);
   hex[12] = '4';
   hex[16] = "89ab"[hex[16] % 4];
   return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
@@ -332,7 +321,8 @@ class Agent::Impl {
   std::unique_ptr<rdzv::EventLog> server_event_log_;  // and its hosted rendezvous's
   std::unique_ptr<rdzv::Server> server_;              // when this agent hosts the rendezvous
   std::unique_ptr<rdzv::Backend> client_;
-  bool etcd_ = false;  // --rdzv_backend=etcd: no daemon, the workers' store is torch's own
+  bool etcd_ = false;  // --rdzv_backend=etcd: no daemon; the job's keys live in etcd
+  std::vector<rdzv::Endpoint> etcd_endpoints_;
   rdzv::RendezvousConfig config_;
   int requested_rank_ = -1;
 
@@ -362,7 +352,7 @@ Task<void> Agent::Impl::linger(rdzv::Duration d) {
 Task<rdzv::Status> Agent::Impl::setup() {
   const LaunchOptions& o = options_;
   run_id_ = o.standalone ? random_uuid() : o.rdzv_id;
-  node_id_ = rdzv::local_host_name() + ":" + std::to_string(getpid()) + ":" + random_hex(4);
+  node_id_ = rdzv::local_host_name() + ":" + std::to_string(getpid()) + ":" + rdzv::random_hex(4);
 
   // Logs and error files live under --log_dir, or a private temporary directory.
   if (!o.log_dir.empty()) {
@@ -407,6 +397,7 @@ Task<rdzv::Status> Agent::Impl::setup() {
     endpoint_port_ = endpoints.value().front().port;
     if (o.node_rank_given) requested_rank_ = o.node_rank;
     rdzv::EtcdBackendOptions etcd_options;
+    etcd_endpoints_ = endpoints.value();
     etcd_options.endpoints = std::move(endpoints).value();
     etcd_options.job = run_id_;
     etcd_options.connect_timeout = config_.join_timeout;
@@ -508,8 +499,14 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     in.placement = RoundPlacement{round.group_rank, round.group_world_size, round.rank_offset,
                                   round.world_size, round.master_addr,      round.master_port,
                                   restart_count};
-    if (!etcd_) {
-      in.store = rdzv::StoreAddress{endpoint_host_, endpoint_port_, round.store_prefix, token_};
+    in.store.host = endpoint_host_;
+    in.store.port = endpoint_port_;
+    in.store.prefix = round.store_prefix;
+    if (etcd_) {
+      in.store.backend = rdzv::StoreAddress::Backend::kEtcd;
+      in.store.etcd_endpoints = etcd_endpoints_;
+    } else {
+      in.store.token = token_;
     }
     in.use_agent_store = false;  // rank 0's worker serves torch's own store (docs/env.md)
     in.error_file = dir + "/error.json";

@@ -30,7 +30,16 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
       {"NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
   };
-  if (!in.store.host.empty()) {  // none with etcd: the workers meet at MASTER_ADDR:MASTER_PORT
+  if (in.store.backend == rendezvous::StoreAddress::Backend::kEtcd) {
+    std::string members;
+    for (const auto& ep : in.store.etcd_endpoints) {
+      members += (members.empty() ? "" : ",") + rendezvous::format_endpoint(ep);
+    }
+    vars["CTRUN_STORE_BACKEND"] = "etcd";
+    vars["CTRUN_STORE_ADDR"] = members;
+    vars["CTRUN_STORE_PREFIX"] = in.store.prefix;
+  } else if (!in.store.host.empty()) {
+    vars["CTRUN_STORE_BACKEND"] = "ctrund";
     vars["CTRUN_STORE_ADDR"] = in.store.host;
     vars["CTRUN_STORE_PORT"] = std::to_string(in.store.port);
     vars["CTRUN_STORE_PREFIX"] = in.store.prefix;

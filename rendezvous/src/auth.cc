@@ -32,6 +32,16 @@ std::string random_bytes(std::size_t n) {
   return out;
 }
 
+std::string random_hex(std::size_t bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : random_bytes(bytes)) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
 std::string client_proof(const std::string& token, const std::string& server_nonce,
                          const std::string& job) {
   return hmac_sha256(token, std::string("ctrun-client", 13) + server_nonce + job);

@@ -46,4 +46,9 @@ Result<Endpoint> parse_endpoint(const std::string& text, std::uint16_t default_p
   return ep;
 }
 
+std::string format_endpoint(const Endpoint& endpoint) {
+  const bool v6 = endpoint.host.find(':') != std::string::npos;
+  return (v6 ? "[" + endpoint.host + "]" : endpoint.host) + ":" + std::to_string(endpoint.port);
+}
+
 }  // namespace ctrun::rendezvous

@@ -166,6 +166,23 @@ Result<std::vector<Endpoint>> parse_endpoints(const std::string& text) {
   return out;
 }
 
+Operation put_op(std::string key, std::string value, std::int64_t lease) {
+  return Operation{Operation::Kind::kPut, std::move(key), std::move(value), "", lease};
+}
+
+Operation range_op(std::string key, std::string range_end) {
+  return Operation{Operation::Kind::kRange, std::move(key), "", std::move(range_end), 0};
+}
+
+Operation delete_op(std::string key, std::string range_end) {
+  return Operation{Operation::Kind::kDelete, std::move(key), "", std::move(range_end), 0};
+}
+
+Compare unchanged_since(const std::string& key, std::int64_t mod_revision) {
+  return Compare{key, mod_revision == 0 ? Compare::Target::kCreate : Compare::Target::kMod,
+                 Compare::Result::kEqual, mod_revision, ""};
+}
+
 Json put_request(const std::string& key, const std::string& value, std::int64_t lease) {
   Json j{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
   if (lease != 0) j["lease"] = std::to_string(lease);

@@ -8,6 +8,7 @@
 #include <boost/asio.hpp>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 
@@ -15,6 +16,7 @@
 #include "ctrun/rendezvous/backend.h"
 #include "ctrun/rendezvous/etcd_client.h"
 #include "ctrun/rendezvous/etcd_jobs.h"
+#include "ctrun/rendezvous/etcd_store.h"
 
 namespace ctrun::rendezvous {
 
@@ -33,6 +35,59 @@ RendezvousConfig without_keep_alives(RendezvousConfig c) {
   c.keep_alive_interval = kNoKeepAliveDeadline;
   c.keep_alive_max_attempt = 1;
   return c;
+}
+
+// A join as an agent leaves it under joins/<node id>, on its lease, for whichever agent writes
+// the state next: under contention one write takes in every join it sees (up to
+// kJoinsPerWrite), instead of each agent winning a compare-and-swap of its own.
+constexpr std::size_t kJoinsPerWrite = 120;  // a compare and a delete each; etcd allows 128
+
+struct JoinRequest {
+  NodeInfo node;
+  int min_nodes = 0;
+  int max_nodes = 0;
+};
+
+std::string join_request_text(const NodeInfo& node, const RendezvousConfig& config) {
+  return Json{{"host", node.host},
+              {"local_world_size", node.local_world_size},
+              {"master_port", node.master_port},
+              {"requested_rank", node.requested_rank},
+              {"min_nodes", config.min_nodes},
+              {"max_nodes", config.max_nodes}}
+      .dump();
+}
+
+// Another agent's request; nullopt for a value that is not one (it is left alone).
+std::optional<JoinRequest> parse_join_request(const std::string& node_id, const std::string& text) {
+  const Json j = Json::parse(text, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  auto integer = [&j](const char* name) -> std::optional<int> {
+    auto it = j.find(name);
+    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+    const auto v = it->get<std::int64_t>();
+    if (v < -1 || v > 1 << 20) return std::nullopt;
+    return static_cast<int>(v);
+  };
+  auto host = j.find("host");
+  auto local_world_size = integer("local_world_size");
+  auto master_port = integer("master_port");
+  auto requested_rank = integer("requested_rank");
+  auto min_nodes = integer("min_nodes");
+  auto max_nodes = integer("max_nodes");
+  if (host == j.end() || !host->is_string() || !local_world_size || !master_port ||
+      !requested_rank || !min_nodes || !max_nodes) {
+    return std::nullopt;
+  }
+  JoinRequest r;
+  r.node.node_id = node_id;
+  r.node.host = host->get<std::string>();
+  r.node.local_world_size = *local_world_size;
+  r.node.master_port = *master_port;
+  r.node.requested_rank = *requested_rank;
+  r.min_nodes = *min_nodes;
+  r.max_nodes = *max_nodes;
+  return r;
 }
 
 std::int64_t whole_seconds_up(Duration d) {
@@ -55,32 +110,6 @@ std::string local_address_towards(asio::io_context& io, const Endpoint& ep) {
   return ec ? "" : local.address().to_string();
 }
 
-etcd::Operation put_op(std::string key, std::string value) {
-  etcd::Operation op;
-  op.kind = etcd::Operation::Kind::kPut;
-  op.key = std::move(key);
-  op.value = std::move(value);
-  return op;
-}
-
-etcd::Operation range_op(std::string key, std::string range_end) {
-  etcd::Operation op;
-  op.kind = etcd::Operation::Kind::kRange;
-  op.key = std::move(key);
-  op.range_end = std::move(range_end);
-  return op;
-}
-
-// The condition "`key` is unchanged since `mod_revision`" (0: "`key` does not exist").
-etcd::Compare unchanged_since(const std::string& key, std::int64_t mod_revision) {
-  etcd::Compare c;
-  c.key = key;
-  c.target = mod_revision == 0 ? etcd::Compare::Target::kCreate : etcd::Compare::Target::kMod;
-  c.result = etcd::Compare::Result::kEqual;
-  c.number = mod_revision;
-  return c;
-}
-
 Task<void> sleep_for(asio::io_context& io, Duration d) {
   asio::steady_timer t(io, d);
   co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -88,11 +117,14 @@ Task<void> sleep_for(asio::io_context& io, Duration d) {
 
 class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
  public:
-  // What a change to the state may do: replace the Rendezvous (a new job under the same id) and
-  // add operations to the write. `log` and `events` are what a Rendezvous it creates should use.
+  // What a change to the state may do: replace the Rendezvous (a new job under the same id),
+  // add operations to the write and conditions to its compare-and-swap. `log` and `events` are
+  // what a Rendezvous it creates should use. `applied` lists the join requests it took in.
   struct Edit {
     std::unique_ptr<Rendezvous>& state;
     std::vector<etcd::Operation>& also;
+    std::vector<etcd::Compare>& checks;
+    std::vector<std::string>& applied;
     Rendezvous::Logger log;
     EventSink events;
   };
@@ -104,7 +136,9 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         prefix_(etcd_job_prefix(options_.job)),
         state_key_(prefix_ + "rendezvous"),
         nodes_prefix_(prefix_ + "nodes/"),
+        joins_prefix_(prefix_ + "joins/"),
         store_prefix_(prefix_ + "store/"),
+        ops_prefix_(prefix_ + "ops/"),
         client_(io, etcd::ClientOptions{.endpoints = options_.endpoints}),
         // Keep-alives must not wait out a long request timeout: the lease would be gone first.
         lease_client_(io, etcd::ClientOptions{.endpoints = options_.endpoints,
@@ -175,19 +209,17 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     end_sent_ = false;
     if (auto s = co_await put_node_key(); !s) co_return s.error();
     const RendezvousConfig wanted = without_keep_alives(config);
+    const std::string request = join_request_text(node, config);
     auto enter = [&](Edit& edit) -> Status {
       std::unique_ptr<Rendezvous>& r = edit.state;
       // Every node of an ended job is gone: the same id starts a new job, as with ctrund. Its
-      // store goes with the old job.
+      // store (and its add markers) go with the old job.
       const bool replace = r && r->state() != JobState::kRunning && !any_live(*r);
       if (!r || replace) {
         const int generation = r ? r->generation() + 1 : 0;
         if (r) {
-          etcd::Operation wipe;
-          wipe.kind = etcd::Operation::Kind::kDelete;
-          wipe.key = store_prefix_;
-          wipe.range_end = etcd::prefix_end(store_prefix_);
-          edit.also.push_back(std::move(wipe));
+          edit.also.push_back(etcd::delete_op(store_prefix_, etcd::prefix_end(store_prefix_)));
+          edit.also.push_back(etcd::delete_op(ops_prefix_, etcd::prefix_end(ops_prefix_)));
         }
         r = std::make_unique<Rendezvous>(options_.job, wanted, clock_, edit.log, generation);
         r->set_event_sink(edit.events);
@@ -199,23 +231,27 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
                          std::to_string(r->config().max_nodes) + ", this node asked for " +
                          std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes)};
       }
-      auto notices = r->join(node);
-      return notices ? ok_status() : Status(notices.error());
+      return take_in_joins(edit);
     };
-    if (auto joined = co_await mutate(enter); !joined) co_return joined.error();
-    // The answer is in the state once the round forms; each change wakes this.
+    if (auto asked = co_await ask_to_join(request, enter); !asked) co_return asked.error();
+    // The answer is in the state once the round forms; each change wakes this. (`r` is good
+    // until the next co_await.)
     while (true) {
       if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
-      auto current = restore_current();
+      auto current = view();
       if (!current) co_return current.error();
-      const std::unique_ptr<Rendezvous>& r = current.value();
+      const Rendezvous* r = current.value();
       if (!r) co_return Error{ErrorCode::kClosed, "etcd key " + state_key_ + " was deleted"};
       if (r->state() != JobState::kRunning) {
         co_return Error{ErrorCode::kClosed, "job '" + options_.job + "' ended (" +
                                                 std::string(job_state_name(r->state())) +
                                                 "): " + r->end_reason()};
       }
-      if (!r->has_node(node_id_)) {
+      // Asked and not taken in yet: this node's request is not in the state (the cache of
+      // requests is only as fresh as the last read).
+      const bool pending =
+          joins_.count(node_id_) != 0 && !r->is_joining(node_id_) && !r->assignment(node_id_);
+      if (!r->has_node(node_id_) && !pending) {
         co_return Error{ErrorCode::kTimeout,
                         "dropped from job '" + options_.job +
                             "': " + r->departure(node_id_).value_or("removed by another node")};
@@ -225,11 +261,15 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         reported_round_ = std::max(reported_round_, a->round);
         co_return *a;
       }
-      if (!r->is_joining(node_id_)) {
+      if (pending) {
+        // Not taken in yet (the write that would have lost its race): take it in now.
+        if (auto joined = co_await mutate(enter); !joined) co_return joined.error();
+        continue;
+      } else if (!r->is_joining(node_id_)) {
         // The round this node entered formed and reopened before this node read the state
         // (a watch may bring several changes at once): it joins the next round, as it would
         // have on the reopened round's notice.
-        if (auto joined = co_await mutate(enter); !joined) co_return joined.error();
+        if (auto asked = co_await ask_to_join(request, enter); !asked) co_return asked.error();
         continue;
       }
       co_await wait_change(Clock::now() + std::chrono::seconds(1));
@@ -289,46 +329,63 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     }
   }
 
-  // A compare-and-swap loop on the key's mod_revision. Each try also writes a marker of its own
-  // (on this node's lease): when a try's answer says it lost, or is lost, the marker tells
-  // whether it landed after all, so that a retried add never counts twice.
+  // The marker (etcd_store.h) is a key of this call's own, on this node's lease.
   Task<Result<std::int64_t>> add(std::string key, std::int64_t delta) {
-    const std::string full = store_prefix_ + key;
-    for (int attempt = 0; attempt < 1000; ++attempt) {
-      std::string marker = prefix_ + "ops/";
-      for (unsigned char c : random_bytes(8)) marker += "0123456789abcdef"[c % 16];
-      auto found = co_await client_.range(full);
-      if (!found) co_return found.error();
-      std::int64_t value = 0;
-      std::int64_t revision = 0;
-      if (!found.value().kvs.empty()) {
-        const etcd::KeyValue& kv = found.value().kvs.front();
-        try {
-          std::size_t used = 0;
-          value = std::stoll(kv.value, &used);
-          if (used != kv.value.size()) throw std::invalid_argument("trailing text");
-        } catch (const std::exception&) {
-          co_return Error{ErrorCode::kBadRequest,
-                          "key '" + key + "' holds '" + kv.value.substr(0, 64) + "', not a number"};
-        }
-        revision = kv.mod_revision;
-      }
-      etcd::Txn txn;
-      txn.compare.push_back(unchanged_since(full, revision));
-      txn.success.push_back(put_op(full, std::to_string(value + delta)));
-      etcd::Operation mark = put_op(marker, std::to_string(value + delta));
-      mark.lease = lease_;
-      txn.success.push_back(std::move(mark));
-      auto done = co_await client_.txn(std::move(txn));
-      if (done && done.value().succeeded) co_return value + delta;
-      auto landed = co_await client_.range(marker);
-      if (landed && !landed.value().kvs.empty()) co_return value + delta;
-      if (!done) co_return done.error();
-    }
-    co_return Error{ErrorCode::kConflict, "key '" + key + "': too many concurrent writers"};
+    co_return co_await etcd::store_add(client_, store_prefix_, std::move(key), delta,
+                                       ops_prefix_ + random_hex(8), lease_);
   }
 
  private:
+  // Leaves this node's join request, then writes the state with it (and any others) taken in,
+  // unless another agent's write takes it in first.
+  Task<Status> ask_to_join(const std::string& request, Change enter) {
+    const std::string key = joins_prefix_ + node_id_;
+    auto put = co_await client_.put(key, request, lease_);
+    if (!put) co_return put.error();
+    etcd::KeyValue kv;
+    kv.key = key;
+    kv.value = request;
+    kv.mod_revision = put.value();
+    kv.lease = lease_;
+    joins_[node_id_] = kv;
+    co_await reload_state();  // every request so far, to take in with this one
+    auto entered = co_await mutate(std::move(enter));
+    if (!entered) (void)co_await client_.erase(key);  // refused: nobody else may take it in
+    co_return entered;
+  }
+
+  // Takes the pending join requests into the running job, this node's first, at most
+  // kJoinsPerWrite. Each is deleted by the same write, on condition that it is the very
+  // request that was read: no request is ever taken in twice. Requests that do not fit the
+  // job (another nnodes, a taken rank) are left to their agents, whose own join says why.
+  Status take_in_joins(Edit& edit) {
+    Rendezvous& r = *edit.state;
+    if (r.state() != JobState::kRunning) return ok_status();
+    std::vector<std::string> order;
+    if (joins_.count(node_id_)) order.push_back(node_id_);
+    for (const auto& [id, kv] : joins_) {
+      if (id != node_id_) order.push_back(id);
+    }
+    for (const auto& id : order) {
+      if (edit.applied.size() >= kJoinsPerWrite) break;
+      const etcd::KeyValue& kv = joins_.at(id);
+      auto request = parse_join_request(id, kv.value);
+      if (!request || request->min_nodes != r.config().min_nodes ||
+          request->max_nodes != r.config().max_nodes) {
+        continue;
+      }
+      if (auto joined = r.join(request->node); !joined) {
+        if (id == node_id_) return joined.error();
+        continue;
+      }
+      edit.checks.push_back(etcd::Compare{kv.key, etcd::Compare::Target::kMod,
+                                          etcd::Compare::Result::kEqual, kv.mod_revision, ""});
+      edit.also.push_back(etcd::delete_op(kv.key));
+      edit.applied.push_back(id);
+    }
+    return ok_status();
+  }
+
   // Puts this node's key on its lease, taking a new lease when the old one is gone.
   Task<Status> put_node_key() {
     for (int attempt = 0; attempt < 2; ++attempt) {
@@ -361,32 +418,49 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     return Rendezvous::restore(state_json_, clock_, std::move(log), Rendezvous::Timers::kCarried);
   }
 
+  // The cached state restored once per revision, for reading: every agent reads it on every
+  // change, and a restore is O(nodes). Null when the key does not exist.
+  Result<const Rendezvous*> view() {
+    if (view_rev_ != state_rev_ || !view_ok_) {
+      auto current = restore_current();
+      if (!current) return current.error();
+      view_ = std::move(current).value();
+      view_rev_ = state_rev_;
+      view_ok_ = true;
+    }
+    return static_cast<const Rendezvous*>(view_.get());
+  }
+
   // Takes what a read at `revision` saw of the state key, unless the cache is newer.
   void take_state(const etcd::KeyValue* kv, std::int64_t revision) {
     if (revision < state_rev_) return;
     if (kv) {
       state_json_ = Json::parse(kv->value, nullptr, false);
       state_rev_ = kv->mod_revision;
+      view_ok_ = false;
     } else {
       state_json_ = nullptr;
       state_rev_ = 0;
+      view_ok_ = false;
     }
   }
 
   // One consistent read of the state and the live nodes; the revision it saw.
   Task<Result<std::int64_t>> load() {
     etcd::Txn txn;
-    txn.success.push_back(range_op(state_key_, ""));
-    txn.success.push_back(range_op(nodes_prefix_, etcd::prefix_end(nodes_prefix_)));
+    txn.success.push_back(etcd::range_op(state_key_, ""));
+    txn.success.push_back(etcd::range_op(nodes_prefix_, etcd::prefix_end(nodes_prefix_)));
+    txn.success.push_back(etcd::range_op(joins_prefix_, etcd::prefix_end(joins_prefix_)));
     auto read = co_await client_.txn(std::move(txn));
     if (!read) co_return read.error();
     const etcd::TxnResult& r = read.value();
-    if (r.ranges.size() != 2) {
-      co_return Error{ErrorCode::kInternal, "etcd: a two-range transaction answered " +
+    if (r.ranges.size() != 3) {
+      co_return Error{ErrorCode::kInternal, "etcd: a three-range transaction answered " +
                                                 std::to_string(r.ranges.size()) + " ranges"};
     }
     const etcd::KeyValue* state = r.ranges[0].kvs.empty() ? nullptr : &r.ranges[0].kvs.front();
     take_state(state, r.revision);
+    take_joins(r.ranges[2].kvs, r.revision);
     live_.clear();
     for (const auto& kv : r.ranges[1].kvs) live_.insert(kv.key.substr(nodes_prefix_.size()));
     // Dead: nodes of the state *as this read saw it* without a key (the cache may be newer, with
@@ -405,15 +479,35 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     co_return r.revision;
   }
 
+  // The state and the pending join requests, read together: a request is deleted by the write
+  // that takes it in, so the two must come from one revision.
   Task<void> reload_state() {
-    auto read = co_await client_.range(state_key_);
-    if (!read) {
+    etcd::Txn txn;
+    txn.success.push_back(etcd::range_op(state_key_, ""));
+    txn.success.push_back(etcd::range_op(joins_prefix_, etcd::prefix_end(joins_prefix_)));
+    auto read = co_await client_.txn(std::move(txn));
+    if (!read || read.value().ranges.size() != 2) {
       co_await sleep_for(io_, std::chrono::milliseconds(100));
       co_return;
     }
-    take_state(read.value().kvs.empty() ? nullptr : &read.value().kvs.front(),
-               read.value().revision);
+    const etcd::TxnResult& r = read.value();
+    take_state(r.ranges[0].kvs.empty() ? nullptr : &r.ranges[0].kvs.front(), r.revision);
+    take_joins(r.ranges[1].kvs, r.revision);
     after_change();
+  }
+
+  // Takes what a read at `revision` saw under joins/, unless the cache is newer.
+  void take_joins(const std::vector<etcd::KeyValue>& kvs, std::int64_t revision) {
+    if (revision < joins_rev_) return;
+    // This node's own request, put after the read was answered, stays.
+    std::optional<etcd::KeyValue> own;
+    if (auto it = joins_.find(node_id_); it != joins_.end() && it->second.mod_revision > revision) {
+      own = it->second;
+    }
+    joins_.clear();
+    for (const auto& kv : kvs) joins_[kv.key.substr(joins_prefix_.size())] = kv;
+    if (own) joins_[node_id_] = *own;
+    joins_rev_ = revision;
   }
 
   // Reads everything, then follows the changes; again from a fresh read whenever the stream
@@ -428,7 +522,10 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         continue;
       }
       backoff = std::chrono::milliseconds(100);
-      (void)co_await client_.watch(prefix_, etcd::prefix_end(prefix_), loaded.value() + 1,
+      // Everything after joins/ (nodes/, ops/, rendezvous, store/): join requests are read when
+      // a write is due, for N of them seen by N watchers would be N^2 messages.
+      (void)co_await client_.watch(etcd::prefix_end(joins_prefix_), etcd::prefix_end(prefix_),
+                                   loaded.value() + 1,
                                    [this](const etcd::WatchMessage& m) { on_watch(m); });
     }
   }
@@ -464,12 +561,12 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   void after_change() {
     notify();
     if (closed_) return;
-    auto current = restore_current();
+    auto current = view();
     if (!current || !current.value()) return;
-    Rendezvous& r = *current.value();
+    const Rendezvous& r = *current.value();
     deliver_notices(r);
     arm_tick(r);
-    remove_dead(r);  // last: it changes r
+    remove_dead(r);
   }
 
   void deliver_notices(const Rendezvous& r) {
@@ -517,14 +614,23 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     });
   }
 
-  void remove_dead(Rendezvous& r) {
+  void remove_dead(const Rendezvous& view) {
     if (removing_) return;
+    auto candidate = [&](const std::string& id) {
+      return id != node_id_ && !live_.count(id) && view.has_node(id);
+    };
+    if (std::none_of(dead_.begin(), dead_.end(), candidate)) return;
+    // Which removals would change the state (not, e.g., a member that already succeeded): tried
+    // on a copy of its own.
+    auto current = restore_current();
+    if (!current || !current.value()) return;
+    Rendezvous& r = *current.value();
     std::vector<std::string> gone;
     for (const auto& id : dead_) {
-      if (id == node_id_ || live_.count(id) || !r.has_node(id)) continue;
+      if (!candidate(id)) continue;
       const auto before = r.revision();
       r.remove_node(id, "");
-      if (r.revision() != before) gone.push_back(id);  // e.g. not a member that already succeeded
+      if (r.revision() != before) gone.push_back(id);
     }
     if (gone.empty()) return;
     removing_ = true;
@@ -557,6 +663,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   // Applies `change` to the state and writes it back if it moved, with compare-and-swap.
   Task<Status> mutate(Change change) {
     const auto until = Clock::now() + kWriteTimeout;
+    int lost = 0;
     while (true) {
       if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
       // Lines and events are kept until the write lands: a lost race must not tell them twice.
@@ -573,22 +680,32 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       if (state) state->set_event_sink(sink);
       const std::uint64_t before = state ? state->revision() : 0;
       std::vector<etcd::Operation> also;
-      Edit edit{state, also, log, sink};
+      std::vector<etcd::Compare> checks;
+      std::vector<std::string> applied;
+      Edit edit{state, also, checks, applied, log, sink};
       if (auto s = change(edit); !s) co_return s;
       if (!state || (state.get() == original && state->revision() == before)) co_return ok_status();
 
       Json saved = state->save();
       etcd::Txn txn;
-      txn.compare.push_back(unchanged_since(state_key_, state_rev_));
+      txn.compare.push_back(etcd::unchanged_since(state_key_, state_rev_));
+      for (auto& c : checks) txn.compare.push_back(std::move(c));
       // Text from workers (failure reasons) may not be UTF-8: replaced, never a throw.
       const std::string text = saved.dump(-1, ' ', false, Json::error_handler_t::replace);
-      txn.success.push_back(put_op(state_key_, text));
+      txn.success.push_back(etcd::put_op(state_key_, text));
       for (auto& op : also) txn.success.push_back(std::move(op));
       auto written = co_await client_.txn(std::move(txn));
       if (written && written.value().succeeded) {
         if (written.value().revision >= state_rev_) {
           state_json_ = std::move(saved);
           state_rev_ = written.value().revision;
+          view_ok_ = false;
+        }
+        for (const auto& id : applied) {  // the write deleted their keys
+          auto it = joins_.find(id);
+          if (it != joins_.end() && it->second.mod_revision < written.value().revision) {
+            joins_.erase(it);
+          }
         }
         if (options_.log) {
           for (const auto& line : lines) options_.log(line);
@@ -609,7 +726,9 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       }
       // Another agent wrote first, or the answer was lost, or a try cut short landed and its
       // retry lost to it: read the state again. Our own write (its save time makes it unique)
-      // is done; anything else gets the change applied anew.
+      // is done; anything else gets the change applied anew. Many agents racing back off a
+      // random while, growing with each loss: the winner's write may take their joins in.
+      co_await sleep_for(io_, backoff(++lost));
       co_await reload_state();
       if (state_json_ == Json::parse(text, nullptr, false)) {
         if (options_.log) {
@@ -619,6 +738,13 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         co_return ok_status();
       }
     }
+  }
+
+  // Up to 5 ms x 2^(losses - 1), at most 200 ms, drawn at random.
+  static Duration backoff(int losses) {
+    static thread_local std::minstd_rand random(std::random_device{}());
+    const auto most = std::min<std::int64_t>(5LL << std::min(losses - 1, 6), 200);
+    return std::chrono::microseconds(random() % (most * 1000 + 1));
   }
 
   // Connection lost = no renewal for a whole TTL (the lease is gone or about to go), or etcd
@@ -687,7 +813,9 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   const std::string prefix_;
   const std::string state_key_;
   const std::string nodes_prefix_;
+  const std::string joins_prefix_;
   const std::string store_prefix_;
+  const std::string ops_prefix_;
   SteadyClock clock_;
   etcd::Client client_;
   etcd::Client lease_client_;
@@ -709,8 +837,14 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   bool loaded_ = false;
   Json state_json_;
   std::int64_t state_rev_ = 0;
+  std::unique_ptr<Rendezvous> view_;  // state_json_ restored, while view_ok_, at view_rev_
+  std::int64_t view_rev_ = 0;
+  bool view_ok_ = false;
   std::set<std::string> live_;
   std::set<std::string> dead_;
+  // Join requests not taken in yet (joins/<id>) as the last read saw them, at joins_rev_.
+  std::map<std::string, etcd::KeyValue> joins_;
+  std::int64_t joins_rev_ = 0;
 
   std::string node_id_;
   std::optional<int> running_round_;  // the round this node runs in, after its join returned

@@ -26,7 +26,7 @@ struct Connection {
   beast::flat_buffer buffer;
 };
 
-std::string where(const Endpoint& ep) { return ep.host + ":" + std::to_string(ep.port); }
+std::string where(const Endpoint& ep) { return format_endpoint(ep); }
 
 Error connection_error(const Endpoint& ep, const std::string& what) {
   return Error{ErrorCode::kConnection, "etcd at " + where(ep) + ": " + what};

@@ -35,8 +35,9 @@ const std::set<std::string> kOnlyTorchrun = {
     "LC_CTYPE",  // Python's locale coercion in the torchrun process (PEP 538), inherited
     "PWD",       // set by the shell that starts torchrun inside the namespace
 };
-const std::set<std::string> kOnlyCtrun = {"CTRUN_STORE_ADDR", "CTRUN_STORE_PORT",
-                                          "CTRUN_STORE_PREFIX", "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
+const std::set<std::string> kOnlyCtrun = {"CTRUN_STORE_BACKEND", "CTRUN_STORE_ADDR",
+                                          "CTRUN_STORE_PORT", "CTRUN_STORE_PREFIX",
+                                          "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
 // Keys whose values must be identical.
 const std::vector<std::string> kSameValue = {"RANK",
                                              "LOCAL_RANK",

@@ -75,7 +75,11 @@ void expect_four_ranks(const ScratchDir& s, ChildProcess& a, ChildProcess& b,
     CHECK(env["WORLD_SIZE"] == "4");
     CHECK(env["GROUP_RANK"] == std::to_string(rank / 2));
     CHECK(env["TORCHELASTIC_RUN_ID"] == run_id);
-    CHECK(env["CTRUN_STORE_ADDR"] == "<unset>");  // the workers meet at MASTER_ADDR:MASTER_PORT
+    // C++ workers meet in the job's etcd keys, Python ones at MASTER_ADDR:MASTER_PORT.
+    CHECK(env["CTRUN_STORE_BACKEND"] == "etcd");
+    CHECK(env["CTRUN_STORE_ADDR"].find("127.0.0.1:") == 0);
+    CHECK(env["CTRUN_STORE_PORT"] == "<unset>");
+    CHECK(env["CTRUN_STORE_PREFIX"].find("rdzv/") == 0);
     masters.insert(env["MASTER_ADDR"] + ":" + env["MASTER_PORT"]);
   }
   CHECK(masters.size() == 1);

@@ -58,6 +58,7 @@ void write_env(const std::string& prefix) {
                            "TORCHELASTIC_USE_AGENT_STORE",
                            "TORCHELASTIC_ERROR_FILE",
                            "OMP_NUM_THREADS",
+                           "CTRUN_STORE_BACKEND",
                            "CTRUN_STORE_ADDR",
                            "CTRUN_STORE_PORT",
                            "CTRUN_STORE_PREFIX"}) {

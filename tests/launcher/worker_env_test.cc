@@ -33,11 +33,15 @@ TEST_CASE("worker env: torchrun's variables for a rank on the second node") {
   in.local_world_size = 4;
   in.local_rank = 2;
   in.placement = RoundPlacement{1, 2, 4, 8, "10.0.0.1", 29511, 2};
-  in.store = ctrun::rendezvous::StoreAddress{"10.0.0.9", 29400, "rdzv/0/3/", std::string("tok")};
+  in.store.host = "10.0.0.9";
+  in.store.port = 29400;
+  in.store.prefix = "rdzv/0/3/";
+  in.store.token = "tok";
   in.error_file = "/tmp/x/error.json";
   in.heartbeat_file = "/tmp/x/heartbeat";
   in.set_omp_num_threads = true;
-  auto env = as_map(worker_environment({"PATH=/bin", "RANK=99", "HOME=/root"}, in));
+  auto env = as_map(
+      worker_environment({"PATH=/bin", "RANK=99", "HOME=/root", "CTRUN_STORE_BACKEND=etcd"}, in));
   CHECK(env["PATH"] == "/bin");
   CHECK(env["HOME"] == "/root");
   CHECK(env["RANK"] == "6");  // the agent's own RANK is replaced
@@ -59,6 +63,7 @@ TEST_CASE("worker env: torchrun's variables for a rank on the second node") {
   CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "1");
   CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
   CHECK(env["OMP_NUM_THREADS"] == "1");
+  CHECK(env["CTRUN_STORE_BACKEND"] == "ctrund");  // whatever the agent's own environment said
   CHECK(env["CTRUN_STORE_ADDR"] == "10.0.0.9");
   CHECK(env["CTRUN_STORE_PORT"] == "29400");
   CHECK(env["CTRUN_STORE_PREFIX"] == "rdzv/0/3/");
@@ -143,4 +148,21 @@ TEST_CASE("failure report: torchrun's layout with the error file's traceback") {
   }
   CHECK_FALSE(read_error_file(path));
   std::remove(path.c_str());
+}
+
+TEST_CASE("worker env: with etcd, the store is the etcd members, no port and no token") {
+  LaunchOptions o;
+  WorkerEnvInputs in;
+  in.options = &o;
+  in.store.host = "10.0.0.9";
+  in.store.port = 2379;
+  in.store.prefix = "rdzv/0/3/";
+  in.store.backend = ctrun::rendezvous::StoreAddress::Backend::kEtcd;
+  in.store.etcd_endpoints = {{"10.0.0.9", 2379}, {"fd00::1", 2380}};
+  auto env = as_map(worker_environment({}, in));
+  CHECK(env["CTRUN_STORE_BACKEND"] == "etcd");
+  CHECK(env["CTRUN_STORE_ADDR"] == "10.0.0.9:2379,[fd00::1]:2380");
+  CHECK(env["CTRUN_STORE_PREFIX"] == "rdzv/0/3/");
+  CHECK(env.count("CTRUN_STORE_PORT") == 0);
+  CHECK(env.count("CTRUN_RDZV_TOKEN") == 0);
 }

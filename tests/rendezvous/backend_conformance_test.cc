@@ -3,6 +3,7 @@
 // them apart.
 #include "ctrun/rendezvous/backend.h"
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <catch2/catch.hpp>
 #include <deque>
@@ -96,6 +97,10 @@ class Script {
   }
 
   asio::io_context& io() { return io_; }
+  void set_nodes(int min_nodes, int max_nodes) {
+    config_.min_nodes = min_nodes;
+    config_.max_nodes = max_nodes;
+  }
 
  private:
   asio::io_context& io_;
@@ -135,6 +140,21 @@ void form_first_round(Script& s, Node& a, Node& b) {
   s.join(b);
   REQUIRE(s.until([&] { return a.joined && b.joined; }));
   expect_round({&a, &b}, 0);
+}
+
+// Many nodes join at once: one round 0 of them all (with etcd, one write takes many joins in,
+// and none is taken in twice: a second one would reopen the round).
+void run_crowd_script(asio::io_context& io, const MakeBackend& make) {
+  constexpr int kNodes = 40;
+  Script s(io, make, "crowd");
+  s.set_nodes(kNodes, kNodes);
+  std::vector<Node*> nodes;
+  for (int i = 0; i < kNodes; ++i) nodes.push_back(&s.add("n" + std::to_string(i)));
+  for (Node* n : nodes) s.join(*n);
+  REQUIRE(s.until([&] {
+    return std::all_of(nodes.begin(), nodes.end(), [](Node* n) { return n->joined.has_value(); });
+  }));
+  expect_round(nodes, 0);
 }
 
 void run_elastic_script(asio::io_context& io, const MakeBackend& make) {
@@ -243,6 +263,7 @@ TEST_CASE("backend conformance: ctrund") {
   };
   run_elastic_script(io, make);
   run_failure_script(io, make);
+  run_crowd_script(io, make);
 }
 
 TEST_CASE("backend conformance: etcd") {
@@ -263,4 +284,5 @@ TEST_CASE("backend conformance: etcd") {
   };
   run_elastic_script(io, make);
   run_failure_script(io, make);
+  run_crowd_script(io, make);
 }

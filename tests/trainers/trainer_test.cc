@@ -1,11 +1,17 @@
 // The trainers as users run them: under ctrun (and the reference torchrun), several processes,
 // a worker SIGKILLed mid-epoch and resumed from its checkpoint, a failing trainer's error file.
+#include <boost/asio.hpp>
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <iostream>
 #include <regex>
 
+#include "ctrun/rendezvous/etcd.h"
+#include "ctrun/rendezvous/etcd_client.h"
+#include "ctrun/rendezvous/etcd_jobs.h"
+#include "etcd_server.h"
 #include "process.h"
+#include "run_task.h"
 
 using namespace ctrun::testing;
 using namespace std::chrono_literals;
@@ -156,6 +162,49 @@ TEST_CASE(
     CHECK(last_value(b, "final loss ") == loss);
     CHECK(last_value(b, "digest ") == last_value(a, "digest "));  // the very same parameters
   }
+}
+
+TEST_CASE("trainers: mlp on two nodes with --rdzv_backend=etcd meets in the job's etcd keys") {
+  if (!EtcdCluster::installed()) {
+    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)");
+    return;
+  }
+  ScratchDir s("mlp_etcd");
+  EtcdCluster etcd(s, 1);
+  const std::string job = "mlp-etcd";
+  std::vector<std::unique_ptr<ChildProcess>> nodes;
+  for (int n = 0; n < 2; ++n) {
+    nodes.push_back(std::make_unique<ChildProcess>(
+        ctrun_mlp({"--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=etcd",
+                   "--rdzv_endpoint=" + etcd.endpoints(), "--rdzv_id=" + job},
+                  kSmall),
+        s.path("node" + std::to_string(n) + ".log")));
+  }
+  std::string logs;
+  for (int n = 0; n < 2; ++n) {
+    auto rc = nodes[n]->wait(180s);
+    logs += read_file(s.path("node" + std::to_string(n) + ".log"));
+    INFO(logs);
+    REQUIRE(rc);
+    CHECK(*rc == 0);
+  }
+  INFO(logs);
+  CHECK(logs.find("parameters identical on all 2 rank(s)") != std::string::npos);
+
+  // The workers' process group met through etcd, under the round's prefix in the job's store
+  // (with TCPStore at MASTER_ADDR nothing would be there).
+  boost::asio::io_context io;
+  ctrun::rendezvous::etcd::ClientOptions options;
+  options.endpoints = ctrun::rendezvous::etcd::parse_endpoints(etcd.endpoints()).value();
+  ctrun::rendezvous::etcd::Client client(io, options);
+  const std::string prefix = ctrun::rendezvous::etcd_job_prefix(job) + "store/rdzv/";
+  auto found = run_task(io, client.range(prefix, ctrun::rendezvous::etcd::prefix_end(prefix)));
+  REQUIRE(found);
+  int process_group_keys = 0;
+  for (const auto& kv : found.value().kvs) {
+    if (kv.key.find("/ctrun/pg/0/") != std::string::npos) ++process_group_keys;
+  }
+  CHECK(process_group_keys > 0);
 }
 
 TEST_CASE("trainers: a resumed run may have another world size") {

@@ -104,3 +104,28 @@ TEST_CASE("worker env: bad values name the variable") {
       0);
   CHECK(error_of({{"TORCHELASTIC_RESTART_COUNT", "x"}}).find("TORCHELASTIC_RESTART_COUNT:") == 0);
 }
+
+TEST_CASE("worker env: the job's store on etcd (CTRUN_STORE_BACKEND=etcd)") {
+  auto w = read_worker_env(env_of({{"RANK", "0"},
+                                   {"WORLD_SIZE", "2"},
+                                   {"TORCHELASTIC_RUN_ID", "job"},
+                                   {"CTRUN_STORE_BACKEND", "etcd"},
+                                   {"CTRUN_STORE_ADDR", "10.0.0.7:2379,[fd00::2]:2380"},
+                                   {"CTRUN_STORE_PREFIX", "rdzv/1/4/"}}));
+  REQUIRE(w);
+  REQUIRE(w.value().store);
+  const auto& store = *w.value().store;
+  CHECK(store.backend == ctrun::rendezvous::StoreAddress::Backend::kEtcd);
+  REQUIRE(store.etcd_endpoints.size() == 2);
+  CHECK(store.etcd_endpoints[1].host == "fd00::2");
+  CHECK(store.etcd_endpoints[1].port == 2380);
+  CHECK(store.host == "10.0.0.7");  // the first member: where the worker's traffic goes
+  CHECK(store.port == 2379);
+  CHECK(store.prefix == "rdzv/1/4/");
+  CHECK_FALSE(store.token);
+
+  CHECK(error_of({{"CTRUN_STORE_BACKEND", "redis"}}) ==
+        "CTRUN_STORE_BACKEND: expected ctrund or etcd, got 'redis'");
+  CHECK(error_of({{"CTRUN_STORE_BACKEND", "etcd"}, {"CTRUN_STORE_ADDR", "h1:2379,"}}) ==
+        "CTRUN_STORE_ADDR: expected etcd endpoints host:port[,host:port...], got 'h1:2379,'");
+}

@@ -8,7 +8,9 @@
 #include <boost/asio.hpp>
 #include <catch2/catch.hpp>
 
+#include "ctrun/rendezvous/etcd.h"
 #include "ctrun/rendezvous/server.h"
+#include "etcd_server.h"
 #include "gloo_ranks.h"
 #include "process.h"
 
@@ -84,8 +86,10 @@ TEST_CASE("process group: bootstraps through the rendezvous daemon's store (ctru
   std::vector<WorkerEnv> envs;
   for (int r = 0; r < 3; ++r) {
     envs.push_back(env_for(r, 3));
-    envs.back().store =
-        ctrun::rendezvous::StoreAddress{"127.0.0.1", server.value()->port(), "rdzv/0/0/", {}};
+    auto& store = envs.back().store.emplace();
+    store.host = "127.0.0.1";
+    store.port = server.value()->port();
+    store.prefix = "rdzv/0/0/";
   }
   check_sum_and_gather(sum_and_gather(envs));
   // A restart of the same round (restart count 1) does not trip over the first attempt's keys.
@@ -93,6 +97,29 @@ TEST_CASE("process group: bootstraps through the rendezvous daemon's store (ctru
   check_sum_and_gather(sum_and_gather(envs));
   io.stop();
   loop.join();
+}
+
+TEST_CASE("process group: bootstraps through the job's keys in etcd (--rdzv_backend=etcd)") {
+  if (!ctrun::testing::EtcdCluster::installed()) {
+    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)");
+    return;
+  }
+  at::set_num_threads(1);
+  ctrun::testing::ScratchDir dir("pg_etcd");
+  ctrun::testing::EtcdCluster etcd(dir, 1);
+  std::vector<WorkerEnv> envs;
+  for (int r = 0; r < 3; ++r) {
+    envs.push_back(env_for(r, 3));
+    auto& store = envs.back().store.emplace();
+    store.backend = ctrun::rendezvous::StoreAddress::Backend::kEtcd;
+    store.etcd_endpoints = ctrun::rendezvous::etcd::parse_endpoints(etcd.endpoints()).value();
+    store.host = "127.0.0.1";
+    store.port = store.etcd_endpoints.front().port;
+    store.prefix = "rdzv/0/0/";
+  }
+  check_sum_and_gather(sum_and_gather(envs));
+  for (auto& e : envs) e.restart_count = 1;
+  check_sum_and_gather(sum_and_gather(envs));
 }
 
 TEST_CASE("process group: bootstraps through a TCPStore at MASTER_ADDR:MASTER_PORT (torchrun)") {

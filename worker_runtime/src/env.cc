@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "ctrun/rendezvous/etcd.h"
+
 namespace ctrun::worker {
 namespace {
 
@@ -92,12 +94,30 @@ Result<WorkerEnv> read_worker_env(const EnvLookup& env) {
     }
   }
 
-  if (auto host = env("CTRUN_STORE_ADDR")) {
+  const std::string store_backend = env("CTRUN_STORE_BACKEND").value_or("ctrund");
+  if (store_backend != "ctrund" && store_backend != "etcd") {
+    return bad("CTRUN_STORE_BACKEND", "ctrund or etcd", store_backend);
+  }
+  if (auto host = env("CTRUN_STORE_ADDR"); host && store_backend == "etcd") {
+    // The etcd members, as --rdzv_endpoint lists them.
+    auto endpoints = rendezvous::etcd::parse_endpoints(*host);
+    if (!endpoints)
+      return bad("CTRUN_STORE_ADDR", "etcd endpoints host:port[,host:port...]", *host);
+    rendezvous::StoreAddress& store = w.store.emplace();
+    store.host = endpoints.value().front().host;
+    store.port = endpoints.value().front().port;
+    store.prefix = env("CTRUN_STORE_PREFIX").value_or("");
+    store.backend = rendezvous::StoreAddress::Backend::kEtcd;
+    store.etcd_endpoints = std::move(endpoints).value();
+  } else if (host) {
     if (host->empty()) return bad("CTRUN_STORE_ADDR", "a host name or address", *host);
     auto store_port = int_var(env, "CTRUN_STORE_PORT", 1, 65535, std::nullopt);
     if (!store_port) return store_port.error();
-    w.store = rendezvous::StoreAddress{
-        *host, store_port.value(), env("CTRUN_STORE_PREFIX").value_or(""), env("CTRUN_RDZV_TOKEN")};
+    rendezvous::StoreAddress& store = w.store.emplace();
+    store.host = *host;
+    store.port = store_port.value();
+    store.prefix = env("CTRUN_STORE_PREFIX").value_or("");
+    store.token = env("CTRUN_RDZV_TOKEN");
   }
   if (w.world_size > 1 && !w.store && w.master_port == 0) {
     return Error{ErrorCode::kBadRequest,

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon_store.h"
+#include "ctrun_store.h"
 #include "error_text.h"
 #include "gloo_group.h"
 #include "nccl_group.h"
@@ -57,8 +57,8 @@ c10::intrusive_ptr<c10d::Store> make_store(const WorkerEnv& env,
   const std::string attempt = "ctrun/pg/" + std::to_string(env.restart_count) + "/";
   if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   if (env.store) {
-    return c10::make_intrusive<DaemonStore>(*env.store, env.run_id, env.store->prefix + attempt,
-                                            timeout);
+    return c10::make_intrusive<CtrunStore>(*env.store, env.run_id, env.store->prefix + attempt,
+                                           timeout);
   }
   // torchrun: its agent serves the TCPStore (USE_AGENT_STORE=True) or rank 0 starts one, as
   // init_process_group("env://") does.

@@ -22,6 +22,7 @@
 #include "ctrun/rendezvous/error.h"
 #include "ctrun/rendezvous/frame.h"
 #include "ctrun/rendezvous/rendezvous.h"
+#include "ctrun/rendezvous/store_client.h"
 
 namespace ctrun::rendezvous {
 
@@ -101,22 +102,22 @@ class AsyncClient {
   std::shared_ptr<Impl> impl_;
 };
 
-class Client {
+class Client final : public StoreClient {
  public:
   // Connects (with retry) and says hello.
   static Result<std::unique_ptr<Client>> connect(ClientOptions options);
-  ~Client();
+  ~Client() override;
 
   Result<Json> call(Json request, std::optional<Duration> timeout = std::nullopt);
-  Status set(const std::string& key, const std::string& value);
-  Result<std::string> get(const std::string& key, std::optional<Duration> timeout = {});
-  Result<std::int64_t> add(const std::string& key, std::int64_t delta);
+  Status set(const std::string& key, const std::string& value) override;
+  Result<std::string> get(const std::string& key, std::optional<Duration> timeout = {}) override;
+  Result<std::int64_t> add(const std::string& key, std::int64_t delta) override;
   Result<std::string> compare_set(const std::string& key, const std::string& expected,
-                                  const std::string& desired);
-  Result<bool> check(const std::vector<std::string>& keys);
-  Status wait(const std::vector<std::string>& keys, std::optional<Duration> timeout = {});
-  Result<bool> erase(const std::string& key);
-  Result<std::int64_t> num_keys();
+                                  const std::string& desired) override;
+  Result<bool> check(const std::vector<std::string>& keys) override;
+  Status wait(const std::vector<std::string>& keys, std::optional<Duration> timeout = {}) override;
+  Result<bool> erase(const std::string& key) override;
+  Result<std::int64_t> num_keys() override;
   Result<std::vector<std::string>> multi_get(const std::vector<std::string>& keys,
                                              std::optional<Duration> timeout = {});
   Status multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);

@@ -16,5 +16,7 @@ struct Endpoint {
 
 // Leading and trailing blanks are ignored; errors are one line naming --rdzv_endpoint.
 Result<Endpoint> parse_endpoint(const std::string& text, std::uint16_t default_port);
+// "host:port", an IPv6 address in brackets: what parse_endpoint reads back.
+std::string format_endpoint(const Endpoint& endpoint);
 
 }  // namespace ctrun::rendezvous

@@ -70,6 +70,12 @@ struct Txn {
   std::vector<Operation> failure;
 };
 
+Operation put_op(std::string key, std::string value, std::int64_t lease = 0);
+Operation range_op(std::string key, std::string range_end = "");
+Operation delete_op(std::string key, std::string range_end = "");
+// The condition "`key` is unchanged since `mod_revision`" (0: "`key` does not exist").
+Compare unchanged_since(const std::string& key, std::int64_t mod_revision);
+
 struct TxnResult {
   bool succeeded = false;
   std::int64_t revision = 0;

@@ -1,18 +1,23 @@
-// Where a worker finds the rendezvous daemon's store for its round: what the agent passes in
-// CTRUN_STORE_ADDR, CTRUN_STORE_PORT, CTRUN_STORE_PREFIX and CTRUN_RDZV_TOKEN (docs/env.md), and
-// what the worker runtime reads back.
+// Where a worker finds its job's store for its round: what the agent passes in CTRUN_STORE_*
+// and CTRUN_RDZV_TOKEN (docs/env.md), and what the worker runtime reads back.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "ctrun/rendezvous/endpoint.h"
 
 namespace ctrun::rendezvous {
 
 struct StoreAddress {
-  std::string host;
+  std::string host;  // ctrund; with etcd the first member (where the worker's traffic goes)
   int port = 0;
   std::string prefix;  // the round's key prefix, "rdzv/<generation>/<round>/"
   std::optional<std::string> token;
+  enum class Backend { kCtrund, kEtcd };
+  Backend backend = Backend::kCtrund;
+  std::vector<Endpoint> etcd_endpoints;  // kEtcd: every member, tried in turn
 };
 
 }  // namespace ctrun::rendezvous

@@ -1,6 +1,6 @@
-// c10d::Store over the rendezvous daemon's store, so torch's process groups (ProcessGroupGloo)
-// bootstrap through ctrund. Keys live under a prefix: the round's, so a later round never reads
-// an earlier round's addresses.
+// c10d::Store over the job's store (ctrund's, or etcd's with --rdzv_backend=etcd), so torch's
+// process groups (ProcessGroupGloo) bootstrap through the rendezvous. Keys live under a prefix:
+// the round's, so a later round never reads an earlier round's addresses.
 #pragma once
 
 #include <torch/version.h>
@@ -9,17 +9,18 @@
 #include <memory>
 #include <mutex>
 
-#include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/store_address.h"
+#include "ctrun/rendezvous/store_client.h"
 
 namespace ctrun::worker {
 
-class DaemonStore : public c10d::Store {
+class CtrunStore : public c10d::Store {
  public:
-  // Connects (retrying until `timeout`); throws std::runtime_error naming the daemon otherwise.
-  DaemonStore(const rendezvous::StoreAddress& address, const std::string& job,
-              std::string key_prefix, std::chrono::milliseconds timeout);
-  ~DaemonStore() override;
+  // Connects (to ctrund: retrying until `timeout`); throws std::runtime_error naming the store
+  // otherwise.
+  CtrunStore(const rendezvous::StoreAddress& address, const std::string& job,
+             std::string key_prefix, std::chrono::milliseconds timeout);
+  ~CtrunStore() override;
 
   using c10d::Store::set;
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
@@ -45,9 +46,9 @@ class DaemonStore : public c10d::Store {
   rendezvous::StoreAddress address_;
   std::string job_;
   std::string prefix_;
-  std::string where_;  // "host:port" for error messages
+  std::string where_;  // "host:port" (ctrund) or "etcd h1:p1,h2:p2", for error messages
   std::mutex mutex_;   // the blocking client serves one call at a time
-  std::unique_ptr<rendezvous::Client> client_;
+  std::unique_ptr<rendezvous::StoreClient> client_;
 };
 
 }  // namespace ctrun::worker

@@ -1,4 +1,4 @@
-#include "daemon_store.h"
+#include "ctrun_store.h"
 
 #include <stdexcept>
 
@@ -14,35 +14,32 @@ std::vector<uint8_t> to_bytes(const std::string& s) {
 
 }  // namespace
 
-DaemonStore::DaemonStore(const rendezvous::StoreAddress& address, const std::string& job,
-                         std::string key_prefix, std::chrono::milliseconds timeout)
-    : c10d::Store(timeout),
-      address_(address),
-      job_(job),
-      prefix_(std::move(key_prefix)),
-      where_(address.host + ":" + std::to_string(address.port)) {
-  rendezvous::ClientOptions options;
-  options.host = address.host;
-  options.port = static_cast<std::uint16_t>(address.port);
-  options.job = job;
-  options.token = address.token;
-  options.connect_timeout = timeout;
-  auto client = rendezvous::Client::connect(options);
+CtrunStore::CtrunStore(const rendezvous::StoreAddress& address, const std::string& job,
+                       std::string key_prefix, std::chrono::milliseconds timeout)
+    : c10d::Store(timeout), address_(address), job_(job), prefix_(std::move(key_prefix)) {
+  if (address.backend == rendezvous::StoreAddress::Backend::kEtcd) {
+    for (const auto& ep : address.etcd_endpoints) {
+      where_ += (where_.empty() ? "etcd " : ",") + rendezvous::format_endpoint(ep);
+    }
+  } else {
+    where_ = address.host + ":" + std::to_string(address.port);
+  }
+  auto client = rendezvous::connect_store(address, job, timeout);
   if (!client) {
     throw std::runtime_error("ctrun store at " + where_ + ": " + client.error().message);
   }
   client_ = std::move(client.value());
 }
 
-DaemonStore::~DaemonStore() = default;
+CtrunStore::~CtrunStore() = default;
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
-c10::intrusive_ptr<c10d::Store> DaemonStore::clone() {
-  return c10::make_intrusive<DaemonStore>(address_, job_, prefix_, timeout_);
+c10::intrusive_ptr<c10d::Store> CtrunStore::clone() {
+  return c10::make_intrusive<CtrunStore>(address_, job_, prefix_, timeout_);
 }
 #endif
 
-std::vector<std::string> DaemonStore::keys(const std::vector<std::string>& ks) const {
+std::vector<std::string> CtrunStore::keys(const std::vector<std::string>& ks) const {
   std::vector<std::string> out;
   out.reserve(ks.size());
   for (const auto& k : ks) out.push_back(key(k));
@@ -61,48 +58,48 @@ static T unwrap(rendezvous::Result<T> r, const std::string& where, const char* o
   return std::move(r.value());
 }
 
-void DaemonStore::set(const std::string& k, const std::vector<uint8_t>& value) {
+void CtrunStore::set(const std::string& k, const std::vector<uint8_t>& value) {
   std::lock_guard lock(mutex_);
   unwrap(client_->set(key(k), to_string(value)), where_, "set", k);
 }
 
-std::vector<uint8_t> DaemonStore::compareSet(const std::string& k,
-                                             const std::vector<uint8_t>& expected,
-                                             const std::vector<uint8_t>& desired) {
+std::vector<uint8_t> CtrunStore::compareSet(const std::string& k,
+                                            const std::vector<uint8_t>& expected,
+                                            const std::vector<uint8_t>& desired) {
   std::lock_guard lock(mutex_);
   return to_bytes(unwrap(client_->compare_set(key(k), to_string(expected), to_string(desired)),
                          where_, "compare_set", k));
 }
 
-std::vector<uint8_t> DaemonStore::get(const std::string& k) {
+std::vector<uint8_t> CtrunStore::get(const std::string& k) {
   std::lock_guard lock(mutex_);
   return to_bytes(unwrap(client_->get(key(k), timeout_), where_, "get", k));
 }
 
-int64_t DaemonStore::add(const std::string& k, int64_t value) {
+int64_t CtrunStore::add(const std::string& k, int64_t value) {
   std::lock_guard lock(mutex_);
   return unwrap(client_->add(key(k), value), where_, "add", k);
 }
 
-bool DaemonStore::deleteKey(const std::string& k) {
+bool CtrunStore::deleteKey(const std::string& k) {
   std::lock_guard lock(mutex_);
   return unwrap(client_->erase(key(k)), where_, "delete", k);
 }
 
-bool DaemonStore::check(const std::vector<std::string>& ks) {
+bool CtrunStore::check(const std::vector<std::string>& ks) {
   std::lock_guard lock(mutex_);
   return unwrap(client_->check(keys(ks)), where_, "check", ks.empty() ? "" : ks.front());
 }
 
-int64_t DaemonStore::getNumKeys() {
+int64_t CtrunStore::getNumKeys() {
   std::lock_guard lock(mutex_);
   return unwrap(client_->num_keys(), where_, "num_keys", "");
 }
 
-void DaemonStore::wait(const std::vector<std::string>& ks) { wait(ks, timeout_); }
+void CtrunStore::wait(const std::vector<std::string>& ks) { wait(ks, timeout_); }
 
-void DaemonStore::wait(const std::vector<std::string>& ks,
-                       const std::chrono::milliseconds& timeout) {
+void CtrunStore::wait(const std::vector<std::string>& ks,
+                      const std::chrono::milliseconds& timeout) {
   std::lock_guard lock(mutex_);
   unwrap(client_->wait(keys(ks), timeout), where_, "wait", ks.empty() ? "" : ks.front());
 }
