@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issues 2, 3 and 4 and prints their tables with ratios:
+# Runs every benchmark of issues 2, 3, 4 and 7 and prints their tables with ratios:
 #   store_bench       ctrund vs PyTorch's TCPStore: set+get throughput (1/4/16 client processes), latency
 #   rdzv_bench        ctrund rendezvous of 16..4096 nodes: formation time, daemon peak memory
 #   c10d_rdzv_bench   torch's c10d dynamic rendezvous vs ctrund at 16 and 64 nodes
+#   backend_rdzv_bench  one round of 16/64/256 agents through the agent's Backend: etcd vs ctrund
+#   etcd_rdzv_bench   torch's etcd-v2 rendezvous vs ctrun's etcd backend (and ctrund), 16 and 64
 #   launch_bench      the ctrun launcher vs torchrun: launch time and memory, worker restart,
 #                     node failure
 #   train_bench       the C++ trainers vs Python DDP under torchrun: samples/s, overlap,
@@ -30,7 +32,7 @@ if [[ " $* " != *" --in-netns "* ]]; then
     cmake -S "$root" -B "$build" -G Ninja -DCTRUN_BUILD_TESTS=OFF -DCTRUN_BUILD_BENCH=ON \
       -DCTRUN_WITH_TORCH=ON -DCMAKE_BUILD_TYPE=Release
   fi
-  nice -n 19 ninja -C "$build" -j "${BENCH_JOBS:-1}" ctrund rdzv_bench store_bench \
+  nice -n 19 ninja -C "$build" -j "${BENCH_JOBS:-1}" ctrund rdzv_bench backend_rdzv_bench store_bench \
     ctrun launch_probe launch_measure mlp gpt allreduce_bench
   # Re-run this script in a fresh network namespace with only the loopback interface.
   unshare_flags=(-n)
@@ -57,6 +59,9 @@ run() {  # every benchmark is bounded: none may hang the run
 run 1200 "$bench/store_bench" "${quick[@]}"
 run 900 "$bench/rdzv_bench" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/c10d_rdzv_bench.py" --rdzv_bench "$bench/rdzv_bench" "${quick[@]}"
+run 900 "$bench/backend_rdzv_bench" "${quick[@]}"
+run 1200 /usr/bin/python3 "$root/scripts/bench/etcd_rdzv_bench.py" \
+  --backend_rdzv_bench "$bench/backend_rdzv_bench" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/launch_bench.py" "${quick[@]}"
 run 3600 /usr/bin/python3 "$root/scripts/bench/train_bench.py" "${quick[@]}"
 exit $status
