@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -33,7 +34,8 @@ std::unique_ptr<ChildProcess> start_node(const ScratchDir& s, const std::string&
                                          const std::string& run_id, const std::string& nnodes,
                                          int workers, const std::vector<std::string>& worker_args,
                                          const std::string& log,
-                                         const std::string& backend = "etcd") {
+                                         const std::string& backend = "etcd",
+                                         const std::vector<std::string>& flags = {}) {
   std::vector<std::string> argv = {CTRUN_PATH,
                                    "--nnodes=" + nnodes,
                                    "--nproc_per_node=" + std::to_string(workers),
@@ -43,8 +45,9 @@ std::unique_ptr<ChildProcess> start_node(const ScratchDir& s, const std::string&
                                    "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=2,"
                                    "last_call_timeout=60",
                                    "--max_restarts=3",
-                                   "--shutdown_timeout=2",
-                                   TEST_WORKER_PATH};
+                                   "--shutdown_timeout=2"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.push_back(TEST_WORKER_PATH);
   argv.insert(argv.end(), worker_args.begin(), worker_args.end());
   return std::make_unique<ChildProcess>(argv, s.path(log));
 }
@@ -127,12 +130,12 @@ TEST_CASE("etcd: a SIGKILLed agent's lease expires and the survivor re-forms alo
   SKIP_WITHOUT_ETCD();
   ScratchDir s("etcd_agent");
   EtcdCluster etcd(s, 1);
-  auto node = [&](const std::string& log) {
+  auto node = [&](const std::string& log, const std::vector<std::string>& flags) {
     return start_node(s, etcd.endpoints(), "etcd-kill", "1:2", 1, {"until_alone", s.path("pids")},
-                      log);
+                      log, "etcd", flags);
   };
-  auto victim = node("victim.log");
-  auto survivor = node("survivor.log");
+  auto victim = node("victim.log", {});
+  auto survivor = node("survivor.log", {"--event_log=" + s.path("events.jsonl")});
   REQUIRE(wait_exists(s.path("pids.0"), 30s));
   REQUIRE(wait_exists(s.path("pids.1"), 30s));
   victim->signal(SIGKILL);
@@ -148,6 +151,24 @@ TEST_CASE("etcd: a SIGKILLed agent's lease expires and the survivor re-forms alo
   CHECK(log.find("its etcd lease expired") != std::string::npos);
   REQUIRE(code.has_value());
   CHECK(*code == 0);
+  // The survivor's event log tells it: the rendezvous (run by whichever agent wrote the change,
+  // here the survivor) lost the victim, and the agent ran a second round.
+  const std::string events = read_file(s.path("events.jsonl"));
+  INFO(events);
+  int lost = 0;
+  int rounds = 0;
+  std::istringstream lines(events);
+  for (std::string line; std::getline(lines, line);) {
+    const auto e = nlohmann::json::parse(line);
+    if (e.at("event") == "node_lost") {
+      ++lost;
+      CHECK(e.at("source") == "ctrun rendezvous");
+      CHECK(e.at("reason").get<std::string>().find("etcd lease expired") != std::string::npos);
+    }
+    if (e.at("event") == "round" && e.at("source") == "ctrun") ++rounds;
+  }
+  CHECK(lost == 1);
+  CHECK(rounds == 2);
 }
 
 TEST_CASE("etcd: etcd SIGKILLed and restarted mid-job, the job goes on") {
