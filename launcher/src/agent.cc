@@ -736,6 +736,11 @@ void Agent::Impl::begin_join() {
       io_,
       [this, node]() -> Task<void> {
         auto result = co_await client_->join(node, config_);
+        if (result) {
+          // Again for each round: a join that started a new job under an ended one's id took
+          // the old job's store, and the budget set at start with it.
+          (void)co_await client_->set(rdzv::kMaxRestartsKey, std::to_string(options_.max_restarts));
+        }
         post(Event{.kind = Event::Kind::kJoined, .joined = std::move(result)});
       },
       asio::detached);

@@ -236,6 +236,32 @@ TEST_CASE("etcd: ctrun status shows a job on etcd as JSON and a table, and lists
   b->signal(SIGTERM);
   CHECK(a->wait(20s).has_value());
   CHECK(b->wait(20s).has_value());
+
+  // A job that succeeded, then a new job under its id: it starts afresh (the old store wiped
+  // in the same write), and the new job's restart budget is there again.
+  auto [done_a, done_b] = start_sleeping_pair(s, etcd.endpoints(), "again", "0");
+  CHECK(done_a->wait(20s) == 0);
+  CHECK(done_b->wait(20s) == 0);
+  auto [c, d] = start_sleeping_pair(s, etcd.endpoints(), "again", "30");
+  nlohmann::json again;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  int asked = 0;
+  do {  // (a.log already told round 0 of the first job: ask until the new job has formed)
+    const std::string out = "again" + std::to_string(asked++) + ".json";
+    REQUIRE(status({"--rdzv_id=again", "--json"}, out) == 0);
+    again = nlohmann::json::parse(read_file(s.path(out)));
+  } while (!(again["state"] == "running" && again["formed"] == true) &&
+           std::chrono::steady_clock::now() < deadline);
+  INFO(again.dump(2));
+  CHECK(again["state"] == "running");
+  CHECK(again["formed"] == true);
+  CHECK(again["round"] == 0);
+  CHECK(again["restarts"] == 0);
+  CHECK(again["max_restarts"] == 3);
+  c->signal(SIGTERM);
+  d->signal(SIGTERM);
+  CHECK(c->wait(20s).has_value());
+  CHECK(d->wait(20s).has_value());
 }
 
 TEST_CASE("etcd: a bad endpoint list is a one-line error") {
