@@ -189,10 +189,12 @@ Json put_request(const std::string& key, const std::string& value, std::int64_t 
   return j;
 }
 
-Json range_request(const std::string& key, const std::string& range_end, std::int64_t limit) {
+Json range_request(const std::string& key, const std::string& range_end, std::int64_t limit,
+                   bool keys_only) {
   Json j{{"key", base64_encode(key)}};
   if (!range_end.empty()) j["range_end"] = base64_encode(range_end);
   if (limit > 0) j["limit"] = std::to_string(limit);
+  if (keys_only) j["keys_only"] = true;
   return j;
 }
 

@@ -295,9 +295,9 @@ Task<Result<std::int64_t>> Client::put(std::string key, std::string value, std::
   co_return parse_revision(answer.value());
 }
 
-Task<Result<RangeResult>> Client::range(std::string key, std::string range_end,
-                                        std::int64_t limit) {
-  const Json body = range_request(key, range_end, limit);
+Task<Result<RangeResult>> Client::range(std::string key, std::string range_end, std::int64_t limit,
+                                        bool keys_only) {
+  const Json body = range_request(key, range_end, limit, keys_only);
   auto answer = co_await impl_->call("/v3/kv/range", body);
   if (!answer) co_return answer.error();
   co_return parse_range(answer.value());

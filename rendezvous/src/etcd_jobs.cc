@@ -1,6 +1,7 @@
 #include "ctrun/rendezvous/etcd_jobs.h"
 
 #include <map>
+#include <optional>
 
 namespace ctrun::rendezvous {
 
@@ -29,26 +30,51 @@ long long number_text(const std::string& text, long long otherwise) {
   }
 }
 
-// One job's keys, sorted out by kind.
+// One job's keys, sorted out by kind. Keys are listed without values (a job's store holds the
+// workers' keys too, and there may be many jobs); the few values status shows are read after.
 struct JobKeys {
-  const etcd::KeyValue* state = nullptr;
+  std::optional<etcd::KeyValue> state;
   std::map<std::string, std::int64_t> node_leases;  // node id -> lease
-  std::map<std::string, std::string> store;         // key -> value
+  std::size_t store_keys = 0;
+  long long restarts = 0;
+  long long max_restarts = -1;  // unset
 };
 
 void sort_key(JobKeys& keys, const std::string& rest, const etcd::KeyValue& kv) {
-  if (rest == "rendezvous") {
-    keys.state = &kv;
-  } else if (rest.rfind("nodes/", 0) == 0) {
+  if (rest.rfind("nodes/", 0) == 0) {
     keys.node_leases[rest.substr(6)] = kv.lease;
   } else if (rest.rfind("store/", 0) == 0) {
-    keys.store[rest.substr(6)] = kv.value;
+    ++keys.store_keys;
   }
 }
 
-long long restarts_of(const JobKeys& keys) {
-  auto it = keys.store.find(kRestartsKey);
-  return it == keys.store.end() ? 0 : number_text(it->second, 0);
+// The values of the state and the restart counters of the job under `prefix`, in one read.
+etcd::Task<Status> read_values(etcd::Client& client, std::string prefix, JobKeys& keys) {
+  etcd::Txn txn;
+  txn.success.push_back(etcd::range_op(prefix + "rendezvous"));
+  txn.success.push_back(etcd::range_op(prefix + "store/" + kRestartsKey));
+  txn.success.push_back(etcd::range_op(prefix + "store/" + kMaxRestartsKey));
+  auto read = co_await client.txn(std::move(txn));
+  if (!read) co_return read.error();
+  const auto& ranges = read.value().ranges;
+  if (ranges.size() != 3) {
+    co_return Error{ErrorCode::kInternal, "etcd: a three-range transaction answered " +
+                                              std::to_string(ranges.size()) + " ranges"};
+  }
+  if (!ranges[0].kvs.empty()) keys.state = ranges[0].kvs.front();
+  if (!ranges[1].kvs.empty()) keys.restarts = number_text(ranges[1].kvs.front().value, 0);
+  if (!ranges[2].kvs.empty()) keys.max_restarts = number_text(ranges[2].kvs.front().value, -1);
+  co_return ok_status();
+}
+
+// Every key of the job under `prefix`, listed, then the values it shows.
+etcd::Task<Result<JobKeys>> read_job(etcd::Client& client, std::string prefix) {
+  auto read = co_await client.range(prefix, etcd::prefix_end(prefix), 0, true);
+  if (!read) co_return read.error();
+  JobKeys keys;
+  for (const auto& kv : read.value().kvs) sort_key(keys, kv.key.substr(prefix.size()), kv);
+  if (auto s = co_await read_values(client, prefix, keys); !s) co_return s.error();
+  co_return keys;
 }
 
 }  // namespace
@@ -99,19 +125,15 @@ std::optional<std::string> etcd_job_of_key(const std::string& key) {
 
 etcd::Task<Result<Json>> etcd_job_status(etcd::Client& client, std::string job) {
   const std::string prefix = etcd_job_prefix(job);
-  auto read = co_await client.range(prefix, etcd::prefix_end(prefix));
+  auto read = co_await read_job(client, prefix);
   if (!read) co_return read.error();
-  JobKeys keys;
-  for (const auto& kv : read.value().kvs) sort_key(keys, kv.key.substr(prefix.size()), kv);
+  const JobKeys& keys = read.value();
   Json answer{{"job", job},
-              {"keys", keys.store.size()},
-              {"restarts", restarts_of(keys)},
-              {"max_restarts", -1},
+              {"keys", keys.store_keys},
+              {"restarts", keys.restarts},
+              {"max_restarts", keys.max_restarts},
               {"connections", keys.node_leases.size()},
               {"rendezvous", nullptr}};
-  if (auto it = keys.store.find(kMaxRestartsKey); it != keys.store.end()) {
-    answer["max_restarts"] = number_text(it->second, -1);
-  }
   if (!keys.state) co_return answer;
   SteadyClock clock;
   auto state = etcd_restore_state(*keys.state, clock);
@@ -140,7 +162,7 @@ etcd::Task<Result<Json>> etcd_job_status(etcd::Client& client, std::string job) 
 
 etcd::Task<Result<Json>> etcd_jobs(etcd::Client& client) {
   const std::string root = kRoot;
-  auto read = co_await client.range(root, etcd::prefix_end(root));
+  auto read = co_await client.range(root, etcd::prefix_end(root), 0, true);
   if (!read) co_return read.error();
   std::map<std::string, JobKeys> jobs;
   for (const auto& kv : read.value().kvs) {
@@ -151,10 +173,13 @@ etcd::Task<Result<Json>> etcd_jobs(etcd::Client& client) {
   }
   SteadyClock clock;
   Json list = Json::array();
-  for (const auto& [name, keys] : jobs) {
+  for (auto& [name, keys] : jobs) {
+    if (auto s = co_await read_values(client, etcd_job_prefix(name), keys); !s) {
+      co_return s.error();
+    }
     Json entry{{"job", name},
-               {"restarts", restarts_of(keys)},
-               {"keys", keys.store.size()},
+               {"restarts", keys.restarts},
+               {"keys", keys.store_keys},
                {"connections", keys.node_leases.size()},
                {"state", "store"},
                {"round", 0},

@@ -60,6 +60,16 @@ TEST_CASE("etcd codec: requests use base64, string int64s and upper-case enums")
   CHECK(j["success"][0]["request_put"] == Json{{"key", "aw=="}, {"value", "dg=="}, {"lease", "7"}});
   CHECK(j["failure"][0]["request_range"] == Json{{"key", "aw=="}});
   CHECK(watch_request("/p/", "/p0", 12)["create_request"]["start_revision"] == "12");
+  CHECK(range_request("k", "", 1, true) ==
+        Json{{"key", "aw=="}, {"limit", "1"}, {"keys_only", true}});
+  CHECK(range_request("k").count("keys_only") == 0);
+  // The builders make what the struct spells out.
+  const Json built =
+      txn_request(Txn{{unchanged_since("k", 0)}, {put_op("k", "v", 7)}, {range_op("k")}});
+  CHECK(built["compare"][0] == j["compare"][0]);
+  CHECK(built["success"] == j["success"]);
+  CHECK(built["failure"] == j["failure"]);
+  CHECK(delete_op("a", "b").kind == Operation::Kind::kDelete);
 }
 
 TEST_CASE("etcd codec: answers with omitted zero fields read as defaults") {

@@ -99,8 +99,9 @@ struct WatchMessage {
 };
 
 Json put_request(const std::string& key, const std::string& value, std::int64_t lease = 0);
+// `keys_only`: the keys and their metadata (revisions, lease), no values.
 Json range_request(const std::string& key, const std::string& range_end = "",
-                   std::int64_t limit = 0);
+                   std::int64_t limit = 0, bool keys_only = false);
 Json delete_request(const std::string& key, const std::string& range_end = "");
 Json txn_request(const Txn& txn);
 Json watch_request(const std::string& key, const std::string& range_end,

@@ -48,7 +48,7 @@ class Client {
   Task<Result<std::int64_t>> put(std::string key, std::string value,
                                  std::int64_t lease = 0);  // the new revision
   Task<Result<RangeResult>> range(std::string key, std::string range_end = "",
-                                  std::int64_t limit = 0);
+                                  std::int64_t limit = 0, bool keys_only = false);
   Task<Result<TxnResult>> txn(Txn txn);
   Task<Result<std::int64_t>> erase(std::string key, std::string range_end = "");
   Task<Result<LeaseGrant>> grant(std::int64_t ttl_seconds);
