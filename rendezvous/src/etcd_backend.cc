@@ -144,6 +144,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         lease_client_(io, etcd::ClientOptions{.endpoints = options_.endpoints,
                                               .request_timeout = options_.lease_ttl / 3,
                                               .attempt_timeout = options_.lease_ttl / 3}),
+        store_client_(io, etcd::ClientOptions{.endpoints = options_.endpoints}),
         tick_timer_(io) {}
 
   void set_event_handler(Backend::EventHandler handler) { on_event_ = std::move(handler); }
@@ -199,11 +200,20 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     closed_ = true;
     ++keep_alive_epoch_;
     client_.cancel_watches();
+    store_client_.cancel_watches();
     tick_timer_.cancel();
+    tick_at_.reset();
     notify();
   }
 
   Task<Result<RoundAssignment>> join(NodeInfo node, RendezvousConfig config) {
+    auto joined = co_await join_round(std::move(node), std::move(config));
+    // A request left behind could be taken in by a later write: a node that is not coming.
+    if (!joined) co_await drop_join_request();
+    co_return joined;
+  }
+
+  Task<Result<RoundAssignment>> join_round(NodeInfo node, RendezvousConfig config) {
     node_id_ = node.node_id;
     running_round_.reset();
     end_sent_ = false;
@@ -302,6 +312,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
 
   Task<Status> leave() {
     running_round_.reset();
+    co_await drop_join_request();
     co_return co_await mutate([&](Edit& edit) -> Status {
       if (edit.state) edit.state->remove_node(node_id_, "left");
       return ok_status();
@@ -314,18 +325,19 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   }
 
   // Reads, and while the key is absent waits for the watch to bring a change and reads again.
+  // Waits on a watch of its own (store_client_): the state's watch leaves store/ out, where the
+  // workers' keys come and go.
   Task<Result<std::string>> get(std::string key, std::optional<Duration> timeout) {
-    const auto until = timeout ? Clock::now() + *timeout : Clock::time_point::max();
     while (true) {
+      std::vector<std::string> keys{key};
+      auto waited =
+          co_await etcd::store_wait(store_client_, store_prefix_, std::move(keys), timeout);
+      if (!waited) co_return waited.error();
       auto found = co_await client_.range(store_prefix_ + key);
       if (!found) co_return found.error();
       if (!found.value().kvs.empty()) co_return found.value().kvs.front().value;
-      if (closed_ || Clock::now() >= until) {
-        co_return Error{
-            timeout && *timeout == Duration::zero() ? ErrorCode::kNotFound : ErrorCode::kTimeout,
-            "key '" + key + "' is not set"};
-      }
-      co_await wait_change(std::min(until, Clock::now() + std::chrono::seconds(1)));
+      if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
+      // Set, then deleted before this read: wait again.
     }
   }
 
@@ -338,7 +350,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
  private:
   // Leaves this node's join request, then writes the state with it (and any others) taken in,
   // unless another agent's write takes it in first.
-  Task<Status> ask_to_join(const std::string& request, Change enter) {
+  Task<Status> ask_to_join(std::string request, Change enter) {
     const std::string key = joins_prefix_ + node_id_;
     auto put = co_await client_.put(key, request, lease_);
     if (!put) co_return put.error();
@@ -349,9 +361,13 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     kv.lease = lease_;
     joins_[node_id_] = kv;
     co_await reload_state();  // every request so far, to take in with this one
-    auto entered = co_await mutate(std::move(enter));
-    if (!entered) (void)co_await client_.erase(key);  // refused: nobody else may take it in
-    co_return entered;
+    co_return co_await mutate(std::move(enter));
+  }
+
+  Task<void> drop_join_request() {
+    if (node_id_.empty() || !joins_.count(node_id_)) co_return;
+    joins_.erase(node_id_);
+    (void)co_await client_.erase(joins_prefix_ + node_id_);
   }
 
   // Takes the pending join requests into the running job, this node's first, at most
@@ -522,20 +538,23 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         continue;
       }
       backoff = std::chrono::milliseconds(100);
-      // Everything after joins/ (nodes/, ops/, rendezvous, store/): join requests are read when
-      // a write is due, for N of them seen by N watchers would be N^2 messages.
-      (void)co_await client_.watch(etcd::prefix_end(joins_prefix_), etcd::prefix_end(prefix_),
-                                   loaded.value() + 1,
+      // nodes/ to rendezvous (ops/ lies between): not the join requests, read when a write is
+      // due, nor store/, where every worker's key goes: N of them seen by N watchers would be N^2
+      // messages.
+      (void)co_await client_.watch(nodes_prefix_, etcd::prefix_end(state_key_), loaded.value() + 1,
                                    [this](const etcd::WatchMessage& m) { on_watch(m); });
     }
   }
 
   void on_watch(const etcd::WatchMessage& message) {
+    bool changed = false;  // ops/ (store add markers) changes nothing here
     for (const auto& e : message.events) {
       const std::string& key = e.kv.key;
       if (key == state_key_) {
         take_state(e.deleted ? nullptr : &e.kv, e.kv.mod_revision);
+        changed = true;
       } else if (key.compare(0, nodes_prefix_.size(), nodes_prefix_) == 0) {
+        changed = true;
         const std::string id = key.substr(nodes_prefix_.size());
         if (e.deleted) {
           live_.erase(id);
@@ -546,7 +565,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         }
       }
     }
-    after_change();
+    if (changed) after_change();
   }
 
   bool any_live(const Rendezvous& r) const {
@@ -595,17 +614,24 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     auto due = r.next_deadline();
     if (!due) {
       tick_timer_.cancel();
+      tick_at_.reset();
       return;
     }
     // A little spread, so that not every agent writes the same tick at once.
     static thread_local std::minstd_rand jitter(std::random_device{}());
     // Not sooner than 100 ms from now: a deadline already past (the wall-clock save and this
     // steady clock disagree by a few ms) is tried again, not spun on.
-    tick_timer_.expires_at(std::max(*due, Clock::now() + std::chrono::milliseconds(100)) +
-                           std::chrono::milliseconds(jitter() % 50));
+    const auto at = std::max(*due, Clock::now() + std::chrono::milliseconds(100)) +
+                    std::chrono::milliseconds(jitter() % 50);
+    // A tick already armed sooner stays: changes coming faster than 100 ms apart must not push
+    // a due tick back forever. (One that finds nothing due re-arms from the state it sees.)
+    if (tick_at_ && *tick_at_ <= at) return;
+    tick_at_ = at;
+    tick_timer_.expires_at(at);
     tick_timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
       if (ec || !self || self->closed_) return;
+      self->tick_at_.reset();
       auto tick = [](Edit& edit) -> Status {
         if (edit.state) edit.state->tick();
         return ok_status();
@@ -707,6 +733,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
             joins_.erase(it);
           }
         }
+        // A read older than this write must not bring those requests back.
+        joins_rev_ = std::max(joins_rev_, written.value().revision);
         if (options_.log) {
           for (const auto& line : lines) options_.log(line);
         }
@@ -819,7 +847,9 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   SteadyClock clock_;
   etcd::Client client_;
   etcd::Client lease_client_;
+  etcd::Client store_client_;  // store gets: their watches end by cancelling every one of it
   asio::steady_timer tick_timer_;
+  std::optional<Clock::time_point> tick_at_;  // when tick_timer_ fires, while armed
   Backend::EventHandler on_event_;
   std::string local_address_;
   std::vector<asio::steady_timer*> waiters_;

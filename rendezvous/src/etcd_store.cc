@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include <boost/asio/as_tuple.hpp>
@@ -11,6 +12,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "ctrun/rendezvous/auth.h"
+#include "ctrun/rendezvous/store.h"
 
 namespace ctrun::rendezvous::etcd {
 namespace asio = boost::asio;
@@ -67,40 +69,50 @@ void arm(const std::shared_ptr<WatchDeadline>& d, Client& client, SteadyClock::t
   });
 }
 
+// Up to 5 ms x the losses so far (at most 40), drawn at random.
+Duration backoff(int losses) {
+  const unsigned draw = static_cast<unsigned char>(random_bytes(1)[0]);
+  return std::chrono::microseconds(draw * 20 * std::min(losses, 40));
+}
+
+Task<void> sleep_for(Duration d) {
+  asio::steady_timer timer(co_await asio::this_coro::executor, d);
+  co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
 }  // namespace
 
 Task<Result<std::int64_t>> store_add(Client& client, std::string prefix, std::string key,
                                      std::int64_t delta, std::string marker, std::int64_t lease) {
   const std::string full = prefix + key;
+  auto found = co_await client.range(full);
+  if (!found) co_return found.error();
+  std::optional<KeyValue> current;
+  if (!found.value().kvs.empty()) current = found.value().kvs.front();
   for (int attempt = 0; attempt < 1000; ++attempt) {
     const std::string token = random_hex(8);
-    auto found = co_await client.range(full);
-    if (!found) co_return found.error();
-    std::int64_t value = 0;
-    std::int64_t revision = 0;
-    if (!found.value().kvs.empty()) {
-      const KeyValue& kv = found.value().kvs.front();
-      try {
-        std::size_t used = 0;
-        value = std::stoll(kv.value, &used);
-        if (used != kv.value.size()) throw std::invalid_argument("trailing text");
-      } catch (const std::exception&) {
-        co_return Error{ErrorCode::kBadRequest,
-                        "key '" + key + "' holds '" + kv.value.substr(0, 64) + "', not a number"};
-      }
-      revision = kv.mod_revision;
-    }
+    auto next = added_value(key, current ? &current->value : nullptr, delta);
+    if (!next) co_return next.error();
     Txn txn;
-    txn.compare.push_back(unchanged_since(full, revision));
-    txn.success.push_back(put_op(full, std::to_string(value + delta)));
+    txn.compare.push_back(unchanged_since(full, current ? current->mod_revision : 0));
+    txn.success.push_back(put_op(full, std::to_string(next.value())));
     txn.success.push_back(put_op(marker, token, lease));
+    txn.failure.push_back(range_op(full));  // a lost try learns the value it lost to
     auto done = co_await client.txn(std::move(txn));
-    if (done && done.value().succeeded) co_return value + delta;
+    if (done && done.value().succeeded) co_return next.value();
+    // Lost, or no answer: the marker tells whether a try of this one landed after all. Until
+    // it is known, no new try: it would add on top of one that may have counted.
     auto landed = co_await client.range(marker);
-    if (landed && !landed.value().kvs.empty() && landed.value().kvs.front().value == token) {
-      co_return value + delta;
+    if (!landed) co_return landed.error();
+    if (!landed.value().kvs.empty() && landed.value().kvs.front().value == token) {
+      co_return next.value();
     }
     if (!done) co_return done.error();
+    const auto& ranges = done.value().ranges;
+    current.reset();
+    if (!ranges.empty() && !ranges.front().kvs.empty()) current = ranges.front().kvs.front();
+    // Many adders on one key (a barrier's counter): back off at random, more with each loss.
+    co_await sleep_for(backoff(attempt + 1));
   }
   co_return Error{ErrorCode::kConflict, "key '" + key + "': too many concurrent writers"};
 }
@@ -157,6 +169,11 @@ Task<Status> store_wait(Client& client, std::string prefix, std::vector<std::str
   while (!missing.empty()) {
     auto read = co_await read_keys(client, missing);
     if (!read) co_return read.error();
+    if (read.value().ranges.size() != missing.size()) {
+      co_return Error{ErrorCode::kInternal, "etcd: a read of " + std::to_string(missing.size()) +
+                                                " keys answered " +
+                                                std::to_string(read.value().ranges.size())};
+    }
     auto range = read.value().ranges.begin();
     for (auto it = missing.begin(); it != missing.end(); ++range) {
       it = range->kvs.empty() ? std::next(it) : missing.erase(it);
@@ -184,8 +201,7 @@ Task<Status> store_wait(Client& client, std::string prefix, std::vector<std::str
     if (!watched && !missing.empty() && !watch_deadline->passed) {
       // The stream broke (a member restarting, the revision compacted): read again, watch
       // again, after a pause so that a member that is down is not hammered.
-      asio::steady_timer pause(executor, std::chrono::milliseconds(200));
-      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+      co_await sleep_for(std::chrono::milliseconds(200));
     }
   }
   co_return ok_status();

@@ -102,12 +102,13 @@ const std::string* KeyValueStore::find(const std::string& key) const {
   return it == data_.end() ? nullptr : &it->second;
 }
 
-Result<std::int64_t> KeyValueStore::add(const std::string& key, std::int64_t delta) {
+Result<std::int64_t> added_value(const std::string& key, const std::string* value,
+                                 std::int64_t delta) {
   std::int64_t current = 0;
-  if (const std::string* v = find(key)) {
-    const char* end = v->data() + v->size();
-    auto [p, ec] = std::from_chars(v->data(), end, current);
-    if (ec != std::errc() || p != end || v->empty()) {
+  if (value != nullptr) {
+    const char* end = value->data() + value->size();
+    auto [p, ec] = std::from_chars(value->data(), end, current);
+    if (ec != std::errc() || p != end || value->empty()) {
       return Error{ErrorCode::kBadRequest,
                    "add on key '" + key + "' whose value is not an integer"};
     }
@@ -116,7 +117,13 @@ Result<std::int64_t> KeyValueStore::add(const std::string& key, std::int64_t del
   if (__builtin_add_overflow(current, delta, &next)) {
     return Error{ErrorCode::kBadRequest, "add on key '" + key + "' overflows a 64-bit integer"};
   }
-  if (auto s = put(key, std::to_string(next)); !s) return s.error();
+  return next;
+}
+
+Result<std::int64_t> KeyValueStore::add(const std::string& key, std::int64_t delta) {
+  auto next = added_value(key, find(key), delta);
+  if (!next) return next;
+  if (auto s = put(key, std::to_string(next.value())); !s) return s.error();
   return next;
 }
 

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "ctrun/rendezvous/etcd.h"
+#include "ctrun/rendezvous/etcd_client.h"
 #include "ctrun/rendezvous/server.h"
 #include "etcd_server.h"
 #include "process.h"
@@ -285,4 +286,17 @@ TEST_CASE("backend conformance: etcd") {
   run_elastic_script(io, make);
   run_failure_script(io, make);
   run_crowd_script(io, make);
+  // Every join request was taken in or withdrawn (the refused late join's too): none is left
+  // for a later write to take in.
+  etcd::ClientOptions o;
+  o.endpoints = etcd::parse_endpoints(etcd.endpoints()).value();
+  etcd::Client raw(io, o);
+  auto all = run_task(io, raw.range("/ctrun/", etcd::prefix_end("/ctrun/"), 0, true));
+  REQUIRE(all.ok());
+  std::vector<std::string> requests;
+  for (const auto& kv : all.value().kvs) {
+    if (kv.key.find("/joins/") != std::string::npos) requests.push_back(kv.key);
+  }
+  CHECK(requests.empty());
+  CHECK(all.value().kvs.size() > 3);  // the read saw the jobs' keys
 }

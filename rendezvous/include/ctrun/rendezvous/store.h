@@ -26,6 +26,12 @@ struct StoreLimits {
   std::size_t max_total_bytes = std::size_t{1} << 30;  // keys plus values
 };
 
+// What an `add` of `delta` leaves in `key` holding `value` (null: absent, counted as 0): an
+// error for a value that is not a decimal int64, or a sum that overflows. The etcd store uses it
+// too, so both stores answer alike.
+Result<std::int64_t> added_value(const std::string& key, const std::string* value,
+                                 std::int64_t delta);
+
 class KeyValueStore {
  public:
   using WaiterId = std::uint64_t;
