@@ -324,9 +324,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     co_return put ? ok_status() : Status(put.error());
   }
 
-  // Reads, and while the key is absent waits for the watch to bring a change and reads again.
-  // Waits on a watch of its own (store_client_): the state's watch leaves store/ out, where the
-  // workers' keys come and go.
+  // Waits for the key on a watch of its own (store_client_): the state's watch leaves store/
+  // out, where the workers' keys come and go; then reads it.
   Task<Result<std::string>> get(std::string key, std::optional<Duration> timeout) {
     while (true) {
       std::vector<std::string> keys{key};
@@ -756,7 +755,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       // retry lost to it: read the state again. Our own write (its save time makes it unique)
       // is done; anything else gets the change applied anew. Many agents racing back off a
       // random while, growing with each loss: the winner's write may take their joins in.
-      co_await sleep_for(io_, backoff(++lost));
+      co_await sleep_for(io_, etcd::contention_backoff(++lost));
       co_await reload_state();
       if (state_json_ == Json::parse(text, nullptr, false)) {
         if (options_.log) {
@@ -766,13 +765,6 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         co_return ok_status();
       }
     }
-  }
-
-  // Up to 5 ms x 2^(losses - 1), at most 200 ms, drawn at random.
-  static Duration backoff(int losses) {
-    static thread_local std::minstd_rand random(std::random_device{}());
-    const auto most = std::min<std::int64_t>(5LL << std::min(losses - 1, 6), 200);
-    return std::chrono::microseconds(random() % (most * 1000 + 1));
   }
 
   // Connection lost = no renewal for a whole TTL (the lease is gone or about to go), or etcd

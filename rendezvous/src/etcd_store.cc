@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 
 #include <boost/asio/as_tuple.hpp>
@@ -33,7 +34,7 @@ std::string common_prefix(const std::set<std::string>& keys) {
 // Reads which of `keys` are set: one range per key, in order, in transactions of at most
 // etcd's default 128 operations. The revision is the first read's: a watch from there misses
 // nothing.
-Task<Result<TxnResult>> read_keys(Client& client, const std::set<std::string>& keys) {
+Task<Result<TxnResult>> read_keys(Client& client, std::set<std::string> keys) {
   constexpr std::size_t kOpsPerTxn = 128;
   TxnResult all;
   for (auto it = keys.begin(); it != keys.end();) {
@@ -69,18 +70,18 @@ void arm(const std::shared_ptr<WatchDeadline>& d, Client& client, SteadyClock::t
   });
 }
 
-// Up to 5 ms x the losses so far (at most 40), drawn at random.
-Duration backoff(int losses) {
-  const unsigned draw = static_cast<unsigned char>(random_bytes(1)[0]);
-  return std::chrono::microseconds(draw * 20 * std::min(losses, 40));
-}
-
 Task<void> sleep_for(Duration d) {
   asio::steady_timer timer(co_await asio::this_coro::executor, d);
   co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
 }  // namespace
+
+Duration contention_backoff(int losses) {
+  static thread_local std::minstd_rand random(std::random_device{}());
+  const auto most_ms = std::min<std::int64_t>(5LL << std::min(losses - 1, 6), 200);
+  return std::chrono::microseconds(random() % (most_ms * 1000 + 1));
+}
 
 Task<Result<std::int64_t>> store_add(Client& client, std::string prefix, std::string key,
                                      std::int64_t delta, std::string marker, std::int64_t lease) {
@@ -112,7 +113,7 @@ Task<Result<std::int64_t>> store_add(Client& client, std::string prefix, std::st
     current.reset();
     if (!ranges.empty() && !ranges.front().kvs.empty()) current = ranges.front().kvs.front();
     // Many adders on one key (a barrier's counter): back off at random, more with each loss.
-    co_await sleep_for(backoff(attempt + 1));
+    co_await sleep_for(contention_backoff(attempt + 1));
   }
   co_return Error{ErrorCode::kConflict, "key '" + key + "': too many concurrent writers"};
 }

@@ -11,10 +11,15 @@
 
 namespace ctrun::rendezvous::etcd {
 
-// A compare-and-swap loop on the key's mod_revision. Each try also puts `marker` = a token of
-// its own (on `lease`; 0 for none) in the same transaction: when a try's answer is lost, or a
-// cut try landed before its retry lost, the marker tells whether it counted, so a retried add
-// never counts twice. One add at a time per marker key.
+// How long a compare-and-swap that lost `losses` times in a row waits before it tries again:
+// up to 5 ms x 2^(losses - 1), at most 200 ms, drawn at random, so that many writers of one key
+// spread out.
+Duration contention_backoff(int losses);
+
+// A compare-and-swap loop on the key's mod_revision, backing off after each loss. Each try also
+// puts `marker` = a token of its own (on `lease`; 0 for none) in the same transaction: when a try's
+// answer is lost, or a cut try landed before its retry lost, the marker tells whether it counted,
+// so a retried add never counts twice. One add at a time per marker key.
 Task<Result<std::int64_t>> store_add(Client& client, std::string prefix, std::string key,
                                      std::int64_t delta, std::string marker, std::int64_t lease);
 
