@@ -1,9 +1,12 @@
-"""Helpers the Python benchmark drivers share (launch_bench.py, train_bench.py)."""
+"""Helpers the Python benchmark drivers share (launch_bench.py, train_bench.py, c10d_rdzv_bench.py,
+etcd_rdzv_bench.py)."""
+import multiprocessing as mp
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 
 def ensure_loopback_netns(script, argv):
@@ -32,3 +35,68 @@ def run_bounded(cmd, timeout_s, env=None):
         os.killpg(p.pid, signal.SIGKILL)
         out, _ = p.communicate()
         return None, out
+
+
+def recv_within(conn, deadline, what):
+    """The next message on `conn`, or TimeoutError naming `what` at the monotonic `deadline`."""
+    if not conn.poll(max(0.0, deadline - time.monotonic())):
+        raise TimeoutError(f"no {what} in time")
+    return conn.recv()
+
+
+def _rendezvous_node(make_handler, conn, start_timeout_s, join_timeout_s):
+    handler = make_handler()
+    conn.send("ready")
+    if not conn.poll(start_timeout_s + 30):
+        os._exit(1)
+    conn.recv()  # go
+    t0 = time.monotonic()
+    _, rank, world_size = handler.next_rendezvous()
+    t1 = time.monotonic()
+    conn.send((t0, t1, rank, world_size))
+    # Stay until told: a node that vanished early would look like a failure to the others.
+    conn.poll(join_timeout_s + 30)
+    os._exit(0)
+
+
+def time_torch_rendezvous(nodes, make_handler, name, start_timeout_s, join_timeout_s):
+    """Wall time in seconds for one round of torch's rendezvous among `nodes` forked processes.
+
+    Each process builds its handler with `make_handler()` (called in the child; the parent has
+    imported torch already, so forks start at once), reports ready, and on a shared go calls
+    next_rendezvous(). The time runs from the first call to the last return. The ranks must be
+    0..N-1 with world size N. Every process is stopped before this returns."""
+    ctx = mp.get_context("fork")
+    procs, conns = [], []
+    try:
+        for _ in range(nodes):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_rendezvous_node,
+                            args=(make_handler, child, start_timeout_s, join_timeout_s),
+                            daemon=True)
+            p.start()
+            procs.append(p)
+            conns.append(parent)
+        deadline = time.monotonic() + start_timeout_s
+        for c in conns:
+            if recv_within(c, deadline, "node ready") != "ready":
+                raise RuntimeError("node did not get ready")
+        for c in conns:
+            c.send("go")
+        deadline = time.monotonic() + join_timeout_s + 30
+        results = [recv_within(c, deadline, "rendezvous result") for c in conns]
+        ranks = sorted(r[2] for r in results)
+        if ranks != list(range(nodes)) or any(r[3] != nodes for r in results):
+            raise RuntimeError(f"bad ranks from {name}: {ranks[:10]}...")
+        return max(r[1] for r in results) - min(r[0] for r in results)
+    finally:
+        for c in conns:
+            try:
+                c.send("exit")
+            except (OSError, ValueError):
+                pass
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)

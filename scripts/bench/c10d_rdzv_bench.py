@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from bench_common import recv_within, time_torch_rendezvous
+
 # Imported once here so forked node processes start at once (a fresh `import torch` takes
 # about a second of CPU per process). Importing starts no threads, so forking is safe.
 from torch.distributed import TCPStore
@@ -43,71 +45,34 @@ def server_main(conn):
     conn.poll(JOIN_TIMEOUT_S + START_TIMEOUT_S + 60)  # until told to stop (or the parent is gone)
 
 
-def node_main(port, nodes, run_id, conn):
-    store = TCPStore(HOST, port, None, False, timeout=STORE_TIMEOUT, wait_for_workers=False)
-    backend = C10dRendezvousBackend(store, run_id)
-    handler = DynamicRendezvousHandler.from_backend(
-        run_id, store, backend, nodes, nodes,
-        timeout=RendezvousTimeout(join=datetime.timedelta(seconds=JOIN_TIMEOUT_S)))
-    conn.send("ready")
-    if not conn.poll(START_TIMEOUT_S + 30):
-        os._exit(1)
-    conn.recv()  # go
-    t0 = time.monotonic()
-    _, rank, world_size = handler.next_rendezvous()
-    t1 = time.monotonic()
-    conn.send((t0, t1, rank, world_size))
-    # Stay until told: a node that vanished early would look like a failure to the others.
-    conn.poll(JOIN_TIMEOUT_S + 30)
-    os._exit(0)
-
-
-def recv_within(conn, deadline, what):
-    if not conn.poll(max(0.0, deadline - time.monotonic())):
-        raise TimeoutError(f"no {what} in time")
-    return conn.recv()
-
-
 def run_c10d(nodes, rep):
     """Wall time in seconds for one c10d rendezvous of `nodes` processes."""
     ctx = mp.get_context("fork")
-    procs, conns, server_conn = [], [], None
+    server_conn, child = ctx.Pipe()
+    server = ctx.Process(target=server_main, args=(child,), daemon=True)
+    server.start()
     try:
-        server_conn, child = ctx.Pipe()
-        server = ctx.Process(target=server_main, args=(child,), daemon=True)
-        server.start()
-        procs.append(server)
         port = recv_within(server_conn, time.monotonic() + START_TIMEOUT_S, "TCPStore port")
         run_id = f"c10d_bench_{nodes}_{rep}"
-        for _ in range(nodes):
-            parent, child = ctx.Pipe()
-            p = ctx.Process(target=node_main, args=(port, nodes, run_id, child), daemon=True)
-            p.start()
-            procs.append(p)
-            conns.append(parent)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for c in conns:
-            if recv_within(c, deadline, "node ready") != "ready":
-                raise RuntimeError("node did not get ready")
-        for c in conns:
-            c.send("go")
-        deadline = time.monotonic() + JOIN_TIMEOUT_S + 30
-        results = [recv_within(c, deadline, "rendezvous result") for c in conns]
-        ranks = sorted(r[2] for r in results)
-        if ranks != list(range(nodes)) or any(r[3] != nodes for r in results):
-            raise RuntimeError(f"bad ranks from c10d: {ranks[:10]}...")
-        return max(r[1] for r in results) - min(r[0] for r in results)
+
+        def make_handler():  # in each node process
+            store = TCPStore(HOST, port, None, False, timeout=STORE_TIMEOUT,
+                             wait_for_workers=False)
+            backend = C10dRendezvousBackend(store, run_id)
+            return DynamicRendezvousHandler.from_backend(
+                run_id, store, backend, nodes, nodes,
+                timeout=RendezvousTimeout(join=datetime.timedelta(seconds=JOIN_TIMEOUT_S)))
+
+        return time_torch_rendezvous(nodes, make_handler, "c10d", START_TIMEOUT_S, JOIN_TIMEOUT_S)
     finally:
-        for c in conns + ([server_conn] if server_conn else []):
-            try:
-                c.send("exit")
-            except (OSError, ValueError):
-                pass
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
+        try:
+            server_conn.send("exit")
+        except (OSError, ValueError):
+            pass
+        server.join(timeout=5)
+        if server.is_alive():
+            server.kill()
+            server.join(timeout=5)
 
 
 def run_ctrun(rdzv_bench, nodes):

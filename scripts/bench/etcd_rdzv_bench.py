@@ -17,7 +17,6 @@ loopback-only network namespace (run.sh does both).
 import argparse
 import datetime
 import json
-import multiprocessing as mp
 import os
 import shutil
 import socket
@@ -26,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from bench_common import time_torch_rendezvous
 
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
@@ -82,68 +83,23 @@ class Etcd:
         shutil.rmtree(self.data, ignore_errors=True)
 
 
-def node_main(port, nodes, run_id, conn):
-    params = RendezvousParameters(backend="etcd-v2", endpoint=f"{HOST}:{port}", run_id=run_id,
-                                  min_nodes=nodes, max_nodes=nodes)
-    backend, store = create_backend(params)
-    handler = DynamicRendezvousHandler.from_backend(
-        run_id, store, backend, nodes, nodes,
-        timeout=RendezvousTimeout(join=datetime.timedelta(seconds=JOIN_TIMEOUT_S)))
-    conn.send("ready")
-    if not conn.poll(START_TIMEOUT_S + 30):
-        os._exit(1)
-    conn.recv()  # go
-    t0 = time.monotonic()
-    _, rank, world_size = handler.next_rendezvous()
-    t1 = time.monotonic()
-    conn.send((t0, t1, rank, world_size))
-    # Stay until told: a node that vanished early would look like a failure to the others.
-    conn.poll(JOIN_TIMEOUT_S + 30)
-    os._exit(0)
-
-
-def recv_within(conn, deadline, what):
-    if not conn.poll(max(0.0, deadline - time.monotonic())):
-        raise TimeoutError(f"no {what} in time")
-    return conn.recv()
-
-
 def run_torch(nodes, rep, tmp):
     """Wall time in seconds for one torch etcd-v2 rendezvous of `nodes` processes."""
-    ctx = mp.get_context("fork")
-    procs, conns = [], []
     etcd = Etcd(tmp)
     try:
         run_id = f"etcd_bench_{nodes}_{rep}"
-        for _ in range(nodes):
-            parent, child = ctx.Pipe()
-            p = ctx.Process(target=node_main, args=(etcd.port, nodes, run_id, child), daemon=True)
-            p.start()
-            procs.append(p)
-            conns.append(parent)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for c in conns:
-            if recv_within(c, deadline, "node ready") != "ready":
-                raise RuntimeError("node did not get ready")
-        for c in conns:
-            c.send("go")
-        deadline = time.monotonic() + JOIN_TIMEOUT_S + 30
-        results = [recv_within(c, deadline, "rendezvous result") for c in conns]
-        ranks = sorted(r[2] for r in results)
-        if ranks != list(range(nodes)) or any(r[3] != nodes for r in results):
-            raise RuntimeError(f"bad ranks from torch etcd-v2: {ranks[:10]}...")
-        return max(r[1] for r in results) - min(r[0] for r in results)
+
+        def make_handler():  # in each node process
+            params = RendezvousParameters(backend="etcd-v2", endpoint=f"{HOST}:{etcd.port}",
+                                          run_id=run_id, min_nodes=nodes, max_nodes=nodes)
+            backend, store = create_backend(params)
+            return DynamicRendezvousHandler.from_backend(
+                run_id, store, backend, nodes, nodes,
+                timeout=RendezvousTimeout(join=datetime.timedelta(seconds=JOIN_TIMEOUT_S)))
+
+        return time_torch_rendezvous(nodes, make_handler, "torch etcd-v2", START_TIMEOUT_S,
+                                     JOIN_TIMEOUT_S)
     finally:
-        for c in conns:
-            try:
-                c.send("exit")
-            except (OSError, ValueError):
-                pass
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
         etcd.stop()
 
 
