@@ -499,13 +499,12 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     in.placement = RoundPlacement{round.group_rank, round.group_world_size, round.rank_offset,
                                   round.world_size, round.master_addr,      round.master_port,
                                   restart_count};
-    in.store.host = endpoint_host_;
-    in.store.port = endpoint_port_;
-    in.store.prefix = round.store_prefix;
     if (etcd_) {
-      in.store.backend = rdzv::StoreAddress::Backend::kEtcd;
-      in.store.etcd_endpoints = etcd_endpoints_;
+      in.store = rdzv::etcd_store_address(etcd_endpoints_, round.store_prefix);
     } else {
+      in.store.host = endpoint_host_;
+      in.store.port = endpoint_port_;
+      in.store.prefix = round.store_prefix;
       in.store.token = token_;
     }
     in.use_agent_store = false;  // rank 0's worker serves torch's own store (docs/env.md)

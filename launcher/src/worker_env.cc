@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "ctrun/rendezvous/etcd.h"
+
 namespace ctrun::launcher {
 
 std::vector<std::string> worker_environment(const std::vector<std::string>& base,
@@ -31,12 +33,8 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
   };
   if (in.store.backend == rendezvous::StoreAddress::Backend::kEtcd) {
-    std::string members;
-    for (const auto& ep : in.store.etcd_endpoints) {
-      members += (members.empty() ? "" : ",") + rendezvous::format_endpoint(ep);
-    }
     vars["CTRUN_STORE_BACKEND"] = "etcd";
-    vars["CTRUN_STORE_ADDR"] = members;
+    vars["CTRUN_STORE_ADDR"] = rendezvous::etcd::format_endpoints(in.store.etcd_endpoints);
     vars["CTRUN_STORE_PREFIX"] = in.store.prefix;
   } else if (!in.store.host.empty()) {
     vars["CTRUN_STORE_BACKEND"] = "ctrund";

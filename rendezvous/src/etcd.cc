@@ -183,6 +183,12 @@ Compare unchanged_since(const std::string& key, std::int64_t mod_revision) {
                  Compare::Result::kEqual, mod_revision, ""};
 }
 
+std::string format_endpoints(const std::vector<Endpoint>& endpoints) {
+  std::string out;
+  for (const auto& ep : endpoints) out += (out.empty() ? "" : ",") + format_endpoint(ep);
+  return out;
+}
+
 Json put_request(const std::string& key, const std::string& value, std::int64_t lease) {
   Json j{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
   if (lease != 0) j["lease"] = std::to_string(lease);

@@ -154,11 +154,8 @@ TEST_CASE("worker env: with etcd, the store is the etcd members, no port and no 
   LaunchOptions o;
   WorkerEnvInputs in;
   in.options = &o;
-  in.store.host = "10.0.0.9";
-  in.store.port = 2379;
-  in.store.prefix = "rdzv/0/3/";
-  in.store.backend = ctrun::rendezvous::StoreAddress::Backend::kEtcd;
-  in.store.etcd_endpoints = {{"10.0.0.9", 2379}, {"fd00::1", 2380}};
+  in.store =
+      ctrun::rendezvous::etcd_store_address({{"10.0.0.9", 2379}, {"fd00::1", 2380}}, "rdzv/0/3/");
   auto env = as_map(worker_environment({}, in));
   CHECK(env["CTRUN_STORE_BACKEND"] == "etcd");
   CHECK(env["CTRUN_STORE_ADDR"] == "10.0.0.9:2379,[fd00::1]:2380");

@@ -38,6 +38,8 @@ TEST_CASE("etcd codec: endpoints, several, with or without scheme and port") {
   CHECK(eps.value()[2].port == 2379);
   CHECK(eps.value()[3].host == "::1");
   CHECK(eps.value()[3].port == 4000);
+  // Written back in the form read (defaults filled in), as the agent hands it to workers.
+  CHECK(format_endpoints(eps.value()) == "h1:2379,h2:23790,h3:2379,[::1]:4000");
   CHECK_THAT(parse_endpoints("https://h1:2379").error().message, Catch::Contains("TLS"));
   CHECK_THAT(parse_endpoints("h1:,h2").error().message,
              Catch::Contains("no port after ':' in 'h1:'"));

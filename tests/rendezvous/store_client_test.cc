@@ -27,12 +27,7 @@ namespace {
 using Steady = std::chrono::steady_clock;
 
 StoreAddress etcd_address(const std::string& endpoints) {
-  StoreAddress a;
-  a.backend = StoreAddress::Backend::kEtcd;
-  a.etcd_endpoints = etcd::parse_endpoints(endpoints).value();
-  a.host = a.etcd_endpoints.front().host;
-  a.port = a.etcd_endpoints.front().port;
-  return a;
+  return etcd_store_address(etcd::parse_endpoints(endpoints).value(), "");
 }
 
 std::unique_ptr<StoreClient> connect(const StoreAddress& address, const std::string& job) {

@@ -110,12 +110,8 @@ TEST_CASE("process group: bootstraps through the job's keys in etcd (--rdzv_back
   std::vector<WorkerEnv> envs;
   for (int r = 0; r < 3; ++r) {
     envs.push_back(env_for(r, 3));
-    auto& store = envs.back().store.emplace();
-    store.backend = ctrun::rendezvous::StoreAddress::Backend::kEtcd;
-    store.etcd_endpoints = ctrun::rendezvous::etcd::parse_endpoints(etcd.endpoints()).value();
-    store.host = "127.0.0.1";
-    store.port = store.etcd_endpoints.front().port;
-    store.prefix = "rdzv/0/0/";
+    envs.back().store = ctrun::rendezvous::etcd_store_address(
+        ctrun::rendezvous::etcd::parse_endpoints(etcd.endpoints()).value(), "rdzv/0/0/");
   }
   check_sum_and_gather(sum_and_gather(envs));
   for (auto& e : envs) e.restart_count = 1;

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "ctrun/rendezvous/etcd.h"
+
 namespace ctrun::worker {
 namespace {
 
@@ -18,9 +20,7 @@ CtrunStore::CtrunStore(const rendezvous::StoreAddress& address, const std::strin
                        std::string key_prefix, std::chrono::milliseconds timeout)
     : c10d::Store(timeout), address_(address), job_(job), prefix_(std::move(key_prefix)) {
   if (address.backend == rendezvous::StoreAddress::Backend::kEtcd) {
-    for (const auto& ep : address.etcd_endpoints) {
-      where_ += (where_.empty() ? "etcd " : ",") + rendezvous::format_endpoint(ep);
-    }
+    where_ = "etcd " + rendezvous::etcd::format_endpoints(address.etcd_endpoints);
   } else {
     where_ = address.host + ":" + std::to_string(address.port);
   }

@@ -103,12 +103,8 @@ Result<WorkerEnv> read_worker_env(const EnvLookup& env) {
     auto endpoints = rendezvous::etcd::parse_endpoints(*host);
     if (!endpoints)
       return bad("CTRUN_STORE_ADDR", "etcd endpoints host:port[,host:port...]", *host);
-    rendezvous::StoreAddress& store = w.store.emplace();
-    store.host = endpoints.value().front().host;
-    store.port = endpoints.value().front().port;
-    store.prefix = env("CTRUN_STORE_PREFIX").value_or("");
-    store.backend = rendezvous::StoreAddress::Backend::kEtcd;
-    store.etcd_endpoints = std::move(endpoints).value();
+    w.store = rendezvous::etcd_store_address(std::move(endpoints).value(),
+                                             env("CTRUN_STORE_PREFIX").value_or(""));
   } else if (host) {
     if (host->empty()) return bad("CTRUN_STORE_ADDR", "a host name or address", *host);
     auto store_port = int_var(env, "CTRUN_STORE_PORT", 1, 65535, std::nullopt);

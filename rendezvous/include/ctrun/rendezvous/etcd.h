@@ -26,6 +26,8 @@ std::string prefix_end(const std::string& prefix);
 // supported.
 inline constexpr std::uint16_t kDefaultPort = 2379;
 Result<std::vector<Endpoint>> parse_endpoints(const std::string& text);
+// "h1:2379,h2:2379": what parse_endpoints reads back.
+std::string format_endpoints(const std::vector<Endpoint>& endpoints);
 
 struct KeyValue {
   std::string key;

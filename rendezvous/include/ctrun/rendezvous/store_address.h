@@ -20,4 +20,15 @@ struct StoreAddress {
   std::vector<Endpoint> etcd_endpoints;  // kEtcd: every member, tried in turn
 };
 
+// The job's store on etcd: `members` (at least one; the first is `host`:`port`), round `prefix`.
+inline StoreAddress etcd_store_address(std::vector<Endpoint> members, std::string prefix) {
+  StoreAddress a;
+  a.host = members.front().host;
+  a.port = members.front().port;
+  a.prefix = std::move(prefix);
+  a.backend = StoreAddress::Backend::kEtcd;
+  a.etcd_endpoints = std::move(members);
+  return a;
+}
+
 }  // namespace ctrun::rendezvous
