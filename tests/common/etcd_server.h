@@ -10,6 +10,13 @@
 
 #include "process.h"
 
+// In a Catch2 test body: returns with a warning when etcd is not installed here.
+#define CTRUN_SKIP_WITHOUT_ETCD()                                                            \
+  if (!::ctrun::testing::EtcdCluster::installed()) {                                         \
+    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)"); \
+    return;                                                                                  \
+  }
+
 namespace ctrun::testing {
 
 class EtcdCluster {

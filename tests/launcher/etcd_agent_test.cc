@@ -22,12 +22,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-#define SKIP_WITHOUT_ETCD()                                                                  \
-  if (!EtcdCluster::installed()) {                                                           \
-    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)"); \
-    return;                                                                                  \
-  }
-
 // One agent on etcd: `nnodes` nodes of `workers` test workers each; keep-alives every 1 s, a
 // lease of 2 s.
 std::unique_ptr<ChildProcess> start_node(const ScratchDir& s, const std::string& endpoints,
@@ -113,7 +107,7 @@ void expect_no_restart(const ScratchDir& s) {
 }  // namespace
 
 TEST_CASE("etcd: two nodes of two workers, a worker fails once, the job restarts and succeeds") {
-  SKIP_WITHOUT_ETCD();
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir s("etcd_agent");
   EtcdCluster etcd(s, 1);
   auto a =
@@ -127,7 +121,7 @@ TEST_CASE("etcd: two nodes of two workers, a worker fails once, the job restarts
 }
 
 TEST_CASE("etcd: a SIGKILLed agent's lease expires and the survivor re-forms alone") {
-  SKIP_WITHOUT_ETCD();
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir s("etcd_agent");
   EtcdCluster etcd(s, 1);
   auto node = [&](const std::string& log, const std::vector<std::string>& flags) {
@@ -172,7 +166,7 @@ TEST_CASE("etcd: a SIGKILLed agent's lease expires and the survivor re-forms alo
 }
 
 TEST_CASE("etcd: etcd SIGKILLed and restarted mid-job, the job goes on") {
-  SKIP_WITHOUT_ETCD();
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir s("etcd_agent");
   EtcdCluster etcd(s, 1);
   auto [a, b] = start_sleeping_pair(s, etcd.endpoints(), "etcd-restart", "6");
@@ -185,7 +179,7 @@ TEST_CASE("etcd: etcd SIGKILLed and restarted mid-job, the job goes on") {
 }
 
 TEST_CASE("etcd: a three-member cluster loses the member the agents talk to, the job goes on") {
-  SKIP_WITHOUT_ETCD();
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir s("etcd_agent");
   EtcdCluster etcd(s, 3);
   auto [a, b] = start_sleeping_pair(s, etcd.endpoints(), "etcd-three", "5");
@@ -195,7 +189,7 @@ TEST_CASE("etcd: a three-member cluster loses the member the agents talk to, the
 }
 
 TEST_CASE("etcd: ctrun status shows a job on etcd as JSON and a table, and lists jobs") {
-  SKIP_WITHOUT_ETCD();
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir s("etcd_agent");
   EtcdCluster etcd(s, 1);
   const std::string job_id = "team/run-1";  // a '/' in the id stays inside its own keys

@@ -268,10 +268,7 @@ TEST_CASE("backend conformance: ctrund") {
 }
 
 TEST_CASE("backend conformance: etcd") {
-  if (!EtcdCluster::installed()) {
-    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)");
-    return;
-  }
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("conformance");
   EtcdCluster etcd(dir, 1);
   asio::io_context io;

@@ -38,10 +38,7 @@ bool has_key(boost::asio::io_context& io, etcd::Client& c, const std::string& ke
 }  // namespace
 
 TEST_CASE("etcd client: put, range, create-if-absent and compare-and-swap, delete") {
-  if (!EtcdCluster::installed()) {
-    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)");
-    return;
-  }
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("etcd_kv");
   EtcdCluster server(dir, 1);
   boost::asio::io_context io;
@@ -104,10 +101,7 @@ TEST_CASE("etcd client: put, range, create-if-absent and compare-and-swap, delet
 }
 
 TEST_CASE("etcd client: a leased key lives while kept alive and vanishes when not, or at revoke") {
-  if (!EtcdCluster::installed()) {
-    WARN("skipped: /usr/bin/etcd is not installed");
-    return;
-  }
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("etcd_lease");
   EtcdCluster server(dir, 1);
   boost::asio::io_context io;
@@ -144,10 +138,7 @@ TEST_CASE("etcd client: a leased key lives while kept alive and vanishes when no
 }
 
 TEST_CASE("etcd client: a watch sees puts and deletes from its start revision; cancel ends it") {
-  if (!EtcdCluster::installed()) {
-    WARN("skipped: /usr/bin/etcd is not installed");
-    return;
-  }
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("etcd_watch");
   EtcdCluster server(dir, 1);
   boost::asio::io_context io;
@@ -193,10 +184,7 @@ TEST_CASE("etcd client: a watch sees puts and deletes from its start revision; c
 }
 
 TEST_CASE("etcd client: members tried in turn; a killed member is skipped, none left is an error") {
-  if (!EtcdCluster::installed()) {
-    WARN("skipped: /usr/bin/etcd is not installed");
-    return;
-  }
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("etcd_members");
   EtcdCluster cluster(dir, 3);
   boost::asio::io_context io;

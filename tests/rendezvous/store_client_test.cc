@@ -115,10 +115,7 @@ TEST_CASE("store client: c10d's operations on ctrund") {
 }
 
 TEST_CASE("store client: c10d's operations on etcd") {
-  if (!EtcdCluster::installed()) {
-    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)");
-    return;
-  }
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("etcd_store_script");
   EtcdCluster server(dir, 1);
   store_script(etcd_address(server.endpoints()));
@@ -135,10 +132,7 @@ TEST_CASE("store client: c10d's operations on etcd") {
 }
 
 TEST_CASE("store client: etcd adds from many clients at once each count once") {
-  if (!EtcdCluster::installed()) {
-    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)");
-    return;
-  }
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("etcd_store_add");
   EtcdCluster server(dir, 1);
   const StoreAddress address = etcd_address(server.endpoints());
@@ -170,10 +164,7 @@ TEST_CASE("store client: etcd adds from many clients at once each count once") {
 }
 
 TEST_CASE("store client: an etcd wait goes on across an etcd restart") {
-  if (!EtcdCluster::installed()) {
-    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)");
-    return;
-  }
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("etcd_store_restart");
   EtcdCluster server(dir, 1);
   const StoreAddress address = etcd_address(server.endpoints());

@@ -165,10 +165,7 @@ TEST_CASE(
 }
 
 TEST_CASE("trainers: mlp on two nodes with --rdzv_backend=etcd meets in the job's etcd keys") {
-  if (!EtcdCluster::installed()) {
-    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)");
-    return;
-  }
+  CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir s("mlp_etcd");
   EtcdCluster etcd(s, 1);
   const std::string job = "mlp-etcd";

@@ -100,10 +100,7 @@ TEST_CASE("process group: bootstraps through the rendezvous daemon's store (ctru
 }
 
 TEST_CASE("process group: bootstraps through the job's keys in etcd (--rdzv_backend=etcd)") {
-  if (!ctrun::testing::EtcdCluster::installed()) {
-    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)");
-    return;
-  }
+  CTRUN_SKIP_WITHOUT_ETCD();
   at::set_num_threads(1);
   ctrun::testing::ScratchDir dir("pg_etcd");
   ctrun::testing::EtcdCluster etcd(dir, 1);
