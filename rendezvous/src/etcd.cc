@@ -312,6 +312,15 @@ Result<std::int64_t> parse_keep_alive(const Json& message) {
   return int_field(*result, "TTL");
 }
 
+Result<LeaseTimeToLive> parse_lease_time_to_live(const Json& answer) {
+  if (auto revision = parse_revision(answer); !revision) return revision.error();
+  auto ttl = int_field(answer, "TTL");
+  auto granted = int_field(answer, "grantedTTL");
+  if (!ttl) return ttl.error();
+  if (!granted) return granted.error();
+  return LeaseTimeToLive{ttl.value(), granted.value()};
+}
+
 Result<WatchMessage> parse_watch_message(const Json& message) {
   auto result = message.find("result");
   if (result == message.end() || !result->is_object()) {

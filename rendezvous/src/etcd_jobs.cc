@@ -9,19 +9,6 @@ namespace {
 
 constexpr const char* kRoot = "/ctrun/";
 
-// etcd writes int64 fields as strings and leaves zeros out.
-long long number_field(const Json& j, const char* name) {
-  if (!j.is_object() || !j.contains(name)) return 0;
-  const Json& v = j[name];
-  if (v.is_number_integer()) return v.get<long long>();
-  if (!v.is_string()) return 0;
-  try {
-    return std::stoll(v.get<std::string>());
-  } catch (const std::exception&) {
-    return 0;
-  }
-}
-
 long long number_text(const std::string& text, long long otherwise) {
   try {
     return std::stoll(text);
@@ -146,10 +133,11 @@ etcd::Task<Result<Json>> etcd_job_status(etcd::Client& client, std::string job) 
     if (lease != keys.node_leases.end() && lease->second != 0) {
       Json ask = Json::object();
       ask["ID"] = std::to_string(lease->second);
-      auto alive = co_await client.call("/v3/lease/timetolive", ask);
-      if (alive && number_field(alive.value(), "TTL") > 0) {
-        age_ms =
-            1000 * (number_field(alive.value(), "grantedTTL") - number_field(alive.value(), "TTL"));
+      auto reply = co_await client.call("/v3/lease/timetolive", ask);
+      auto alive = reply ? etcd::parse_lease_time_to_live(reply.value())
+                         : Result<etcd::LeaseTimeToLive>(reply.error());
+      if (alive && alive.value().ttl > 0) {
+        age_ms = 1000 * (alive.value().granted_ttl - alive.value().ttl);
       }
     } else if (lease != keys.node_leases.end()) {
       age_ms = 0;

@@ -102,6 +102,14 @@ TEST_CASE("etcd codec: answers with omitted zero fields read as defaults") {
   REQUIRE(grant.ok());
   CHECK(grant.value().id == 2324035547517922595LL);
   CHECK(parse_keep_alive(Json::parse(R"({"result":{"header":{},"ID":"5"}})")).value() == 0);
+  auto left = parse_lease_time_to_live(
+      Json::parse(R"({"header":{"revision":"3"},"ID":"5","TTL":"4","grantedTTL":"15"})"));
+  REQUIRE(left.ok());
+  CHECK(left.value().ttl == 4);
+  CHECK(left.value().granted_ttl == 15);
+  CHECK(parse_lease_time_to_live(Json::parse(R"({"header":{},"ID":"5","TTL":"-1"})")).value().ttl ==
+        -1);
+  CHECK_FALSE(parse_lease_time_to_live(Json::parse(R"({"header":{},"TTL":"x"})")).ok());
 
   auto w = parse_watch_message(Json::parse(
       R"({"result":{"header":{"revision":"23"},"events":[{"kv":{"key":"YQ==","mod_revision":"21","value":"Mg=="}},{"type":"DELETE","kv":{"key":"YQ==","mod_revision":"23"}}]}})"));

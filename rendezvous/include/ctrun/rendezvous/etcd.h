@@ -120,6 +120,12 @@ struct LeaseGrant {
 };
 Result<LeaseGrant> parse_lease_grant(const Json& answer);
 Result<std::int64_t> parse_keep_alive(const Json& message);
+// lease timetolive: the seconds left (-1 when the lease is gone) and the TTL it was granted.
+struct LeaseTimeToLive {
+  std::int64_t ttl = 0;
+  std::int64_t granted_ttl = 0;
+};
+Result<LeaseTimeToLive> parse_lease_time_to_live(const Json& answer);
 // A watch stream message ({"result": {...}} or a stream error {"error": {...}}).
 Result<WatchMessage> parse_watch_message(const Json& message);
 
