@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -124,17 +126,24 @@ std::string temp_path(const std::string& name) {
   return "/tmp/ctrun_test_" + std::to_string(getpid()) + "_" + name;
 }
 
+void remove_tree(const std::string& path) {
+  // Depth first, not following links: files before the directories that hold them.
+  nftw(
+      path.c_str(),
+      [](const char* entry, const struct stat*, int, struct FTW*) {
+        ::remove(entry);
+        return 0;
+      },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
 ScratchDir::ScratchDir(const std::string& name) {
   static std::atomic<int> counter{0};
   dir_ = temp_path(name + "_" + std::to_string(counter++));
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
+  remove_tree(dir_);
   std::filesystem::create_directories(dir_);
 }
 
-ScratchDir::~ScratchDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
-}
+ScratchDir::~ScratchDir() { remove_tree(dir_); }
 
 }  // namespace ctrun::testing

@@ -46,6 +46,11 @@ std::uint16_t free_port();
 // Whether this process may make a loopback-only network namespace (unshare -n; needs root).
 bool can_unshare_network();
 
+// Removes `path` and everything under it, quietly. Not std::filesystem::remove_all: pip
+// LibTorch 2.x exports its own copy of that symbol, which crashes (null call) when a test
+// linked with it calls remove_all.
+void remove_tree(const std::string& path);
+
 // A fresh directory under /tmp for one test, removed with everything in it at the end.
 class ScratchDir {
  public:

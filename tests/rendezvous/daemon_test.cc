@@ -10,6 +10,7 @@
 #include <boost/asio.hpp>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -714,17 +715,22 @@ TEST_CASE(
   CHECK(sample(text, "ctrund_job_restarts{job=\"m\"}") == 1);
   CHECK(sample(text, "ctrund_job_round{job=\"m\"}") == 0);
 
-  // Prometheus's own linter accepts the exposition.
-  std::ofstream(dir.path("scrape.txt")) << text;
-  const std::string check = "promtool check metrics < " + dir.path("scrape.txt") + " 2>&1";
-  std::FILE* p = popen(check.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string promtool_output;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p)) promtool_output += buf;
-  const int rc = pclose(p);
-  INFO(promtool_output);
-  CHECK(rc == 0);
+  // Prometheus's own linter accepts the exposition (where it is installed: scripts/setup.sh
+  // installs it; a GPU machine built with scripts/gpu-build.sh may lack it).
+  if (std::filesystem::exists("/usr/bin/promtool")) {
+    std::ofstream(dir.path("scrape.txt")) << text;
+    const std::string check = "promtool check metrics < " + dir.path("scrape.txt") + " 2>&1";
+    std::FILE* p = popen(check.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string promtool_output;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) promtool_output += buf;
+    const int rc = pclose(p);
+    INFO(promtool_output);
+    CHECK(rc == 0);
+  } else {
+    WARN("promtool check skipped: /usr/bin/promtool is not installed (Debian's prometheus)");
+  }
 
   CHECK(http_get(metrics_port, "/nope").first == 404);
   auto head = http_get(metrics_port, "/metrics", "HEAD");

@@ -233,6 +233,37 @@ TEST_CASE("trainers: a trainer's exception is its error file and ctrun's root ca
   CHECK(std::regex_search(out, std::regex("nccl: (no CUDA device|this build|tensors must be)")));
 }
 
+// On a GPU machine (scripts/gpu-build.sh): both trainers on cuda:0 over NCCL under ctrun, gpt
+// also in bf16. Elsewhere the trainer's one-line refusal is checked, and the case warns.
+TEST_CASE("trainers: mlp and gpt train on cuda under ctrun (GPU machines)") {
+  ScratchDir s("cuda");
+  if (run({MLP_PATH, "--device", "cuda", "--epochs", "1", "--max_steps", "1"},
+          s.path("probe.log")) != 0) {
+    const std::string out = read_file(s.path("probe.log"));
+    INFO(out);
+    CHECK(out.find("--device cuda: no CUDA device") != std::string::npos);
+    WARN("skipped: no CUDA device here");
+    return;
+  }
+  REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=1"},
+                        {"--device", "cuda", "--epochs", "2", "--seed", "7"}),
+              s.path("mlp.log")) == 0);
+  std::string out = read_file(s.path("mlp.log"));
+  INFO(out);
+  CHECK(out.find("parameters identical on all 1 rank(s)") != std::string::npos);
+  CHECK(std::stod(last_value(out, "epoch 2/2 loss ")) <
+        std::stod(last_value(out, "epoch 1/2 loss ")));
+
+  REQUIRE(run({CTRUN_PATH, "--standalone", "--nproc_per_node=1", GPT_PATH, "--device", "cuda",
+               "--bf16", "--epochs", "1", "--max_steps", "60", "--log_every", "20"},
+              s.path("gpt.log")) == 0);
+  out = read_file(s.path("gpt.log"));
+  INFO(out);
+  CHECK(out.find("parameters identical on all 1 rank(s)") != std::string::npos);
+  // A byte model starts near ln(256) = 5.55; 60 steps on generated prose get well below.
+  CHECK(std::stod(last_value(out, "final loss ")) < 4.0);
+}
+
 TEST_CASE("trainers: bad trainer flags are one-line errors") {
   ScratchDir s("mlp_flags");
   ChildProcess p({MLP_PATH, "--epochs", "zero"}, s.path("flags.log"));

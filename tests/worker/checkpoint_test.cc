@@ -128,7 +128,7 @@ TEST_CASE("checkpoint: SIGKILL during a save leaves the previous checkpoint load
     CHECK(back->step >= 1);
     last_seen = back->step;
     // Each round starts over from step 1, so clear the directory.
-    fs::remove_all(dir.path());
+    ctrun::testing::remove_tree(dir.path());
     fs::create_directories(dir.path());
   }
   CHECK(last_seen >= 1);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -96,7 +97,14 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
   ddp_options.bucket_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
   ddp_options.overlap = !o.no_overlap;
   ddp_options.find_unused_parameters = o.find_unused_parameters;
-  worker::DistributedDataParallel ddp(task.model, *run.group, ddp_options);
+  if (o.no_ddp && world != 1) {
+    throw std::invalid_argument(
+        "--no_ddp trains one replica alone: it needs a world size of 1, "
+        "got " +
+        std::to_string(world));
+  }
+  std::optional<worker::DistributedDataParallel> ddp;
+  if (!o.no_ddp) ddp.emplace(task.model, *run.group, ddp_options);
 
   worker::SamplerOptions sampler_options;
   sampler_options.dataset_size = task.dataset_size;
@@ -113,8 +121,9 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
   log_rank0(rank, "training " + std::to_string(task.dataset_size) + " samples on " +
                       std::to_string(world) + " rank(s), " + std::to_string(o.batch_size) +
                       " per rank x " + std::to_string(o.grad_accum) + " micro-steps, " +
-                      std::to_string(ddp.buckets().size()) + " gradient bucket(s), lr " +
-                      fixed(peak_lr, 6));
+                      (ddp ? std::to_string(ddp->buckets().size()) + " gradient bucket(s)"
+                           : std::string("no DDP")) +
+                      ", lr " + fixed(peak_lr, 6));
 
   worker::Throughput throughput;
   bool stop = false;
@@ -159,10 +168,10 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
         // The step's gradient is the mean over its micro-steps.
         if (micro_steps > 1) loss = loss / static_cast<double>(micro_steps);
         // Every micro-step but the last only accumulates locally.
-        if (last) {
+        if (last || !ddp) {
           loss.backward();
         } else {
-          auto no_sync = ddp.no_sync();
+          auto no_sync = ddp->no_sync();
           loss.backward();
         }
       }

@@ -33,6 +33,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--no_overlap", o.no_overlap,
                "One all-reduce after backward instead of bucketed overlap (for measuring)");
+  app.add_flag("--no_ddp", o.no_ddp,
+               "Train the model without DistributedDataParallel (world size 1 only; the "
+               "baseline that measures DDP's overhead)");
   app.add_flag("--find_unused_parameters", o.find_unused_parameters,
                "Allow parameters that get no gradient in a step");
   app.add_option("--log_every", o.log_every, "Print step time and samples/s every N steps")

@@ -161,14 +161,27 @@ class DistributedDataParallel::Reducer {
     at::NoGradGuard no_grad;
     BucketState& state = states_[b];
     const auto& members = buckets_[b].parameters;
-    for (std::size_t k = 0; k < members.size(); ++k) {
-      const at::Tensor& p = params_[members[k]];
-      at::Tensor slot = state.flat.narrow(0, state.offsets[k], p.numel());
-      const at::Tensor& grad = p.grad();
-      if (grad.defined()) {
-        slot.view(grad.sizes()).copy_(grad);
-      } else {
-        slot.zero_();  // an unused parameter contributes nothing
+    // One concatenation into the bucket when every gradient is there (one kernel on a GPU,
+    // where a copy per parameter costs a launch each); an unused parameter contributes zeros.
+    std::vector<at::Tensor> grads;
+    grads.reserve(members.size());
+    for (std::size_t member : members) {
+      const at::Tensor& grad = params_[member].grad();
+      if (!grad.defined()) break;
+      grads.push_back(grad.reshape({-1}));
+    }
+    if (grads.size() == members.size()) {
+      at::cat_out(state.flat, grads, 0);
+    } else {
+      for (std::size_t k = 0; k < members.size(); ++k) {
+        const at::Tensor& p = params_[members[k]];
+        at::Tensor slot = state.flat.narrow(0, state.offsets[k], p.numel());
+        const at::Tensor& grad = p.grad();
+        if (grad.defined()) {
+          slot.view(grad.sizes()).copy_(grad);
+        } else {
+          slot.zero_();
+        }
       }
     }
     // Dividing first keeps the sum in range for half precision, as torch does.

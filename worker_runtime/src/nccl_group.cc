@@ -7,7 +7,10 @@
 
 #include <ATen/ATen.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <thread>
 
 namespace ctrun::worker {
@@ -68,16 +71,63 @@ ncclDataType_t nccl_type(const at::Tensor& t) {
   }
 }
 
-// One communicator on one device, with its own stream. The stream is created blocking, so it
-// is ordered against the legacy default stream, where LibTorch queues kernels unless the
-// program picks other streams: a collective sees the gradients backward wrote, and later
-// kernels see its result.
+// A CUDA event that marks the end of one collective on the group's stream.
+class CudaEvent {
+ public:
+  explicit CudaEvent(cudaStream_t stream) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+    if (const cudaError_t rc = cudaEventRecord(event_, stream); rc != cudaSuccess) {
+      cudaEventDestroy(event_);
+      check_cuda(rc, "cudaEventRecord");
+    }
+  }
+  ~CudaEvent() { cudaEventDestroy(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  cudaEvent_t get() const { return event_; }
+  bool done(const char* op) const {
+    const cudaError_t rc = cudaEventQuery(event_);
+    if (rc != cudaSuccess && rc != cudaErrorNotReady) check_cuda(rc, op);
+    return rc == cudaSuccess;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// One communicator on one device, with its own stream, and a watchdog thread.
+//
+// Ordering is left to the GPU: the stream is created blocking, so a collective starts after the
+// kernels LibTorch queued before it on the legacy default stream (backward's gradients), and a
+// wait() makes that stream wait for the collective's event. The host never blocks on a
+// gradient all-reduce, so the optimizer's kernels are queued while the GPU still reduces.
+// What the host no longer sees, the watchdog does: it follows every collective in flight, and
+// when one outlives the timeout or NCCL reports an asynchronous error (a dead peer) it aborts
+// the communicator (which ends the stuck kernels) and records why; the next call on the group
+// throws that as a CollectiveError.
 class NcclComm {
  public:
   NcclComm(ncclComm_t comm, cudaStream_t stream, int device, std::chrono::milliseconds timeout)
       : comm_(comm), stream_(stream), device_(device), timeout_(timeout) {}
   ~NcclComm() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    if (released_) return;  // the watchdog aborted it
     cudaSetDevice(device_);
+    // A non-blocking communicator is finalized (flushing what is queued) before it is freed;
+    // one that does not finalize within the timeout is aborted instead.
+    if (!aborted_) {
+      try {
+        settle(ncclCommFinalize(comm_), "finalize");
+      } catch (const CollectiveError&) {
+        aborted_ = true;
+      }
+    }
     if (aborted_) {
       ncclCommAbort(comm_);
     } else {
@@ -85,26 +135,43 @@ class NcclComm {
     }
     cudaStreamDestroy(stream_);
   }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
 
-  ncclComm_t comm() const { return comm_; }
-  cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
 
-  // Waits for `event` on the host, polling NCCL for asynchronous errors (a dead peer), and
-  // aborts the communicator when the deadline passes: a timeout, not a hang.
-  void wait_for(cudaEvent_t event, const char* op) {
+  // Queues one collective, `call(comm, stream)`, and hands it to the watchdog; `buffer` stays
+  // allocated until it is done. Under the lock, so the watchdog cannot abort the communicator
+  // in the middle of the call.
+  template <typename Call>
+  std::shared_ptr<CudaEvent> enqueue(const char* op, at::Tensor buffer, Call call) {
+    std::shared_ptr<CudaEvent> event;
+    {
+      std::lock_guard lock(mutex_);
+      if (!failure_.empty()) throw CollectiveError(failure_);
+      settle(call(comm_, stream_), op);
+      event = std::make_shared<CudaEvent>(stream_);
+      if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watch(); });
+      in_flight_.push_back({event, std::move(buffer), op, Clock::now() + timeout_});
+    }
+    wake_.notify_one();
+    return event;
+  }
+
+  // The communicator is non-blocking (so that forming it can time out): a call may return
+  // ncclInProgress, and NCCL wants no other call on it until its state has settled.
+  void settle(ncclResult_t rc, const char* op) {
+    check_nccl(rc, op);
+    if (rc != ncclInProgress) return;
     const auto deadline = Clock::now() + timeout_;
     auto pause = std::chrono::microseconds(5);
     for (;;) {
-      const cudaError_t rc = cudaEventQuery(event);
-      if (rc == cudaSuccess) return;
-      if (rc != cudaErrorNotReady) check_cuda(rc, op);
-      ncclResult_t async_error = ncclSuccess;
-      check_nccl(ncclCommGetAsyncError(comm_, &async_error), op);
-      if (async_error != ncclSuccess && async_error != ncclInProgress) {
+      ncclResult_t state = ncclSuccess;
+      check_nccl(ncclCommGetAsyncError(comm_, &state), op);
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) {
         aborted_ = true;
-        throw CollectiveError(std::string("nccl ") + op +
-                              " failed: " + ncclGetErrorString(async_error));
+        throw CollectiveError(std::string("nccl ") + op + " failed: " + ncclGetErrorString(state));
       }
       if (Clock::now() > deadline) {
         aborted_ = true;
@@ -116,29 +183,98 @@ class NcclComm {
     }
   }
 
+  // Throws what the watchdog found, if anything: every call on the group checks first.
+  void check_healthy() {
+    std::lock_guard lock(mutex_);
+    if (!failure_.empty()) throw CollectiveError(failure_);
+  }
+
+  // Blocks the host until `event` (a collective whose result the caller reads now) is done.
+  void wait_on_host(const CudaEvent& event, const char* op) {
+    auto pause = std::chrono::microseconds(5);
+    while (!event.done(op)) {
+      check_healthy();
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+    check_healthy();
+  }
+
  private:
+  struct InFlight {
+    std::shared_ptr<CudaEvent> event;
+    at::Tensor buffer;
+    const char* op;
+    Clock::time_point deadline;
+  };
+
+  void watch() {
+    cudaSetDevice(device_);
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      try {
+        while (!in_flight_.empty() && in_flight_.front().event->done(in_flight_.front().op)) {
+          in_flight_.pop_front();
+        }
+      } catch (const CollectiveError& e) {
+        fail(e.what());
+        continue;
+      }
+      if (in_flight_.empty()) {
+        wake_.wait(lock);
+        continue;
+      }
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &state);
+      const InFlight& oldest = in_flight_.front();
+      if (state != ncclSuccess && state != ncclInProgress) {
+        fail(std::string("nccl ") + oldest.op + " failed: " + ncclGetErrorString(state));
+      } else if (Clock::now() > oldest.deadline) {
+        fail(std::string("nccl ") + oldest.op + " timed out after " +
+             std::to_string(timeout_.count()) + " ms (a peer is gone or stuck)");
+      } else {
+        // Completion is not urgent here (the GPU orders the work): a light poll.
+        wake_.wait_for(lock, std::chrono::milliseconds(1));
+      }
+    }
+  }
+
+  // Under mutex_, on the watchdog thread.
+  void fail(const std::string& why) {
+    failure_ = why;
+    ncclCommAbort(comm_);  // ends the kernels that wait on a dead peer
+    released_ = true;
+    in_flight_.clear();
+  }
+
   ncclComm_t comm_;
   cudaStream_t stream_;
   int device_;
   std::chrono::milliseconds timeout_;
-  bool aborted_ = false;
+  bool aborted_ = false;   // to be aborted, not destroyed
+  bool released_ = false;  // aborted by the watchdog: nothing left to free
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<InFlight> in_flight_;
+  std::string failure_;
+  bool stopping_ = false;
+  std::thread watchdog_;
 };
 
+// An all-reduce whose wait() orders the caller's later kernels after it, on the GPU.
 class NcclWork : public Work {
  public:
-  NcclWork(std::shared_ptr<NcclComm> comm, at::Tensor keep_alive, const char* op)
-      : comm_(std::move(comm)), tensor_(std::move(keep_alive)), op_(op) {
-    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
-    check_cuda(cudaEventRecord(event_, comm_->stream()), "cudaEventRecord");
+  NcclWork(std::shared_ptr<NcclComm> comm, std::shared_ptr<CudaEvent> event)
+      : comm_(std::move(comm)), event_(std::move(event)) {}
+  void wait() override {
+    comm_->check_healthy();
+    check_cuda(cudaStreamWaitEvent(cudaStreamLegacy, event_->get(), 0), "cudaStreamWaitEvent");
   }
-  ~NcclWork() override { cudaEventDestroy(event_); }
-  void wait() override { comm_->wait_for(event_, op_); }
 
  private:
   std::shared_ptr<NcclComm> comm_;
-  at::Tensor tensor_;  // the collective's buffer stays allocated until it is done
-  const char* op_;
-  cudaEvent_t event_ = nullptr;
+  std::shared_ptr<CudaEvent> event_;
 };
 
 class NcclGroup : public ProcessGroup {
@@ -150,18 +286,22 @@ class NcclGroup : public ProcessGroup {
 
   std::unique_ptr<Work> all_reduce_async(at::Tensor tensor) override {
     check_tensor(tensor);
-    check_nccl(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                             nccl_type(tensor), ncclSum, comm_->comm(), comm_->stream()),
-               "all_reduce");
-    return std::make_unique<NcclWork>(comm_, std::move(tensor), "all_reduce");
+    void* data = tensor.data_ptr();
+    const ncclDataType_t type = nccl_type(tensor);
+    const auto count = static_cast<std::size_t>(tensor.numel());
+    auto event = comm_->enqueue("all_reduce", std::move(tensor), [&](ncclComm_t c, cudaStream_t s) {
+      return ncclAllReduce(data, data, count, type, ncclSum, c, s);
+    });
+    return std::make_unique<NcclWork>(comm_, std::move(event));
   }
 
   void broadcast(at::Tensor tensor, int root) override {
     check_tensor(tensor);
-    check_nccl(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                             nccl_type(tensor), root, comm_->comm(), comm_->stream()),
-               "broadcast");
-    NcclWork(comm_, tensor, "broadcast").wait();
+    auto event = comm_->enqueue("broadcast", tensor, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), nccl_type(tensor),
+                           root, c, s);
+    });
+    comm_->wait_on_host(*event, "broadcast");
   }
 
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor) override {
@@ -169,18 +309,23 @@ class NcclGroup : public ProcessGroup {
     std::vector<int64_t> shape{size()};
     for (auto d : tensor.sizes()) shape.push_back(d);
     at::Tensor out = at::empty(shape, tensor.options());
-    check_nccl(ncclAllGather(tensor.data_ptr(), out.data_ptr(), tensor.numel(), nccl_type(tensor),
-                             comm_->comm(), comm_->stream()),
-               "all_gather");
-    NcclWork(comm_, out, "all_gather").wait();
+    auto event = comm_->enqueue("all_gather", out, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclAllGather(tensor.data_ptr(), out.data_ptr(), tensor.numel(), nccl_type(tensor), c,
+                           s);
+    });
+    comm_->wait_on_host(*event, "all_gather");
     return out.unbind(0);
   }
 
   void barrier() override {
-    // An all-reduce of one element on the group's device, as c10d's NCCL barrier does.
+    // An all-reduce of one element on the group's device, as c10d's NCCL barrier does, waited
+    // on the host: a barrier holds the caller until every rank is there.
     at::Tensor one =
         at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, comm_->device()));
-    all_reduce_async(one)->wait();
+    auto event = comm_->enqueue("barrier", one, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, c, s);
+    });
+    comm_->wait_on_host(*event, "barrier");
   }
 
  private:
@@ -220,12 +365,24 @@ std::unique_ptr<ProcessGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Sto
     if (bytes.size() != sizeof(id)) throw CollectiveError("nccl: malformed unique id in the store");
     std::memcpy(&id, bytes.data(), sizeof(id));
   }
+  // Non-blocking, so that a rank that never comes is a timeout (settle) and not a hang inside
+  // ncclCommInitRank.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
   ncclComm_t comm = nullptr;
-  check_nccl(ncclCommInitRank(&comm, size, id, rank), "ncclCommInitRank");
+  const ncclResult_t rc = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    check_nccl(rc, "ncclCommInitRank");
+  }
   cudaStream_t stream = nullptr;
-  check_cuda(cudaStreamCreate(&stream), "cudaStreamCreate");
-  return std::make_unique<NcclGroup>(std::make_shared<NcclComm>(comm, stream, device, timeout),
-                                     rank, size);
+  if (const cudaError_t created = cudaStreamCreate(&stream); created != cudaSuccess) {
+    ncclCommAbort(comm);
+    check_cuda(created, "cudaStreamCreate");
+  }
+  auto owned = std::make_shared<NcclComm>(comm, stream, device, timeout);
+  owned->settle(rc, "init (ncclCommInitRank)");
+  return std::make_unique<NcclGroup>(std::move(owned), rank, size);
 }
 
 #endif

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds ctrun against a CUDA LibTorch (the one inside a pip PyTorch) on a GPU machine that has
+# no Debian packages and no internet, e.g. Ubuntu with CUDA and `pip install torch`.
+#
+#   scripts/gpu-build.sh fetch          on a Debian 12 machine with apt: downloads the .debs our
+#                                       build needs that such a machine lacks into .gpu-deps/
+#   scripts/gpu-build.sh build [DIR [TARGET...]]
+#                                       on the GPU machine (after copying .gpu-deps/ there):
+#                                       unpacks them into .gpu-deps/root and builds DIR
+#                                       (default build-gpu) with NCCL and the CUDA LibTorch:
+#                                       everything, or only the TARGETs named
+#   scripts/gpu-build.sh test [DIR]     runs the test suite of DIR (ctest)
+#
+# What travels: Boost 1.81 (Process v2 + filesystem, as on Debian 12), Catch2 2, CLI11, nlohmann
+# json and Gloo's headers (a pip torch has Gloo inside but ships no gloo/ headers). LibTorch,
+# CUDA and NCCL come from the machine: torch.utils.cmake_prefix_path, /usr/local/cuda, and
+# the nvidia-nccl wheel that pip torch depends on (else /usr/local/cuda). PYTHON picks the
+# Python that holds torch (default python3); JOBS the build's parallelism (default nproc).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+deps="$here/.gpu-deps"
+packages=(
+  libboost1.81-dev libboost-filesystem1.81-dev libboost-filesystem1.81.0
+  libboost-atomic1.81-dev libboost-atomic1.81.0 libboost-system1.81-dev
+  catch2 libcli11-dev nlohmann-json3-dev libgloo-dev
+)
+
+# cmake and ctest: on PATH, else beside the Python that holds torch (pip's cmake).
+tool() {
+  if command -v "$1" >/dev/null; then
+    command -v "$1"
+  else
+    echo "$(dirname "$(command -v "${PYTHON:-python3}")")/$1"
+  fi
+}
+
+fetch() {
+  mkdir -p "$deps/debs"
+  (cd "$deps/debs" && apt-get download "${packages[@]}")
+  echo "gpu-build: $(ls "$deps/debs" | wc -l) packages in $deps/debs ($(du -sh "$deps/debs" | cut -f1))"
+}
+
+unpack() {
+  local root="$deps/root"
+  [ -d "$deps/debs" ] || { echo "gpu-build: no $deps/debs (run 'scripts/gpu-build.sh fetch' on Debian)" >&2; exit 1; }
+  if [ ! -f "$root/.unpacked" ]; then
+    rm -rf "$root"
+    mkdir -p "$root"
+    for f in "$deps"/debs/*.deb; do dpkg-deb -x "$f" "$root"; done
+    touch "$root/.unpacked"
+  fi
+}
+
+build() {
+  local dir=${1:-$here/build-gpu}
+  shift || true
+  local targets=()
+  for t in "$@"; do targets+=(--target "$t"); done
+  local python=${PYTHON:-python3}
+  unpack
+  local root="$deps/root"
+  local torch_prefix nccl_home
+  torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+  # pip torch's own NCCL (nvidia-nccl-cu*); its library has no unversioned .so link.
+  nccl_home=$("$python" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+  local nccl_args=(-DCTRUN_NCCL=ON)
+  if [ -n "$nccl_home" ] && [ -f "$nccl_home/include/nccl.h" ]; then
+    nccl_args+=(-DCTRUN_NCCL_INCLUDE_DIR="$nccl_home/include"
+                -DCTRUN_NCCL_LIBRARY="$(ls "$nccl_home"/lib/libnccl.so* | head -1)")
+  fi
+  local cmake
+  cmake=$(tool cmake)
+  # Torch's CMake files still say cmake_minimum_required(< 3.5) in places; CMake 4 refuses
+  # those without a policy floor.
+  CMAKE_POLICY_VERSION_MINIMUM=3.5 "$cmake" -S "$here" -B "$dir" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DCTRUN_BUILD_BENCH=OFF \
+    -DCMAKE_PREFIX_PATH="$root/usr;$torch_prefix" \
+    -DCTRUN_GLOO_INCLUDE_DIR="$root/usr/include" \
+    -DCUDAToolkit_ROOT="${CUDA_HOME:-/usr/local/cuda}" \
+    -DCMAKE_CUDA_COMPILER="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" \
+    "${nccl_args[@]}"
+  "$cmake" --build "$dir" -j "${JOBS:-$(nproc)}" "${targets[@]}"
+}
+
+run_tests() {
+  local dir=${1:-$here/build-gpu}
+  export CMAKE_POLICY_VERSION_MINIMUM=3.5  # the package test configures against torch again
+  "$(tool ctest)" --test-dir "$dir" --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 300
+}
+
+case "${1:-}" in
+  fetch) fetch ;;
+  build) shift; build "$@" ;;
+  test) run_tests "${2:-}" ;;
+  *) echo "usage: scripts/gpu-build.sh fetch | build [DIR [TARGET...]] | test [DIR]" >&2; exit 2 ;;
+esac
