@@ -99,8 +99,7 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
   ddp_options.find_unused_parameters = o.find_unused_parameters;
   if (o.no_ddp && world != 1) {
     throw std::invalid_argument(
-        "--no_ddp trains one replica alone: it needs a world size of 1, "
-        "got " +
+        "--no_ddp trains one replica alone: it needs a world size of 1, got " +
         std::to_string(world));
   }
   std::optional<worker::DistributedDataParallel> ddp;

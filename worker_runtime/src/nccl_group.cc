@@ -117,21 +117,23 @@ class NcclComm {
     }
     wake_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
-    if (released_) return;  // the watchdog aborted it
     cudaSetDevice(device_);
     // A non-blocking communicator is finalized (flushing what is queued) before it is freed;
-    // one that does not finalize within the timeout is aborted instead.
-    if (!aborted_) {
+    // one that does not finalize within the timeout is aborted instead. One the watchdog
+    // aborted is gone already.
+    if (!aborted_ && !released_) {
       try {
         settle(ncclCommFinalize(comm_), "finalize");
       } catch (const CollectiveError&) {
         aborted_ = true;
       }
     }
-    if (aborted_) {
-      ncclCommAbort(comm_);
-    } else {
-      ncclCommDestroy(comm_);
+    if (!released_) {
+      if (aborted_) {
+        ncclCommAbort(comm_);
+      } else {
+        ncclCommDestroy(comm_);
+      }
     }
     cudaStreamDestroy(stream_);
   }

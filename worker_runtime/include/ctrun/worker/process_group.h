@@ -29,6 +29,9 @@ const char* backend_name(Backend backend);
 bool nccl_available();
 
 // An asynchronous collective; wait() throws CollectiveError when it failed or timed out.
+// Gloo's wait() returns when the result is there. NCCL's returns at once: it orders the
+// caller's later kernels (on the default stream) after the collective, on the GPU, and a
+// failure or timeout its watchdog finds later is thrown by the group's next call.
 class Work {
  public:
   virtual ~Work() = default;
