@@ -3,6 +3,7 @@
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
+#include <algorithm>
 #include <array>
 #include <unordered_map>
 
@@ -438,6 +439,7 @@ class Client::Impl {
 
   Result<Json> call(Json request, std::optional<Duration> timeout) {
     std::lock_guard lock(mu_);
+    if (auto s = take_posted_error(); !s) return s.error();
     if (!connected_) return Error{ErrorCode::kConnection, "not connected to " + endpoint()};
     const std::uint64_t id = next_id_++;
     request["id"] = id;
@@ -458,14 +460,39 @@ class Client::Impl {
         }
         return frame.error();
       }
-      // Events and late answers to calls that timed out are not this call's answer.
-      auto answer_id = frame.value().find("id");
-      if (answer_id == frame.value().end() || !answer_id->is_number_unsigned() ||
-          answer_id->get<std::uint64_t>() != id) {
+      // Events, posted requests' answers and late answers to calls that timed out are not
+      // this call's answer.
+      if (answer_id(frame.value()) != id) {
+        absorb_posted(frame.value());
         continue;
       }
       return response_payload(std::move(frame).value());
     }
+  }
+
+  // Sends `request` and returns without its answer; a later call or flush() reads it.
+  Status post(Json request) {
+    std::lock_guard lock(mu_);
+    if (auto s = take_posted_error(); !s) return s;
+    if (!connected_) return Error{ErrorCode::kConnection, "not connected to " + endpoint()};
+    // Bounded: a client that only posts must not fill the socket buffers both ways.
+    if (posted_.size() >= kMaxPosted) {
+      if (auto s = read_posted_answers(kMaxPosted / 2); !s) return s;
+    }
+    const std::uint64_t id = next_id_++;
+    request["id"] = id;
+    if (auto s = write_all(encode_frame(request), Clock::time_point::max()); !s) {
+      disconnect();
+      return s;
+    }
+    posted_.push_back(id);
+    return ok_status();
+  }
+
+  Status flush() {
+    std::lock_guard lock(mu_);
+    if (auto s = read_posted_answers(0); !s) return s;
+    return take_posted_error();
   }
 
   ~Impl() { disconnect(); }
@@ -479,6 +506,47 @@ class Client::Impl {
     connected_ = false;
     boost::system::error_code ignored;
     socket_.close(ignored);
+    if (!posted_.empty() && !posted_error_) {
+      posted_error_ = Error{ErrorCode::kConnection,
+                            "connection to " + endpoint() + " lost before " +
+                                std::to_string(posted_.size()) + " posted set(s) were answered"};
+    }
+    posted_.clear();
+  }
+
+  static std::uint64_t answer_id(const Json& frame) {
+    auto id = frame.find("id");
+    return id != frame.end() && id->is_number_unsigned() ? id->get<std::uint64_t>() : 0;
+  }
+
+  // Takes in the answer to a posted request, keeping the first error among them.
+  void absorb_posted(const Json& frame) {
+    auto it = std::find(posted_.begin(), posted_.end(), answer_id(frame));
+    if (it == posted_.end()) return;
+    posted_.erase(it);
+    if (auto payload = response_payload(frame); !payload && !posted_error_) {
+      posted_error_ = payload.error();
+    }
+  }
+
+  // Reads until at most `keep` posted requests are unanswered.
+  Status read_posted_answers(std::size_t keep) {
+    while (posted_.size() > keep) {
+      auto frame = read_frame(Clock::time_point::max());
+      // A lost connection has become the posted sets' error (disconnect): say it once.
+      if (!frame) return posted_error_ ? take_posted_error() : frame.error();
+      absorb_posted(frame.value());
+    }
+    return ok_status();
+  }
+
+  // A posted request's error, reported once, before anything else is sent.
+  Status take_posted_error() {
+    if (!posted_error_) return ok_status();
+    Error e = std::move(*posted_error_);
+    posted_error_.reset();
+    e.message = "an earlier post_set failed: " + e.message;
+    return e;
   }
 
   Error fail(const std::string& what) {
@@ -614,6 +682,9 @@ class Client::Impl {
   std::array<char, 64 * 1024> buffer_;
   std::uint64_t next_id_ = 1;
   bool connected_ = false;
+  static constexpr std::size_t kMaxPosted = 256;
+  std::vector<std::uint64_t> posted_;  // ids of posted requests not answered yet, in order
+  std::optional<Error> posted_error_;
 };
 
 namespace {
@@ -641,6 +712,10 @@ Result<Json> Client::call(Json request, std::optional<Duration> timeout) {
 Status Client::set(const std::string& key, const std::string& value) {
   return finish(call(proto::set(key, value)), proto::no_payload);
 }
+Status Client::post_set(const std::string& key, const std::string& value) {
+  return impl_->post(proto::set(key, value));
+}
+Status Client::flush() { return impl_->flush(); }
 Result<std::string> Client::get(const std::string& key, std::optional<Duration> timeout) {
   return finish(call(proto::get(key, timeout)), proto::value_bytes);
 }

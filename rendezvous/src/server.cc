@@ -13,7 +13,9 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 // One TCP connection. Reads go straight into the Service; writes queue in `pending_` and go out
-// in one async_write per batch. Owned by Server::Impl's map; handlers hold a shared_ptr.
+// in one async_write per batch: the answers to every request one read brought (a client that
+// pipelines, e.g. Client::post_set then get) leave together, in one send, after that read is
+// handled. Owned by Server::Impl's map; handlers hold a shared_ptr.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, ConnectionId id, Service& service, std::size_t max_pending,
@@ -43,14 +45,14 @@ class Session : public std::enable_shared_from_this<Session> {
     } else {
       pending_ += bytes;
     }
-    if (!writing_) write();
+    if (!writing_ && !handling_read_) write();
     return true;
   }
 
   // Closes after what is queued has been written (the service asked for it).
   void close_after_flush() {
     closing_ = true;
-    if (!writing_) shutdown();
+    if (!writing_ && !handling_read_) shutdown();
   }
 
   // Closes now; the service hears of it as a disconnect.
@@ -75,7 +77,18 @@ class Session : public std::enable_shared_from_this<Session> {
       service_.on_disconnect(id_);
       return;
     }
-    if (!closing_) service_.on_data(id_, buffer_.data(), n);
+    if (!closing_) {
+      handling_read_ = true;
+      service_.on_data(id_, buffer_.data(), n);
+      handling_read_ = false;
+      if (!closed_ && !writing_) {
+        if (!pending_.empty()) {
+          write();
+        } else if (closing_) {
+          shutdown();
+        }
+      }
+    }
     if (!closed_) read();
   }
 
@@ -123,6 +136,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string pending_;
   std::string in_flight_;
   bool writing_ = false;
+  bool handling_read_ = false;  // answers wait for the end of this read's requests
   bool closing_ = false;
   bool closed_ = false;
   bool cut_ = false;  // aborted for its backlog: said once

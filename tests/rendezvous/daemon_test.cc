@@ -420,6 +420,52 @@ TEST_CASE("daemon: a busy port is a clear error") {
   std::remove(log.c_str());
 }
 
+TEST_CASE("client: posted sets are answered in order, and their errors reported once, later") {
+  Daemon daemon;
+  auto client = Client::connect(daemon.options("posted"));
+  REQUIRE(client);
+  Client& c = *client.value();
+  // More than the client keeps unanswered (256): it reads answers as it goes.
+  for (int i = 0; i < 600; ++i) {
+    REQUIRE(c.post_set("k" + std::to_string(i), "v" + std::to_string(i)).ok());
+  }
+  // A call after posted sets sees their values (one connection, answered in order).
+  auto last = c.get("k599", 0s);
+  REQUIRE(last);
+  CHECK(last.value() == "v599");
+  CHECK(c.num_keys().value() == 600);
+  CHECK(c.flush().ok());
+
+  // The daemon refuses a key over its limit: post_set does not wait to hear it; the next call
+  // reads the refusal on the way to its own answer, and the call after reports it instead of
+  // sending its own request.
+  REQUIRE(c.post_set(std::string(5000, 'x'), "v").ok());
+  REQUIRE(c.post_set("after", "1").ok());
+  CHECK(c.get("k0", 0s).value() == "v0");
+  auto refused = c.get("k1", 0s);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == ErrorCode::kLimit);
+  CHECK(refused.error().message.rfind("an earlier post_set failed: key of 5000 bytes", 0) == 0);
+  // Reported once; the set posted after it went through.
+  CHECK(c.get("after", 0s).value() == "1");
+  CHECK(c.flush().ok());
+  REQUIRE(c.post_set(std::string(5000, 'y'), "v").ok());
+  auto flushed = c.flush();
+  REQUIRE_FALSE(flushed);
+  CHECK(flushed.error().code == ErrorCode::kLimit);
+  CHECK(c.flush().ok());
+
+  // A set posted to a daemon that is gone is an error too, not silence: at once, or at flush.
+  daemon.process().signal(SIGKILL);
+  REQUIRE(daemon.process().wait(10s));
+  Status lost = c.post_set("lost", "1");
+  if (lost.ok()) lost = c.flush();
+  REQUIRE_FALSE(lost);
+  CHECK(lost.error().code == ErrorCode::kConnection);
+  INFO(lost.error().message);
+  CHECK(c.flush().ok());  // reported once
+}
+
 TEST_CASE("client: connect retries until the daemon is up, and gives up with a clear error") {
   // Find a free port, then start the daemon on it only after the client began retrying.
   std::uint16_t port = 0;

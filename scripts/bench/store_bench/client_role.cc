@@ -57,9 +57,10 @@ bool parse_result(const std::string& line, ClientResult& out) {
 
 int run_client(const ClientSpec& spec) {
   try {
-    auto store = spec.backend == "ctrun"       ? connect_ctrun(spec.port)
-                 : spec.backend == "ctrun_raw" ? connect_ctrun_raw(spec.port)
-                                               : connect_tcpstore(spec.port);
+    auto store = spec.backend == "ctrun"          ? connect_ctrun(spec.port, false)
+                 : spec.backend == "ctrun_posted" ? connect_ctrun(spec.port, true)
+                 : spec.backend == "ctrun_raw"    ? connect_ctrun_raw(spec.port)
+                                                  : connect_tcpstore(spec.port);
     const std::string value(static_cast<std::size_t>(spec.value_bytes), 'v');
     std::vector<std::string> keys;
     for (int k = 0; k < spec.distinct_keys; ++k) {
@@ -92,6 +93,7 @@ int run_client(const ClientSpec& spec) {
       get_us.push_back(micros(now - after_set));
       ++pairs;
     }
+    store->finish();
     ClientResult r;
     r.cpu_s = cpu_seconds() - cpu_start;
     r.pairs = pairs;

@@ -12,6 +12,7 @@ namespace {
 const char* label(const std::string& backend) {
   if (backend == "ctrun") return "ctrun Client";
   if (backend == "tcpstore") return "TCPStore";
+  if (backend == "ctrun_posted") return "ctrun Client, post_set";
   return "raw socket -> ctrund";
 }
 
@@ -35,6 +36,7 @@ void print_report(const Results& results, const ReportInfo& info) {
   const Table t(results);
   if (!t.has("ctrun") || !t.has("tcpstore")) return;  // nothing to compare
   std::vector<std::string> ours = {"ctrun"};
+  if (t.has("ctrun_posted")) ours.push_back("ctrun_posted");
   if (t.has("ctrun_raw")) ours.push_back("ctrun_raw");
 
   std::printf(
@@ -104,13 +106,17 @@ void print_report(const Results& results, const ReportInfo& info) {
   }
 
   const int most = info.clients.back();
-  const double ratio = t.median_of("ctrun", most, &Measurement::ops_per_s) /
-                       t.median_of("tcpstore", most, &Measurement::ops_per_s);
-  const double rtt = t.median_of("ctrun", one, &Measurement::get_p50_us);
-  std::printf(
-      "\ntargets (ctrun Client): >= 2x TCPStore throughput at %d clients: %.2fx %s; "
-      "median get RTT < 100 us: %.1f us %s\n",
-      most, ratio, ratio >= 2 ? "MET" : "MISSED", rtt, rtt < 100 ? "MET" : "MISSED");
+  for (const auto& b : ours) {
+    if (b == "ctrun_raw") continue;  // a diagnostic
+    const double ratio = t.median_of(b, most, &Measurement::ops_per_s) /
+                         t.median_of("tcpstore", most, &Measurement::ops_per_s);
+    const double rtt = t.median_of(b, one, &Measurement::get_p50_us);
+    std::printf(
+        "\ntargets (%s): >= 2x TCPStore throughput at %d clients: %.2fx %s; "
+        "median get RTT < 100 us: %.1f us %s",
+        label(b), most, ratio, ratio >= 2 ? "MET" : "MISSED", rtt, rtt < 100 ? "MET" : "MISSED");
+  }
+  std::printf("\n");
 }
 
 }  // namespace store_bench

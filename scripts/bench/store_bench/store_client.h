@@ -13,10 +13,13 @@ class StoreClient {
   virtual void set(const std::string& key, const std::string& value) = 0;
   // Blocks until the key exists, as both stores' get does.
   virtual std::string get(const std::string& key) = 0;
+  // After the timed loop: throws if anything the loop sent failed unseen.
+  virtual void finish() {}
 };
 
-// ctrund, through ctrun::rendezvous::Client (ctrun_client.cc).
-std::unique_ptr<StoreClient> connect_ctrun(int port);
+// ctrund, through ctrun::rendezvous::Client (ctrun_client.cc); with `post_sets`, sets go
+// through Client::post_set (one round trip per set+get pair, as TCPStore's one-way set).
+std::unique_ptr<StoreClient> connect_ctrun(int port, bool post_sets);
 
 // ctrund through a minimal blocking-socket client (raw_client.cc): a diagnostic that shows
 // how much of the per-op cost is the client library's.

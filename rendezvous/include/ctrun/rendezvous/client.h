@@ -110,6 +110,15 @@ class Client final : public StoreClient {
 
   Result<Json> call(Json request, std::optional<Duration> timeout = std::nullopt);
   Status set(const std::string& key, const std::string& value) override;
+  // A set that does not wait for its answer: the next call reads it on the way to its own, so
+  // a set and the get after it take one round trip (set() then get() take two). Posted sets
+  // and calls are answered in order: a later get sees the value. c10d's TCPStore set is
+  // one-way too, but never reports an error; here an error the daemon gave a posted set is
+  // returned, once, by flush() or by the first call that starts after the answer was read
+  // (that call then sends nothing). A call that read it on the way returns its own answer.
+  Status post_set(const std::string& key, const std::string& value);
+  // Waits for the answers to every post_set so far; the first error among them, if any.
+  Status flush();
   Result<std::string> get(const std::string& key, std::optional<Duration> timeout = {}) override;
   Result<std::int64_t> add(const std::string& key, std::int64_t delta) override;
   Result<std::string> compare_set(const std::string& key, const std::string& expected,
