@@ -71,8 +71,8 @@ build() {
   fi
   local cmake
   cmake=$(tool cmake)
-  # Torch's CMake files still say cmake_minimum_required(< 3.5) in places; CMake 4 refuses
-  # those without a policy floor.
+  # A precaution for CMake 4 (pip's cmake is 4.x): it refuses any config file that asks for
+  # compatibility below 3.5, unless given this floor.
   CMAKE_POLICY_VERSION_MINIMUM=3.5 "$cmake" -S "$here" -B "$dir" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release -DCTRUN_BUILD_BENCH=OFF \
     -DCMAKE_PREFIX_PATH="$root/usr;$torch_prefix" \
