@@ -1,11 +1,14 @@
-"""Helpers the Python benchmark drivers share (launch_bench.py, train_bench.py, c10d_rdzv_bench.py,
-etcd_rdzv_bench.py)."""
+"""Helpers the Python benchmark drivers share (launch_bench.py, train_bench.py, gpu_bench.py,
+c10d_rdzv_bench.py, etcd_rdzv_bench.py)."""
+import json
 import multiprocessing as mp
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -35,6 +38,29 @@ def run_bounded(cmd, timeout_s, env=None):
         os.killpg(p.pid, signal.SIGKILL)
         out, _ = p.communicate()
         return None, out
+
+
+def first_json_row(cmd, timeout_s):
+    """Runs one of our C++ benchmarks (`cmd`, without --json_out) and returns the first row it
+    writes with --json_out, as a dict; RuntimeError with its stderr when it fails."""
+    with tempfile.TemporaryDirectory(prefix="bench_rows.") as tmp:
+        out = os.path.join(tmp, "rows.json")
+        done = subprocess.run(cmd + ["--json_out", out], timeout=timeout_s,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{os.path.basename(cmd[0])} failed ({done.returncode}): "
+                               f"{done.stderr.strip()}")
+        with open(out) as f:
+            return json.loads(f.readline())
+
+
+def final_samples_per_s(out):
+    """samples/s from the summary line both the C++ trainers and train_bench/ddp_ref.py print:
+    `final loss <L> after <N> steps, samples/s <S>` (the last one in `out`)."""
+    m = re.findall(r"final loss \S+ after \d+ steps, samples/s ([0-9.]+)", out)
+    if not m:
+        raise RuntimeError("no 'final loss ... samples/s' line in:\n" + out[-2000:])
+    return float(m[-1])
 
 
 def recv_within(conn, deadline, what):

@@ -13,16 +13,13 @@ namespace: TCPStore binds every interface whatever address it is given.
 """
 import argparse
 import datetime
-import json
 import multiprocessing as mp
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
-from bench_common import recv_within, time_torch_rendezvous
+from bench_common import first_json_row, recv_within, time_torch_rendezvous
 
 # Imported once here so forked node processes start at once (a fresh `import torch` takes
 # about a second of CPU per process). Importing starts no threads, so forking is safe.
@@ -77,15 +74,9 @@ def run_c10d(nodes, rep):
 
 def run_ctrun(rdzv_bench, nodes):
     """Wall time in seconds for one ctrund rendezvous of `nodes` nodes (rdzv_bench)."""
-    with tempfile.TemporaryDirectory(prefix="c10d_rdzv_bench.") as tmp:
-        out = os.path.join(tmp, "rows.json")
-        done = subprocess.run([rdzv_bench, "--nodes", str(nodes), "--reps", "1", "--json_out", out],
-                              timeout=JOIN_TIMEOUT_S + START_TIMEOUT_S + 60,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"rdzv_bench failed ({done.returncode}): {done.stderr.strip()}")
-        with open(out) as f:
-            return json.loads(f.readline())["join_wall_s"]
+    row = first_json_row([rdzv_bench, "--nodes", str(nodes), "--reps", "1"],
+                         JOIN_TIMEOUT_S + START_TIMEOUT_S + 60)
+    return row["join_wall_s"]
 
 
 def main():

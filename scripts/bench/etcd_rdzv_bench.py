@@ -16,7 +16,6 @@ loopback-only network namespace (run.sh does both).
 """
 import argparse
 import datetime
-import json
 import os
 import shutil
 import socket
@@ -26,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import time_torch_rendezvous
+from bench_common import first_json_row, time_torch_rendezvous
 
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
@@ -103,17 +102,11 @@ def run_torch(nodes, rep, tmp):
         etcd.stop()
 
 
-def run_ctrun(bench, backend, nodes, tmp):
+def run_ctrun(bench, backend, nodes):
     """Wall time in seconds for one round of `nodes` agents on `backend` (backend_rdzv_bench)."""
-    out = os.path.join(tmp, "rows.json")
-    done = subprocess.run([bench, "--backends", backend, "--nodes", str(nodes), "--reps", "1",
-                           "--json_out", out],
-                          timeout=JOIN_TIMEOUT_S + START_TIMEOUT_S + 60,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"backend_rdzv_bench failed ({done.returncode}): {done.stderr.strip()}")
-    with open(out) as f:
-        return json.loads(f.readline())["join_wall_s"]
+    row = first_json_row([bench, "--backends", backend, "--nodes", str(nodes), "--reps", "1"],
+                         JOIN_TIMEOUT_S + START_TIMEOUT_S + 60)
+    return row["join_wall_s"]
 
 
 def main():
@@ -146,7 +139,7 @@ def main():
                         t = run_torch(n, rep, tmp)
                     else:
                         backend = "etcd" if side == "ctrun-etcd" else "ctrund"
-                        t = run_ctrun(args.backend_rdzv_bench, backend, n, tmp)
+                        t = run_ctrun(args.backend_rdzv_bench, backend, n)
                     times[(side, n)].append(t)
                     print(f"rep {rep + 1} {side:13} {n:4} nodes: {t * 1e3:9.1f} ms",
                           file=sys.stderr)

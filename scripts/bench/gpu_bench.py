@@ -17,11 +17,10 @@ its last 50 steps (step = forward pass to the end of optimizer.step()).
 """
 import argparse
 import os
-import re
 import statistics
 import sys
 
-from bench_common import run_bounded
+from bench_common import final_samples_per_s, run_bounded
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -48,10 +47,7 @@ def samples_per_s(cmd):
     if rc != 0:
         tail = "\n".join(out.splitlines()[-15:])
         raise RuntimeError(f"{' '.join(cmd)} -> {rc}\n{tail}")
-    m = re.findall(r"final loss \S+ after \d+ steps, samples/s ([0-9.]+)", out)
-    if not m:
-        raise RuntimeError("no 'final loss ... samples/s' line in:\n" + out[-2000:])
-    return float(m[-1])
+    return final_samples_per_s(out)
 
 
 def commands(build, trainer, model, batch, steps, bf16):

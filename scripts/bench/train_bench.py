@@ -24,7 +24,7 @@ import re
 import statistics
 import sys
 
-from bench_common import ensure_loopback_netns, run_bounded
+from bench_common import ensure_loopback_netns, final_samples_per_s, run_bounded
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -69,13 +69,6 @@ def run(cmd, extra_env=None):
     return out
 
 
-def samples_per_s(out):
-    m = re.findall(r"final loss \S+ after \d+ steps, samples/s ([0-9.]+)", out)
-    if not m:
-        raise RuntimeError("no 'final loss ... samples/s' line in:\n" + out[-2000:])
-    return float(m[-1])
-
-
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -116,7 +109,7 @@ def bench_trainer(name, reps, steps):
             order.reverse()
         for kind, results, program, extra_env in order:
             launcher = "ctrun" if kind == "ctrun" else "torchrun"
-            results.append(samples_per_s(run(launch(launcher, 2, program), extra_env)))
+            results.append(final_samples_per_s(run(launch(launcher, 2, program), extra_env)))
             log(f"  {name} {kind}: {results[-1]:.1f} samples/s")
     a, b, c = median(ours), median(ref), median(ref_tuned)
     print(f"\n## {name}: 2 ranks, batch {batch} per rank, {steps} steps, samples/s over the last "
@@ -142,7 +135,7 @@ def bench_overlap(reps, steps):
     step_ms = {name: [] for name, _, _ in configs}
     for rep in range(reps):
         for name, nproc, extra in (configs if rep % 2 == 0 else configs[::-1]):
-            rate = samples_per_s(run(launch("ctrun", nproc, base + extra)))
+            rate = final_samples_per_s(run(launch("ctrun", nproc, base + extra)))
             step_ms[name].append(GPT_BATCH * nproc / rate * 1e3)
             log(f"  overlap {name}: {step_ms[name][-1]:.1f} ms/step")
     one = median(step_ms[configs[0][0]])

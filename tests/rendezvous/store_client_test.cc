@@ -13,8 +13,8 @@
 #include "ctrun/rendezvous/etcd.h"
 #include "ctrun/rendezvous/etcd_client.h"
 #include "ctrun/rendezvous/etcd_jobs.h"
-#include "ctrun/rendezvous/server.h"
 #include "etcd_server.h"
+#include "loopback_daemon.h"
 #include "process.h"
 #include "run_task.h"
 
@@ -98,20 +98,8 @@ void store_script(const StoreAddress& address) {
 }  // namespace
 
 TEST_CASE("store client: c10d's operations on ctrund") {
-  boost::asio::io_context io;
-  ServerOptions options;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  auto server = Server::create(io, options);
-  REQUIRE(server);
-  server.value()->start();
-  std::thread loop([&] { io.run_for(60s); });
-  StoreAddress address;
-  address.host = "127.0.0.1";
-  address.port = server.value()->port();
-  store_script(address);
-  io.stop();
-  loop.join();
+  ctrun::testing::LoopbackDaemon daemon;
+  store_script(daemon.store_address());
 }
 
 TEST_CASE("store client: c10d's operations on etcd") {

@@ -5,15 +5,13 @@
 // them on a GPU machine.
 #include <torch/torch.h>
 
-#include <boost/asio.hpp>
 #include <catch2/catch.hpp>
 #include <functional>
-#include <thread>
 
-#include "ctrun/rendezvous/server.h"
 #include "ctrun/worker/ddp.h"
 #include "ctrun/worker/process_group.h"
 #include "ctrun_store.h"
+#include "loopback_daemon.h"
 #include "nccl_group.h"
 
 using namespace std::chrono_literals;
@@ -29,37 +27,12 @@ using ctrun::worker::CollectiveError;
 
 namespace {
 
-// ctrund in this process, on its own thread, for the length of a test.
-class DaemonStore {
- public:
-  DaemonStore() {
-    ctrun::rendezvous::ServerOptions options;
-    options.host = "127.0.0.1";
-    options.port = 0;
-    auto server = ctrun::rendezvous::Server::create(io_, options);
-    REQUIRE(server);
-    server_ = std::move(server.value());
-    server_->start();
-    loop_ = std::thread([this] { io_.run_for(120s); });
-  }
-  ~DaemonStore() {
-    io_.stop();
-    loop_.join();
-  }
-
-  c10::intrusive_ptr<c10d::Store> connect(const std::string& prefix) {
-    ctrun::rendezvous::StoreAddress address;
-    address.host = "127.0.0.1";
-    address.port = server_->port();
-    address.prefix = "rdzv/0/0/";
-    return c10::make_intrusive<ctrun::worker::CtrunStore>(address, "nccl_test", prefix, 20s);
-  }
-
- private:
-  boost::asio::io_context io_;
-  std::unique_ptr<ctrun::rendezvous::Server> server_;
-  std::thread loop_;
-};
+// A store for the NCCL id, as a worker of a job under ctrun gets it.
+c10::intrusive_ptr<c10d::Store> connect(const ctrun::testing::LoopbackDaemon& daemon,
+                                        const std::string& prefix) {
+  return c10::make_intrusive<ctrun::worker::CtrunStore>(daemon.store_address("rdzv/0/0/"),
+                                                        "nccl_test", prefix, 20s);
+}
 
 torch::TensorOptions on_gpu(torch::Dtype dtype) {
   return torch::TensorOptions().dtype(dtype).device(torch::kCUDA, 0);
@@ -78,8 +51,8 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST_CASE("nccl: one rank on one GPU forms through the daemon's store and runs each collective") {
   CTRUN_SKIP_WITHOUT_GPU();
-  DaemonStore daemon;
-  auto store = daemon.connect("ctrun/pg/0/");
+  ctrun::testing::LoopbackDaemon daemon(120s);
+  auto store = connect(daemon, "ctrun/pg/0/");
   auto group = ctrun::worker::make_nccl_group(store, 0, 1, 0, 20s);
   CHECK(group->backend() == ctrun::worker::Backend::kNccl);
   CHECK(group->size() == 1);
@@ -119,8 +92,8 @@ TEST_CASE("nccl: one rank on one GPU forms through the daemon's store and runs e
 
 TEST_CASE("nccl: tensors off the group's device, bad devices and missing ranks are clear errors") {
   CTRUN_SKIP_WITHOUT_GPU();
-  DaemonStore daemon;
-  auto group = ctrun::worker::make_nccl_group(daemon.connect("a/"), 0, 1, 0, 20s);
+  ctrun::testing::LoopbackDaemon daemon(120s);
+  auto group = ctrun::worker::make_nccl_group(connect(daemon, "a/"), 0, 1, 0, 20s);
   CHECK(error_of([&] {
           group->all_reduce(torch::ones({4}));
         }).find("nccl: tensors must be contiguous and on cuda:0, got one on cpu") == 0);
@@ -130,13 +103,13 @@ TEST_CASE("nccl: tensors off the group's device, bad devices and missing ranks a
 
   const int devices = static_cast<int>(torch::cuda::device_count());
   CHECK(error_of([&] {
-          ctrun::worker::make_nccl_group(daemon.connect("b/"), 0, 1, devices, 20s);
+          ctrun::worker::make_nccl_group(connect(daemon, "b/"), 0, 1, devices, 20s);
         }).find("has no CUDA device") != std::string::npos);
 
   // A world of two whose rank 1 never comes: the (non-blocking) init gives up at the deadline.
   const auto started = std::chrono::steady_clock::now();
   const std::string timed_out =
-      error_of([&] { ctrun::worker::make_nccl_group(daemon.connect("c/"), 0, 2, 0, 3s); });
+      error_of([&] { ctrun::worker::make_nccl_group(connect(daemon, "c/"), 0, 2, 0, 3s); });
   const auto took = std::chrono::steady_clock::now() - started;
   INFO(timed_out);
   CHECK(timed_out.find("nccl init (ncclCommInitRank) timed out after 3000 ms") == 0);
@@ -144,7 +117,7 @@ TEST_CASE("nccl: tensors off the group's device, bad devices and missing ranks a
   CHECK(took < 30s);
 
   // The GPU is still usable afterwards: a fresh group works.
-  auto again = ctrun::worker::make_nccl_group(daemon.connect("d/"), 0, 1, 0, 20s);
+  auto again = ctrun::worker::make_nccl_group(connect(daemon, "d/"), 0, 1, 0, 20s);
   auto t = torch::ones({8}, on_gpu(torch::kFloat));
   again->all_reduce(t);
   CHECK(t.sum().item<float>() == 8.0f);
@@ -152,8 +125,8 @@ TEST_CASE("nccl: tensors off the group's device, bad devices and missing ranks a
 
 TEST_CASE("nccl: DDP on one GPU trains exactly like the model alone") {
   CTRUN_SKIP_WITHOUT_GPU();
-  DaemonStore daemon;
-  auto group = ctrun::worker::make_nccl_group(daemon.connect("ddp/"), 0, 1, 0, 20s);
+  ctrun::testing::LoopbackDaemon daemon(120s);
+  auto group = ctrun::worker::make_nccl_group(connect(daemon, "ddp/"), 0, 1, 0, 20s);
   torch::manual_seed(3);
   auto make = [] {
     auto net = torch::nn::Sequential(torch::nn::Linear(64, 512), torch::nn::ReLU(),

@@ -5,13 +5,12 @@
 #include <torch/torch.h>
 
 #include <atomic>
-#include <boost/asio.hpp>
 #include <catch2/catch.hpp>
 
 #include "ctrun/rendezvous/etcd.h"
-#include "ctrun/rendezvous/server.h"
 #include "etcd_server.h"
 #include "gloo_ranks.h"
+#include "loopback_daemon.h"
 #include "process.h"
 
 using namespace std::chrono_literals;
@@ -75,28 +74,16 @@ void check_sum_and_gather(const std::vector<std::pair<double, std::vector<long>>
 
 TEST_CASE("process group: bootstraps through the rendezvous daemon's store (ctrun)") {
   at::set_num_threads(1);
-  boost::asio::io_context io;
-  ctrun::rendezvous::ServerOptions server_options;
-  server_options.host = "127.0.0.1";
-  server_options.port = 0;
-  auto server = ctrun::rendezvous::Server::create(io, server_options);
-  REQUIRE(server);
-  server.value()->start();
-  std::thread loop([&] { io.run_for(60s); });
+  ctrun::testing::LoopbackDaemon daemon;
   std::vector<WorkerEnv> envs;
   for (int r = 0; r < 3; ++r) {
     envs.push_back(env_for(r, 3));
-    auto& store = envs.back().store.emplace();
-    store.host = "127.0.0.1";
-    store.port = server.value()->port();
-    store.prefix = "rdzv/0/0/";
+    envs.back().store = daemon.store_address("rdzv/0/0/");
   }
   check_sum_and_gather(sum_and_gather(envs));
   // A restart of the same round (restart count 1) does not trip over the first attempt's keys.
   for (auto& e : envs) e.restart_count = 1;
   check_sum_and_gather(sum_and_gather(envs));
-  io.stop();
-  loop.join();
 }
 
 TEST_CASE("process group: bootstraps through the job's keys in etcd (--rdzv_backend=etcd)") {

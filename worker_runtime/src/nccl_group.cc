@@ -173,12 +173,11 @@ class NcclComm {
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) {
         aborted_ = true;
-        throw CollectiveError(std::string("nccl ") + op + " failed: " + ncclGetErrorString(state));
+        throw CollectiveError(failed_text(op, state));
       }
       if (Clock::now() > deadline) {
         aborted_ = true;
-        throw CollectiveError(std::string("nccl ") + op + " timed out after " +
-                              std::to_string(timeout_.count()) + " ms (a peer is gone or stuck)");
+        throw CollectiveError(timed_out_text(op));
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(1000));
@@ -230,15 +229,22 @@ class NcclComm {
       ncclCommGetAsyncError(comm_, &state);
       const InFlight& oldest = in_flight_.front();
       if (state != ncclSuccess && state != ncclInProgress) {
-        fail(std::string("nccl ") + oldest.op + " failed: " + ncclGetErrorString(state));
+        fail(failed_text(oldest.op, state));
       } else if (Clock::now() > oldest.deadline) {
-        fail(std::string("nccl ") + oldest.op + " timed out after " +
-             std::to_string(timeout_.count()) + " ms (a peer is gone or stuck)");
+        fail(timed_out_text(oldest.op));
       } else {
         // Completion is not urgent here (the GPU orders the work): a light poll.
         wake_.wait_for(lock, std::chrono::milliseconds(1));
       }
     }
+  }
+
+  static std::string failed_text(const char* op, ncclResult_t state) {
+    return std::string("nccl ") + op + " failed: " + ncclGetErrorString(state);
+  }
+  std::string timed_out_text(const char* op) const {
+    return std::string("nccl ") + op + " timed out after " + std::to_string(timeout_.count()) +
+           " ms (a peer is gone or stuck)";
   }
 
   // Under mutex_, on the watchdog thread.
