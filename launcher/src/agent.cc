@@ -12,6 +12,7 @@
 #include <deque>
 #include <filesystem>
 #include <random>
+#include <string_view>
 
 #include "ctrun/launcher/failure_report.h"
 #include "ctrun/launcher/worker_env.h"
@@ -275,6 +276,7 @@ class Agent::Impl {
   void arm_signals();
   void arm_heartbeat_check();
   void check_heartbeats();
+  bool use_agent_store() const;  // TORCHELASTIC_USE_AGENT_STORE
   rdzv::Status start_workers(const rdzv::RoundAssignment& round, int restart_count);
   // A structured event for --event_log, with the job and this node's id.
   void event(const std::string& name, rdzv::Json fields = rdzv::Json::object()) {
@@ -419,7 +421,7 @@ Task<rdzv::Status> Agent::Impl::setup() {
       co_return rdzv::Error{rdzv::ErrorCode::kBadRequest,
                             "--rdzv_endpoint is required with --rdzv_backend=" + o.rdzv_backend};
     }
-    auto ep = parse_endpoint(o.rdzv_endpoint, rdzv::kDefaultPort);
+    auto ep = parse_rdzv_endpoint(o.rdzv_endpoint, rdzv::kDefaultPort);
     if (!ep) co_return ep.error();
     endpoint_host_ = ep.value().host;
     endpoint_port_ = ep.value().port;
@@ -436,6 +438,8 @@ Task<rdzv::Status> Agent::Impl::setup() {
       rdzv::log_line("ctrun rendezvous", line);
     };
     server_options.service.events = hosted_events();
+    // Workers reach the job's store here as torch's TCPStore (TORCHELASTIC_USE_AGENT_STORE).
+    server_options.service.worker_store_job = run_id_;
     auto server = rdzv::Server::create(io_, server_options);
     if (server) {
       server_ = std::move(server).value();
@@ -473,6 +477,17 @@ Task<rdzv::Status> Agent::Impl::setup() {
   co_return rdzv::ok_status();
 }
 
+// As torchrun: workers are clients of the agent's store with the static backend, and with the
+// others unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1. Where the rendezvous is not an agent's (a
+// ctrund of its own, etcd), rank 0's worker hosts torch's TCPStore at the round's master
+// (docs/env.md).
+bool Agent::Impl::use_agent_store() const {
+  const char* no_sharing = std::getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
+  const bool is_static = !options_.standalone && options_.rdzv_backend == "static";
+  const bool sharing = is_static || !no_sharing || std::string_view(no_sharing) != "1";
+  return sharing && client_->serves_worker_store();
+}
+
 rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int restart_count) {
   const LaunchOptions& o = options_;
   const bool set_omp = local_world_size_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr;
@@ -499,6 +514,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     in.placement = RoundPlacement{round.group_rank, round.group_world_size, round.rank_offset,
                                   round.world_size, round.master_addr,      round.master_port,
                                   restart_count};
+    in.use_agent_store = use_agent_store();
     if (etcd_) {
       in.store = rdzv::etcd_store_address(etcd_endpoints_, round.store_prefix);
     } else {
@@ -507,7 +523,6 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
       in.store.prefix = round.store_prefix;
       in.store.token = token_;
     }
-    in.use_agent_store = false;  // rank 0's worker serves torch's own store (docs/env.md)
     in.error_file = dir + "/error.json";
     in.set_omp_num_threads = set_omp;
     if (o.worker_timeout > 0) {
@@ -521,7 +536,8 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     spec.local_rank = local_rank;
     spec.command = command;
     spec.env = worker_environment(base, in);
-    spec.prefix = "[" + o.role + std::to_string(round.rank_offset + local_rank) + "]:";
+    spec.prefix = console_prefix(o.log_line_prefix_template, o.role,
+                                 round.rank_offset + local_rank, local_rank);
     const bool console =
         o.local_ranks_filter.empty() ||
         std::count(o.local_ranks_filter.begin(), o.local_ranks_filter.end(), local_rank) > 0;
@@ -602,6 +618,10 @@ Task<int> Agent::Impl::run_job() {
           co_return kExitFailure;
         }
         round_ = e.joined->value();
+        if (use_agent_store()) {  // workers meet in the job's store, where this agent joined
+          round_.master_addr = endpoint_host_;
+          round_.master_port = endpoint_port_;
+        }
         auto restarts = co_await client_->get(rdzv::kRestartsKey, std::chrono::milliseconds(0));
         restart_count_ = restarts ? std::atoi(restarts.value().c_str()) : 0;
         announce_round();

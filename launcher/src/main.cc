@@ -8,6 +8,7 @@
 
 #include "agent.h"
 #include "ctrun/launcher/options.h"
+#include "ctrun/launcher/worker_env.h"
 #include "status_command.h"
 
 int main(int argc, char** argv) {
@@ -35,6 +36,10 @@ int main(int argc, char** argv) {
   auto nproc = resolve_nproc(options.nproc_per_node, probe_machine(env));
   if (!nproc) {
     std::fprintf(stderr, "ctrun: error: %s\n", nproc.error().message.c_str());
+    return 2;
+  }
+  if (auto s = check_virtual_local_rank(options, nproc.value(), env); !s) {
+    std::fprintf(stderr, "ctrun: error: %s\n", s.error().message.c_str());
     return 2;
   }
   boost::asio::io_context io;

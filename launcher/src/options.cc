@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <unistd.h>
-#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdlib>
 
@@ -12,6 +11,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "arg_parser.h"
 #include "ctrun/launcher/slurm.h"
 #include "option_text.h"
 
@@ -162,257 +162,441 @@ EnvLookup process_env() {
   };
 }
 
-Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const EnvLookup& env) {
-  CLI::App app{"ctrun: a torchrun-compatible elastic launcher for distributed training", "ctrun"};
-  app.prefix_command();  // everything from the entrypoint on belongs to the workers
-  app.set_help_flag("-h,--help", "Print this help and exit");
-  app.set_version_flag("--version", "ctrun " CTRUN_VERSION);
+namespace {
 
-  // Every option reads as a string first, so that its error names it in our own words.
-  std::map<std::string, std::string> values;
-  std::map<std::string, bool> flags;
-  struct Spec {
-    const char* names;  // CLI11 names: both spellings
-    const char* key;    // PET_ variable suffix and map key
-    const char* help;
+ArgSpec value_option(std::vector<std::string> names, std::string dest, std::string help,
+                     EnvDefault env = EnvDefault::kPetVariable) {
+  return ArgSpec{std::move(names), std::move(dest), ArgKind::kValue, env, std::move(help)};
+}
+
+ArgSpec flag_option(std::vector<std::string> names, std::string dest, std::string help) {
+  return ArgSpec{std::move(names), std::move(dest), ArgKind::kFlag, EnvDefault::kPetVariable,
+                 std::move(help)};
+}
+
+ArgSpec exit_option(std::vector<std::string> names, std::string dest, std::string help) {
+  return ArgSpec{std::move(names), std::move(dest), ArgKind::kExit, EnvDefault::kNone,
+                 std::move(help)};
+}
+
+// torchrun's options (torch/distributed/run.py on PyTorch main) in its order, which is the
+// order argparse lists them in an "ambiguous option" error, then ctrun's own. docs/env.md has
+// the table of what each does here.
+const std::vector<ArgSpec>& launch_option_table() {
+  static const std::vector<ArgSpec> table = {
+      exit_option({"-h", "--help"}, "help", "Print this help and exit"),
+      value_option({"--nnodes"}, "nnodes", "Number of nodes, N or MIN:MAX (default 1:1)"),
+      value_option({"--nproc-per-node", "--nproc_per_node"}, "nproc_per_node",
+                   "Workers per node: N, cpu, gpu or auto (default 1)"),
+      value_option({"--rdzv-backend", "--rdzv_backend"}, "rdzv_backend",
+                   "static, c10d, ctrund, etcd or etcd-v2 (default static)"),
+      value_option({"--rdzv-endpoint", "--rdzv_endpoint"}, "rdzv_endpoint",
+                   "HOST[:PORT] of the rendezvous (c10d/ctrund: port 29400; PORT 0 on one node: "
+                   "a free port), or etcd endpoints H1[:PORT],H2... (port 2379)"),
+      value_option({"--rdzv-id", "--rdzv_id"}, "rdzv_id", "Job id shared by every node"),
+      value_option({"--rdzv-conf", "--rdzv_conf"}, "rdzv_conf",
+                   "key=value,... (join_timeout, last_call_timeout, close_timeout, "
+                   "keep_alive_interval, keep_alive_max_attempt, is_host, token_file)"),
+      flag_option({"--standalone"}, "standalone",
+                  "Host a rendezvous on a free local port; random run id"),
+      value_option({"--max-restarts", "--max_restarts"}, "max_restarts",
+                   "Restarts of the job before failing (0)"),
+      value_option({"--monitor-interval", "--monitor_interval"}, "monitor_interval",
+                   "Accepted (0.1); ctrun sees worker exits at once, not by polling"),
+      value_option({"--start-method", "--start_method"}, "start_method",
+                   "spawn, fork or forkserver: accepted; workers are always new processes"),
+      value_option({"--event-log-handler", "--event_log_handler"}, "event_log_handler",
+                   "null (default), dynamic_rendezvous, or console: the agent's events to stderr"),
+      value_option({"--role"}, "role", "Role of the workers (default default)"),
+      flag_option({"-m", "--module"}, "module",
+                  "Run the entrypoint as a Python module (python -m)"),
+      flag_option({"--no-python", "--no_python"}, "no_python",
+                  "Execute the entrypoint directly, not with Python"),
+      flag_option({"--run-path", "--run_path"}, "run_path",
+                  "Run the script with Python (torchrun: runpy.run_path)"),
+      value_option({"--log-dir", "--log_dir"}, "log_dir",
+                   "Base directory of per-rank logs and error files"),
+      value_option({"-r", "--redirects"}, "redirects", "Streams to files only: 0-3 or 0:1,1:2"),
+      value_option({"-t", "--tee"}, "tee", "Streams to files and console: 0-3 or 0:1,1:2"),
+      value_option({"--local-ranks-filter", "--local_ranks_filter"}, "local_ranks_filter",
+                   "Local ranks whose output reaches the console, e.g. 0,2"),
+      value_option({"--duplicate-stdout-filters", "--duplicate_stdout_filters"},
+                   "duplicate_stdout_filters", "Refused: not supported yet"),
+      value_option({"--duplicate-stderr-filters", "--duplicate_stderr_filters"},
+                   "duplicate_stderr_filters", "Refused: not supported yet"),
+      value_option({"--node-rank", "--node_rank"}, "node_rank",
+                   "Rank of this node (static rendezvous)"),
+      value_option({"--master-addr", "--master_addr"}, "master_addr",
+                   "Address of node rank 0 (static)"),
+      value_option({"--master-port", "--master_port"}, "master_port",
+                   "Port on node rank 0 (static, 29500)"),
+      value_option({"--local-addr", "--local_addr"}, "local_addr",
+                   "Address other nodes reach this one at"),
+      value_option({"--logs-specs", "--logs_specs"}, "logs_specs",
+                   "default only (torch's DefaultLogsSpecs layout)", EnvDefault::kNone),
+      value_option({"--numa-binding", "--numa_binding"}, "numa_binding",
+                   "Refused: not supported yet", EnvDefault::kNone),
+      value_option({"--signals-to-handle", "--signals_to_handle"}, "signals_to_handle",
+                   "Signals forwarded to workers (SIGTERM,SIGINT,SIGHUP,SIGQUIT)"),
+      value_option({"--shutdown-timeout", "--shutdown_timeout"}, "shutdown_timeout",
+                   "Seconds between the signal and SIGKILL when stopping workers "
+                   "(TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30)"),
+      flag_option({"--virtual-local-rank", "--virtual_local_rank"}, "virtual_local_rank",
+                  "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES narrowed to its GPU"),
+      // ctrun's own.
+      value_option({"--worker-timeout", "--worker_timeout"}, "worker_timeout",
+                   "Kill a worker whose heartbeat stops for this many seconds and restart the "
+                   "job (0: off, the default)"),
+      value_option({"--event-log", "--event_log"}, "event_log",
+                   "Append the agent's events (join, round, worker exit, restart, job end) to "
+                   "this file as JSON lines"),
+      flag_option({"--slurm"}, "slurm",
+                  "Inside a Slurm step: take the node count, node rank, rendezvous host, run id "
+                  "and GPU count from SLURM_* variables"),
+      exit_option({"--version"}, "version", "Print ctrun's version and exit"),
   };
-  const Spec options[] = {
-      {"--nnodes", "nnodes", "Number of nodes, N or MIN:MAX (default 1:1)"},
-      {"--nproc_per_node,--nproc-per-node", "nproc_per_node",
-       "Workers per node: N, cpu, gpu or auto (default 1)"},
-      {"--rdzv_backend,--rdzv-backend", "rdzv_backend",
-       "static, c10d, ctrund, etcd or etcd-v2 (default static)"},
-      {"--rdzv_endpoint,--rdzv-endpoint", "rdzv_endpoint",
-       "HOST[:PORT] of ctrund (port 29400), or etcd endpoints H1[:PORT],H2... (port 2379)"},
-      {"--rdzv_id,--rdzv-id", "rdzv_id", "Job id shared by every node (default none)"},
-      {"--rdzv_conf,--rdzv-conf", "rdzv_conf",
-       "key=value,... (join_timeout, last_call_timeout, "
-       "close_timeout, keep_alive_interval, "
-       "keep_alive_max_attempt, is_host, token_file)"},
-      {"--max_restarts,--max-restarts", "max_restarts", "Restarts of the job before failing (0)"},
-      {"--monitor_interval,--monitor-interval", "monitor_interval",
-       "Accepted for torchrun compatibility; exits are seen at once"},
-      {"--start_method,--start-method", "start_method", "Accepted for compatibility (spawn)"},
-      {"--role", "role", "Role of the workers (default default)"},
-      {"--log_dir,--log-dir", "log_dir", "Base directory of per-rank logs and error files"},
-      {"-r,--redirects", "redirects", "Streams to files only: 0-3 or 0:1,1:2"},
-      {"-t,--tee", "tee", "Streams to files and console: 0-3 or 0:1,1:2"},
-      {"--local_ranks_filter,--local-ranks-filter", "local_ranks_filter",
-       "Local ranks whose output reaches the console, e.g. 0,2"},
-      {"--node_rank,--node-rank", "node_rank", "Rank of this node (static rendezvous)"},
-      {"--master_addr,--master-addr", "master_addr", "Address of node rank 0 (static)"},
-      {"--master_port,--master-port", "master_port", "Port on node rank 0 (static, 29500)"},
-      {"--local_addr,--local-addr", "local_addr", "Address other nodes reach this one at"},
-      {"--signals_to_handle,--signals-to-handle", "signals_to_handle",
-       "Signals forwarded to workers (SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
-      {"--shutdown_timeout,--shutdown-timeout", "shutdown_timeout",
-       "Seconds between the signal and SIGKILL when stopping workers (30)"},
-      {"--worker_timeout,--worker-timeout", "worker_timeout",
-       "Kill a worker whose heartbeat stops for this many seconds and restart the job "
-       "(0: off, the default)"},
-      {"--event_log,--event-log", "event_log",
-       "Append the agent's events (join, round, worker exit, restart, job end) to this file as "
-       "JSON lines"},
-  };
-  for (const auto& o : options) {
-    auto* opt = app.add_option(o.names, values[o.key], o.help);
-    std::string pet = std::string("PET_") + o.key;
-    std::transform(pet.begin(), pet.end(), pet.begin(), ::toupper);
-    // The variable is the value unless the flag is given (CLI11 then overwrites it).
-    if (auto v = env(pet)) values[o.key] = *v;
-    (void)opt;
-  }
-  const Spec switches[] = {
-      {"--standalone", "standalone", "Host a rendezvous on a free local port; random run id"},
-      {"-m,--module", "module", "Run the entrypoint as a Python module (python -m)"},
-      {"--no_python,--no-python", "no_python", "Execute the entrypoint directly, not with Python"},
-      {"--run_path,--run-path", "run_path", "Run the script with runpy.run_path"},
-      {"--slurm", "slurm",
-       "Inside a Slurm step: take the node count, node rank, rendezvous host, run id and GPU "
-       "count from SLURM_* variables"},
-  };
-  for (const auto& s : switches) {
-    app.add_flag(s.names, flags[s.key], s.help);
-    std::string pet = std::string("PET_") + s.key;
-    std::transform(pet.begin(), pet.end(), pet.begin(), ::toupper);
-    if (auto v = env(pet)) {
-      auto n = to_int(trim(*v));
-      if (!n || (*n != 0 && *n != 1)) return bad(pet + ": expected 0 or 1, got '" + *v + "'");
-      flags[s.key] = *n == 1;
+  return table;
+}
+
+std::string help_text(const std::vector<ArgSpec>& table) {
+  std::string text =
+      "usage: ctrun [options] ENTRYPOINT [args...]\n\n"
+      "ctrun: a torchrun-compatible elastic launcher for distributed training.\n"
+      "Every option also comes from PET_<NAME> (e.g. PET_NPROC_PER_NODE); long options may be\n"
+      "abbreviated to any unambiguous prefix, as with torchrun.\n\noptions:\n";
+  for (const auto& spec : table) {
+    std::string names;
+    for (const auto& n : spec.names) names += (names.empty() ? "" : ", ") + n;
+    if (spec.kind == ArgKind::kValue) {
+      std::string metavar = spec.dest;
+      std::transform(metavar.begin(), metavar.end(), metavar.begin(), ::toupper);
+      names += " " + metavar;
     }
+    text += "  " + names + "\n      " + spec.help + "\n";
   }
+  return text;
+}
+
+// How a value is named in an error: the flag, and the variable it came from if it did.
+std::string source_label(const ArgValue& value, const std::string& flag) {
+  return value.from_env ? value.source + " (" + flag + ")" : flag;
+}
+
+// Whether an endpoint names its port ("host:1", "[::1]:1"), not only its host.
+bool endpoint_has_port(const std::string& endpoint) {
+  const std::string t = trim(endpoint);
+  if (!t.empty() && t.front() == '[') return t.find("]:") != std::string::npos;
+  return std::count(t.begin(), t.end(), ':') == 1;
+}
+
+// torchrun's default port of a c10d rendezvous (rendezvous::kDefaultPort, which lives with the
+// server, outside this pure library).
+constexpr std::uint16_t kC10dDefaultPort = 29400;
+
+}  // namespace
+
+Result<Endpoint> parse_rdzv_endpoint(const std::string& text, std::uint16_t default_port) {
+  const std::string t = trim(text);
+  const bool free_port =
+      endpoint_has_port(t) && t.size() > 2 && t.compare(t.size() - 2, 2, ":0") == 0;
+  if (!free_port) return parse_endpoint(t, default_port);
+  auto host = parse_endpoint(t.substr(0, t.size() - 2), default_port);
+  if (!host) return host.error();
+  return Endpoint{host.value().host, 0};
+}
+
+Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const EnvLookup& env) {
+  const auto& table = launch_option_table();
+  auto read = parse_args(table, args, env);
+  if (!read) return read.error();
+  const ParsedArgs& a = read.value();
 
   Parsed parsed;
-  try {
-    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 2.1 wants them reversed
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
+  if (a.exit_dest == "help") {
     parsed.outcome = ParseOutcome::kHelp;
-    parsed.text = app.help();
+    parsed.text = help_text(table);
     return parsed;
-  } catch (const CLI::CallForVersion& e) {
+  }
+  if (a.exit_dest == "version") {
     parsed.outcome = ParseOutcome::kVersion;
     parsed.text = std::string("ctrun ") + CTRUN_VERSION + "\n";
     return parsed;
-  } catch (const CLI::ParseError& e) {
-    return bad(e.what());
   }
 
   LaunchOptions& o = parsed.options;
-  std::vector<std::string> rest = app.remaining();
-  if (rest.empty())
-    return bad("missing the training program: ctrun [options] ENTRYPOINT [args...]");
-  if (rest.front().size() > 1 && rest.front()[0] == '-') {
-    return bad("unknown option '" + rest.front() + "' (see ctrun --help)");
-  }
-  o.entrypoint = rest.front();
-  o.script_args.assign(rest.begin() + 1, rest.end());
-  o.standalone = flags["standalone"];
-  o.module = flags["module"];
-  o.no_python = flags["no_python"];
-  o.run_path = flags["run_path"];
+  if (!a.script) return bad("missing the training program: ctrun [options] ENTRYPOINT [args...]");
+  o.entrypoint = *a.script;
+  o.script_args = a.script_args;
+  auto flag = [&](const char* dest) { return a.flags.count(dest) > 0; };
+  o.standalone = flag("standalone");
+  o.module = flag("module");
+  o.no_python = flag("no_python");
+  o.run_path = flag("run_path");
+  o.virtual_local_rank = flag("virtual_local_rank");
   if (o.module && o.no_python) return bad("--module and --no_python cannot be used together");
 
-  auto value = [&](const char* key) -> const std::string& { return values[key]; };
-  auto int_flag = [&](const char* key, const char* flag, long long lo, long long hi,
-                      int& out) -> rendezvous::Status {
-    if (value(key).empty()) return rendezvous::ok_status();
-    auto v = to_int(trim(value(key)));
-    if (!v || *v < lo || *v > hi) {
-      return bad(std::string(flag) + ": expected an integer in " + std::to_string(lo) + ".." +
-                 std::to_string(hi) + ", got '" + value(key) + "'");
+  // The value given for `dest` (command line, else its PET_ variable), or nothing.
+  auto given = [&](const char* dest) -> const ArgValue* {
+    auto it = a.values.find(dest);
+    return it == a.values.end() ? nullptr : &it->second;
+  };
+  // An integer as Python's int() reads it, in [lo, hi].
+  auto int_option = [&](const char* dest, const char* flag_name, long long lo, long long hi,
+                        int& out) -> rendezvous::Status {
+    const ArgValue* v = given(dest);
+    if (!v) return rendezvous::ok_status();
+    auto n = python_int(v->text);
+    if (!n || *n < lo || *n > hi) {
+      return bad(source_label(*v, flag_name) + ": expected an integer in " + std::to_string(lo) +
+                 ".." + std::to_string(hi) + ", got '" + v->text + "'");
     }
-    out = static_cast<int>(*v);
+    out = static_cast<int>(*n);
     return rendezvous::ok_status();
   };
-  auto seconds_flag = [&](const char* key, const char* flag, bool positive,
-                          double& out) -> rendezvous::Status {
-    if (value(key).empty()) return rendezvous::ok_status();
-    auto v = to_number(trim(value(key)));
-    if (!v || *v < 0 || (positive && *v == 0)) {
-      return bad(std::string(flag) + ": expected a " + (positive ? "positive" : "non-negative") +
-                 " number of seconds, got '" + value(key) + "'");
+  auto seconds_option = [&](const char* dest, const char* flag_name, bool positive,
+                            double& out) -> rendezvous::Status {
+    const ArgValue* v = given(dest);
+    if (!v) return rendezvous::ok_status();
+    auto n = to_number(trim(v->text));
+    if (!n || *n < 0 || (positive && *n == 0)) {
+      return bad(source_label(*v, flag_name) + ": expected a " +
+                 (positive ? "positive" : "non-negative") + " number of seconds, got '" + v->text +
+                 "'");
     }
-    out = *v;
+    out = *n;
     return rendezvous::ok_status();
   };
 
-  if (!value("nnodes").empty()) {
-    const std::string n = trim(value("nnodes"));
-    auto parts = split(n, ':');
+  if (const ArgValue* v = given("nnodes")) {
+    // torchrun: "N" or "MIN:MAX", each part read by int().
+    auto parts = split(v->text, ':');
+    if (!v->text.empty() && v->text.back() == ':') parts.emplace_back();
     std::optional<long long> lo, hi;
     if (parts.size() == 1) {
-      lo = hi = to_int(parts[0]);
+      lo = hi = python_int(parts[0]);
     } else if (parts.size() == 2) {
-      lo = to_int(parts[0]);
-      hi = to_int(parts[1]);
+      lo = python_int(parts[0]);
+      hi = python_int(parts[1]);
     }
     if (!lo || !hi || *lo < 1 || *hi < *lo || *hi > (1 << 18)) {
-      return bad("--nnodes: expected N or MIN:MAX with 1 <= MIN <= MAX, got '" + n + "'");
+      return bad(source_label(*v, "--nnodes") +
+                 ": expected N or MIN:MAX with 1 <= MIN <= MAX, got '" + v->text + "'");
     }
     o.min_nodes = static_cast<int>(*lo);
     o.max_nodes = static_cast<int>(*hi);
   }
-  if (!value("nproc_per_node").empty()) {
-    o.nproc_per_node = trim(value("nproc_per_node"));
-    const auto n = to_int(o.nproc_per_node);
-    const bool word =
-        o.nproc_per_node == "cpu" || o.nproc_per_node == "gpu" || o.nproc_per_node == "auto";
-    if (!word && (!n || *n < 1 || *n > kMaxWorkersPerNode)) {
-      return bad("--nproc_per_node: expected a positive integer, cpu, gpu or auto, got '" +
-                 o.nproc_per_node + "'");
+  if (const ArgValue* v = given("nproc_per_node")) {
+    const std::string& n = v->text;
+    if (n == "cpu" || n == "gpu" || n == "auto") {
+      o.nproc_per_node = n;
+    } else if (auto count = python_int(n); count && *count >= 1 && *count <= kMaxWorkersPerNode) {
+      o.nproc_per_node = std::to_string(*count);
+    } else if (n == "xpu") {
+      return bad(source_label(*v, "--nproc_per_node") +
+                 ": xpu is not supported (ctrun counts NVIDIA GPUs: use gpu, auto or a number)");
+    } else {
+      return bad(source_label(*v, "--nproc_per_node") +
+                 ": expected a positive integer, cpu, gpu or auto, got '" + n + "'");
     }
   }
-  if (!value("rdzv_backend").empty()) {
-    o.rdzv_backend = trim(value("rdzv_backend"));
+  if (const ArgValue* v = given("rdzv_backend")) {
+    o.rdzv_backend = trim(v->text);
     if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d" && o.rdzv_backend != "ctrund" &&
         o.rdzv_backend != "etcd" && o.rdzv_backend != "etcd-v2") {
-      return bad("--rdzv_backend: expected static, c10d, ctrund, etcd or etcd-v2, got '" +
-                 o.rdzv_backend + "'");
+      return bad(source_label(*v, "--rdzv_backend") +
+                 ": expected static, c10d, ctrund, etcd or etcd-v2, got '" + v->text + "'");
     }
   }
-  o.rdzv_endpoint = trim(value("rdzv_endpoint"));
-  if (!value("rdzv_id").empty()) o.rdzv_id = value("rdzv_id");
-  auto conf = parse_rdzv_conf(value("rdzv_conf"));
-  if (!conf) return conf.error();
-  o.rdzv_conf = conf.value();
-  if (auto s = int_flag("max_restarts", "--max_restarts", 0, 1 << 20, o.max_restarts); !s)
+  if (const ArgValue* v = given("rdzv_endpoint")) o.rdzv_endpoint = trim(v->text);
+  if (const ArgValue* v = given("rdzv_id")) {
+    // An empty id is most likely an unset shell variable; "none" would join strangers' jobs.
+    if (v->text.empty()) return bad(source_label(*v, "--rdzv_id") + ": expected a job id, got ''");
+    o.rdzv_id = v->text;
+  }
+  if (const ArgValue* v = given("rdzv_conf")) {
+    auto conf = parse_rdzv_conf(v->text);
+    if (!conf) return conf.error();
+    o.rdzv_conf = conf.value();
+  }
+  if (auto s = int_option("max_restarts", "--max_restarts", 0, 1 << 20, o.max_restarts); !s)
     return s.error();
-  if (auto s = seconds_flag("monitor_interval", "--monitor_interval", true, o.monitor_interval);
+  if (auto s = seconds_option("monitor_interval", "--monitor_interval", true, o.monitor_interval);
       !s) {
     return s.error();
   }
-  if (!value("start_method").empty()) {
-    o.start_method = trim(value("start_method"));
+  if (const ArgValue* v = given("start_method")) {
+    o.start_method = trim(v->text);
     if (o.start_method != "spawn" && o.start_method != "fork" && o.start_method != "forkserver") {
-      return bad("--start_method: expected spawn, fork or forkserver, got '" + o.start_method +
-                 "'");
+      return bad(source_label(*v, "--start_method") +
+                 ": expected spawn, fork or forkserver, got '" + v->text + "'");
     }
   }
-  if (!value("role").empty()) o.role = value("role");
-  o.log_dir = value("log_dir");
-  if (!value("redirects").empty()) {
-    auto r = parse_std_spec(value("redirects"), "--redirects");
+  if (const ArgValue* v = given("event_log_handler")) {
+    // torchrun's registry (torch/distributed/elastic/events/handlers.py).
+    o.event_log_handler = v->text;
+    if (o.event_log_handler != "null" && o.event_log_handler != "dynamic_rendezvous" &&
+        o.event_log_handler != "console") {
+      return bad(source_label(*v, "--event_log_handler") +
+                 ": expected console, dynamic_rendezvous or null (torchrun's built-in handlers), "
+                 "got '" +
+                 v->text + "'");
+    }
+  }
+  if (const ArgValue* v = given("role")) o.role = v->text;
+  if (const ArgValue* v = given("log_dir")) o.log_dir = v->text;
+  if (const ArgValue* v = given("redirects")) {
+    auto r = parse_std_spec(v->text, source_label(*v, "--redirects"));
     if (!r) return r.error();
     o.redirects = r.value();
   }
-  if (!value("tee").empty()) {
-    auto t = parse_std_spec(value("tee"), "--tee");
+  if (const ArgValue* v = given("tee")) {
+    auto t = parse_std_spec(v->text, source_label(*v, "--tee"));
     if (!t) return t.error();
     o.tee = t.value();
   }
-  if (!trim(value("local_ranks_filter")).empty()) {
-    for (const auto& item : split(value("local_ranks_filter"), ',')) {
-      auto r = to_int(trim(item));
-      if (!r || *r < 0) {
-        return bad("--local_ranks_filter: expected local ranks like 0,2, got '" +
-                   value("local_ranks_filter") + "'");
+  if (const ArgValue* v = given("local_ranks_filter"); v && !v->text.empty()) {
+    for (const auto& item : split(v->text + ",", ',')) {
+      auto r = python_int(item);
+      if (!r || *r < -1 || *r > kMaxWorkersPerNode) {
+        return bad(source_label(*v, "--local_ranks_filter") +
+                   ": expected local ranks like 0,2, got '" + v->text + "'");
       }
       o.local_ranks_filter.push_back(static_cast<int>(*r));
     }
   }
-  o.node_rank_given = !value("node_rank").empty();
-  if (auto s = int_flag("node_rank", "--node_rank", 0, (1 << 18) - 1, o.node_rank); !s)
+  // torchrun copies the lines of a stream that contain one of these texts to
+  // attempt_N/filtered_<stream>.log; ctrun does not yet, and ignoring them would lose output.
+  for (const char* stream : {"stdout", "stderr"}) {
+    const std::string dest = std::string("duplicate_") + stream + "_filters";
+    if (const ArgValue* v = given(dest.c_str())) {
+      return bad(source_label(*v, "--" + dest) + ": not supported yet (copying the " + stream +
+                 " lines that contain a filter to attempt_N/filtered_" + stream +
+                 ".log); use --tee and grep the per-rank logs under --log_dir");
+    }
+  }
+  o.node_rank_given = given("node_rank") != nullptr;
+  if (auto s = int_option("node_rank", "--node_rank", 0, (1 << 18) - 1, o.node_rank); !s)
     return s.error();
-  if (!value("master_addr").empty()) o.master_addr = trim(value("master_addr"));
-  if (auto s = int_flag("master_port", "--master_port", 0, 65535, o.master_port); !s)
+  if (const ArgValue* v = given("master_addr")) {
+    o.master_addr = trim(v->text);
+    if (o.master_addr.empty()) return bad(source_label(*v, "--master_addr") + ": is empty");
+  }
+  const bool master_port_given = given("master_port") != nullptr;
+  if (auto s = int_option("master_port", "--master_port", 0, 65535, o.master_port); !s)
     return s.error();
-  o.local_addr = trim(value("local_addr"));
-  const std::string signals = value("signals_to_handle").empty() ? "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-                                                                 : value("signals_to_handle");
-  for (const auto& name : split(signals, ',')) {
+  if (const ArgValue* v = given("local_addr")) o.local_addr = trim(v->text);
+  if (const ArgValue* v = given("logs_specs"); v && v->text != "default") {
+    return bad(source_label(*v, "--logs_specs") + ": '" + v->text +
+               "' is not available: ctrun has only torch's built-in 'default' (DefaultLogsSpecs: "
+               "per-rank files under --log_dir); other LogsSpecs are Python classes");
+  }
+  if (const ArgValue* v = given("numa_binding")) {
+    if (v->text != "node" && v->text != "socket" && v->text != "exclusive" &&
+        v->text != "core-complex") {
+      return bad("argument --numa-binding/--numa_binding: invalid choice: '" + v->text +
+                 "' (choose from node, socket, exclusive, core-complex)");
+    }
+    return bad("--numa-binding: not supported yet");
+  }
+  const ArgValue* signals = given("signals_to_handle");
+  for (const auto& name : split(signals ? signals->text : "SIGTERM,SIGINT,SIGHUP,SIGQUIT", ',')) {
     auto signo = signal_from_name(trim(name));
     if (!signo || *signo == SIGKILL) {
-      return bad("--signals_to_handle: '" + trim(name) + "' is not a signal that can be handled");
+      return bad(source_label(*signals, "--signals_to_handle") + ": '" + trim(name) +
+                 "' is not a signal that can be handled");
     }
     o.signals_to_handle.push_back(*signo);
   }
-  if (auto s = seconds_flag("shutdown_timeout", "--shutdown_timeout", false, o.shutdown_timeout);
-      !s) {
+  if (signals && o.signals_to_handle.empty()) {
+    return bad(source_label(*signals, "--signals_to_handle") +
+               ": expected signal names like SIGTERM,SIGINT, got ''");
+  }
+  if (const ArgValue* v = given("shutdown_timeout")) {
+    auto n = python_int(v->text);
+    if (!n || *n < 0 || *n > (1 << 30)) {
+      return bad(source_label(*v, "--shutdown_timeout") +
+                 ": expected a non-negative integer number of seconds, got '" + v->text + "'");
+    }
+    o.shutdown_timeout = static_cast<double>(*n);
+  } else if (auto text = env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
+    // torchrun reads it with int() and does not check the sign: a negative grace is none.
+    auto n = python_int(*text);
+    if (!n) {
+      return bad("TORCH_ELASTIC_SHUTDOWN_TIMEOUT: expected an integer number of seconds, got '" +
+                 *text + "'");
+    }
+    o.shutdown_timeout = static_cast<double>(std::clamp<long long>(*n, 0, 1 << 30));
+  }
+  if (const ArgValue* v = given("event_log")) o.event_log = v->text;
+  // torchrun's console handler prints the agent's events on stderr as JSON.
+  if (o.event_log_handler == "console" && o.event_log.empty()) o.event_log = "/dev/stderr";
+  if (auto s = seconds_option("worker_timeout", "--worker_timeout", false, o.worker_timeout); !s) {
     return s.error();
   }
-  o.event_log = value("event_log");
-  if (auto s = seconds_flag("worker_timeout", "--worker_timeout", false, o.worker_timeout); !s) {
-    return s.error();
-  }
-  if (flags["slurm"]) {
+  if (auto t = env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) o.log_line_prefix_template = *t;
+
+  const bool slurm = flag("slurm");
+  if (slurm) {
     if (o.standalone) return bad("--slurm and --standalone cannot be used together");
     auto facts = read_slurm_environment(env);
     if (!facts) return facts.error();
-    ExplicitOptions given;
-    given.nnodes = !value("nnodes").empty();
-    given.node_rank = o.node_rank_given;
-    given.nproc_per_node = !value("nproc_per_node").empty();
-    given.rdzv_backend = !value("rdzv_backend").empty();
-    given.rdzv_endpoint = !o.rdzv_endpoint.empty();
-    given.rdzv_id = !value("rdzv_id").empty();
-    given.master_addr = !value("master_addr").empty();
-    given.master_port = !value("master_port").empty();
-    if (auto s = apply_slurm(facts.value(), given, o); !s) return s.error();
+    ExplicitOptions explicit_options;
+    explicit_options.nnodes = given("nnodes") != nullptr;
+    explicit_options.node_rank = o.node_rank_given;
+    explicit_options.nproc_per_node = given("nproc_per_node") != nullptr;
+    explicit_options.rdzv_backend = given("rdzv_backend") != nullptr;
+    explicit_options.rdzv_endpoint = !o.rdzv_endpoint.empty();
+    explicit_options.rdzv_id = given("rdzv_id") != nullptr;
+    explicit_options.master_addr = given("master_addr") != nullptr;
+    explicit_options.master_port = master_port_given;
+    if (auto s = apply_slurm(facts.value(), explicit_options, o); !s) return s.error();
   }
   if (o.node_rank >= o.max_nodes) {
     return bad("--node_rank: " + std::to_string(o.node_rank) +
                " is not below the number of nodes (" + std::to_string(o.max_nodes) + ")");
+  }
+
+  // PyTorch main's run(): a static rendezvous that names no endpoint and no port, for one node,
+  // becomes a c10d one on a free local port with a random run id, so that two single-node jobs
+  // on one machine do not both want port 29500. ctrun's --standalone is exactly that.
+  if (!slurm && !o.standalone && o.rdzv_backend == "static" && o.rdzv_endpoint.empty() &&
+      !master_port_given && o.max_nodes == 1) {
+    o.standalone = true;
+  }
+  if (o.standalone) {  // torchrun overrides whatever backend and endpoint were given
+    o.rdzv_backend = "c10d";
+    o.rdzv_endpoint = "localhost:0";
+    return parsed;
+  }
+  if (o.rdzv_backend == "static" && !o.rdzv_endpoint.empty()) {
+    // torchrun: an endpoint given with the static backend is node rank 0's address and port,
+    // over --master_addr and --master_port; it must have a port.
+    auto ep = parse_rdzv_endpoint(o.rdzv_endpoint, 0);
+    if (!ep) return ep.error();
+    if (!endpoint_has_port(o.rdzv_endpoint)) {
+      return bad("--rdzv_endpoint: the static backend needs a port (HOST:PORT), got '" +
+                 o.rdzv_endpoint + "'");
+    }
+    o.master_addr = ep.value().host;
+    o.master_port = ep.value().port;
+  }
+  if (o.rdzv_backend == "c10d" || o.rdzv_backend == "ctrund") {
+    if (!o.rdzv_endpoint.empty()) {
+      auto ep = parse_rdzv_endpoint(o.rdzv_endpoint, kC10dDefaultPort);
+      if (!ep) return ep.error();
+      if (ep.value().port == 0 && o.max_nodes > 1) {
+        return bad(
+            "--rdzv_endpoint: port 0 (the host picks a free port) works on one node only; "
+            "with --nnodes=" +
+            std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes) +
+            " give the port the other nodes connect to");
+      }
+    }
+  }
+  if ((o.rdzv_backend == "static") && o.master_port == 0 && o.max_nodes > 1) {
+    return bad(
+        "--master_port: port 0 (a free port) works on one node only; give the port the "
+        "other nodes connect to");
   }
   return parsed;
 }

@@ -1,10 +1,58 @@
 #include "ctrun/launcher/worker_env.h"
 
 #include <map>
+#include <optional>
 
 #include "ctrun/rendezvous/etcd.h"
 
 namespace ctrun::launcher {
+namespace {
+
+std::optional<std::string> variable_in(const std::vector<std::string>& env,
+                                       const std::string& name) {
+  for (const auto& entry : env) {
+    if (entry.size() > name.size() && entry[name.size()] == '=' &&
+        entry.compare(0, name.size(), name) == 0) {
+      return entry.substr(name.size() + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+// CUDA_VISIBLE_DEVICES split on ',' as torchrun splits it (no other parsing).
+std::vector<std::string> split_devices(const std::string& list) {
+  std::vector<std::string> out{""};
+  for (const char ch : list) {
+    if (ch == ',') {
+      out.emplace_back();
+    } else {
+      out.back() += ch;
+    }
+  }
+  return out;
+}
+
+std::string strip(const std::string& s) {
+  const char* space = " \t\n\r\f\v";
+  const auto first = s.find_first_not_of(space);
+  if (first == std::string::npos) return "";
+  return s.substr(first, s.find_last_not_of(space) + 1 - first);
+}
+
+}  // namespace
+
+rendezvous::Status check_virtual_local_rank(const LaunchOptions& options, int local_world_size,
+                                            const EnvLookup& env) {
+  if (!options.virtual_local_rank) return rendezvous::ok_status();
+  const auto visible = env("CUDA_VISIBLE_DEVICES");
+  if (!visible) return rendezvous::ok_status();
+  const auto devices = split_devices(*visible);
+  if (static_cast<int>(devices.size()) >= local_world_size) return rendezvous::ok_status();
+  return rendezvous::Error{rendezvous::ErrorCode::kBadRequest,
+                           "--virtual_local_rank: local rank " + std::to_string(devices.size()) +
+                               " exceeds available GPUs in CUDA_VISIBLE_DEVICES=" + *visible +
+                               " (" + std::to_string(local_world_size) + " workers per node)"};
+}
 
 std::vector<std::string> worker_environment(const std::vector<std::string>& base,
                                             const WorkerEnvInputs& in) {
@@ -13,7 +61,7 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   const int rank = p.rank_offset + in.local_rank;
   // Ordered so that a dump of the environment is stable; later keys override the base.
   std::map<std::string, std::string> vars = {
-      {"LOCAL_RANK", std::to_string(in.local_rank)},
+      {"LOCAL_RANK", o.virtual_local_rank ? "0" : std::to_string(in.local_rank)},
       {"RANK", std::to_string(rank)},
       {"GROUP_RANK", std::to_string(p.group_rank)},
       {"ROLE_RANK", std::to_string(rank)},
@@ -43,6 +91,18 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
     vars["CTRUN_STORE_PREFIX"] = in.store.prefix;
   }
   if (in.store.token) vars["CTRUN_RDZV_TOKEN"] = *in.store.token;
+  if (o.virtual_local_rank) {
+    // torchrun's _set_local_rank_env: each worker sees only its own device, as device 0.
+    const auto visible = variable_in(base, "CUDA_VISIBLE_DEVICES");
+    std::string device = std::to_string(in.local_rank);
+    if (visible) {
+      const auto devices = split_devices(*visible);
+      // check_virtual_local_rank refused a list too short before any worker started.
+      device =
+          in.local_rank < static_cast<int>(devices.size()) ? strip(devices[in.local_rank]) : "";
+    }
+    vars.emplace("CUDA_VISIBLE_DEVICES", device);
+  }
   if (!in.heartbeat_file.empty()) vars.emplace("CTRUN_HEARTBEAT_FILE", in.heartbeat_file);
   // emplace, not operator[] = "1": g++ 12 warns falsely (-Wrestrict) on that assignment
   if (in.set_omp_num_threads) vars.emplace("OMP_NUM_THREADS", std::string(1, '1'));

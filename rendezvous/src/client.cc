@@ -49,6 +49,7 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   bool connected_ = false;
+  bool worker_store_ = false;  // the daemon's hello said it serves the worker store
   EventHandler on_event_;
 
  private:
@@ -156,6 +157,11 @@ Task<Result<Json>> AsyncClient::Impl::read_frame() {
 }
 
 Task<Status> AsyncClient::Impl::handshake() {
+  // Said first, so that a listener that also serves torch's TCPStore knows who we are.
+  auto [pec, pwritten] = co_await asio::async_write(
+      socket_, asio::buffer(kClientPreamble.data(), kClientPreamble.size()),
+      asio::as_tuple(asio::use_awaitable));
+  if (pec) co_return Error{ErrorCode::kConnection, "sending preamble: " + pec.message()};
   auto challenge = co_await read_frame();
   if (!challenge) co_return challenge.error();
   auto hello = client_protocol::answer_challenge(challenge.value(), options_, endpoint_text());
@@ -166,8 +172,11 @@ Task<Status> AsyncClient::Impl::handshake() {
   if (wec) co_return Error{ErrorCode::kConnection, "sending hello: " + wec.message()};
   auto answer = co_await read_frame();
   if (!answer) co_return answer.error();
-  co_return client_protocol::check_welcome(std::move(answer).value(), options_, hello.value(),
-                                           endpoint_text());
+  auto welcome = client_protocol::check_welcome(std::move(answer).value(), options_, hello.value(),
+                                                endpoint_text());
+  if (!welcome) co_return welcome.error();
+  worker_store_ = welcome.value().worker_store;
+  co_return ok_status();
 }
 
 Task<void> AsyncClient::Impl::read_loop() {
@@ -316,6 +325,7 @@ AsyncClient::~AsyncClient() { impl_->close("closed by client"); }
 Task<Status> AsyncClient::connect() { return impl_->connect(); }
 bool AsyncClient::connected() const { return impl_->connected_; }
 std::string AsyncClient::local_address() const { return impl_->local_address(); }
+bool AsyncClient::serves_worker_store() const { return impl_->worker_store_; }
 void AsyncClient::close() { impl_->close("closed by client"); }
 void AsyncClient::set_event_handler(EventHandler handler) { impl_->on_event_ = std::move(handler); }
 void AsyncClient::start_keep_alive(Duration interval, int max_missed) {
@@ -653,6 +663,9 @@ class Client::Impl {
   }
 
   Status handshake(Clock::time_point deadline) {
+    if (auto s = write_all(std::string(kClientPreamble), deadline); !s) {
+      return handshake_error(s.error());
+    }
     auto challenge = read_frame(deadline);
     if (!challenge) return handshake_error(challenge.error());
     auto hello = client_protocol::answer_challenge(challenge.value(), options_, endpoint());

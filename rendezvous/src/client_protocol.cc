@@ -73,8 +73,8 @@ Result<Duration> ConnectRetry::next(const Error& failure, const std::string& end
   return pause;
 }
 
-Status check_welcome(Json answer, const ClientOptions& options, const Hello& hello,
-                     const std::string& endpoint) {
+Result<Welcome> check_welcome(Json answer, const ClientOptions& options, const Hello& hello,
+                              const std::string& endpoint) {
   auto payload = response_payload(std::move(answer));
   if (!payload) return payload.error();
   if (options.token) {
@@ -86,7 +86,10 @@ Status check_welcome(Json answer, const ClientOptions& options, const Hello& hel
                    "ctrund at " + endpoint + " could not prove it holds the token"};
     }
   }
-  return ok_status();
+  Welcome welcome;
+  auto flag = payload.value().find("worker_store");
+  welcome.worker_store = flag != payload.value().end() && flag->is_boolean() && flag->get<bool>();
+  return welcome;
 }
 
 Json set(const std::string& key, const std::string& value) {

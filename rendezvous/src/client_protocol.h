@@ -37,9 +37,15 @@ class ConnectRetry {
   std::chrono::steady_clock::time_point deadline_;
   Duration backoff_;
 };
+// What the daemon's answer to hello says beyond "welcome".
+struct Welcome {
+  // The daemon also serves this job's store to torch's TCPStore clients on its port (it is an
+  // agent's embedded daemon, ServiceOptions::worker_store_job).
+  bool worker_store = false;
+};
 // Checks the daemon's answer to hello, including its proof of the token.
-Status check_welcome(Json answer, const ClientOptions& options, const Hello& hello,
-                     const std::string& endpoint);
+Result<Welcome> check_welcome(Json answer, const ClientOptions& options, const Hello& hello,
+                              const std::string& endpoint);
 
 Json set(const std::string& key, const std::string& value);
 Json get(const std::string& key, std::optional<Duration> timeout);

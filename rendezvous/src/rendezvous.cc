@@ -42,6 +42,10 @@ std::string_view job_state_name(JobState state) {
   return "unknown";
 }
 
+std::string round_store_prefix(int generation, int round) {
+  return "rdzv/" + std::to_string(generation) + "/" + std::to_string(round) + "/";
+}
+
 Json to_json(const RoundAssignment& a) {
   return Json{{"round", a.round},
               {"group_rank", a.group_rank},
@@ -324,7 +328,7 @@ std::vector<RoundAssignment> Rendezvous::assignments() const {
   RoundAssignment base;
   base.round = round_;
   base.group_world_size = static_cast<int>(members_.size());
-  base.store_prefix = "rdzv/" + std::to_string(generation_) + "/" + std::to_string(round_) + "/";
+  base.store_prefix = round_store_prefix(generation_, round_);
   const NodeInfo& first = nodes_.at(members_.front()).info;
   base.master_addr = first.host;
   base.master_port = first.master_port;

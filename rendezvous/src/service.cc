@@ -6,36 +6,9 @@
 
 #include "ctrun/rendezvous/auth.h"
 #include "ctrun/rendezvous/message.h"
+#include "service_state.h"
 
 namespace ctrun::rendezvous {
-
-struct Service::Connection {
-  ConnectionId id = 0;
-  std::string peer;
-  FrameDecoder decoder;
-  TimePoint opened_at;
-  std::optional<TimePoint> mid_frame_since;
-  std::string nonce;
-  bool authenticated = false;
-  std::string job;
-  std::string node;  // the rendezvous node this connection speaks for, once it joined
-  std::optional<std::uint64_t> join_request;
-  std::unordered_set<KeyValueStore::WaiterId> waiters;
-};
-
-struct Service::Job {
-  Job(std::string job_name, const StoreLimits& limits) : name(std::move(job_name)), store(limits) {}
-  std::string name;
-  KeyValueStore store;
-  std::unique_ptr<Rendezvous> rendezvous;
-  int generation = 0;
-  std::unordered_map<std::string, ConnectionId> node_connections;
-  std::size_t connections = 0;
-  TimePoint idle_since;
-  // What was last recorded of the rendezvous (--state_dir).
-  const Rendezvous* saved_rendezvous = nullptr;
-  std::uint64_t saved_revision = 0;
-};
 
 const std::unordered_map<std::string_view, Service::Handler> Service::kHandlers = {
     {"hello", &Service::op_hello},
@@ -155,17 +128,53 @@ void Service::on_connect(ConnectionId id, std::string peer) {
   c->decoder = FrameDecoder(options_.max_frame_bytes);
   c->opened_at = clock_.now();
   c->nonce = options_.random(kNonceBytes);
-  transport_.send(id, encode_frame(Json{{"event", "challenge"},
-                                        {"version", kProtocolVersion},
-                                        {"nonce", to_binary(c->nonce)},
-                                        {"auth", options_.token.has_value()}}));
+  // A listener that serves the worker store waits for the first bytes to know the protocol;
+  // otherwise the daemon speaks first, and a preamble from the client is simply passed over.
+  if (!options_.worker_store_job) {
+    c->wire = Wire::kCtrund;
+    send_challenge(*c);
+  }
   connections_.emplace(id, std::move(c));
+}
+
+void Service::send_challenge(const Connection& c) {
+  transport_.send(c.id, encode_frame(Json{{"event", "challenge"},
+                                          {"version", kProtocolVersion},
+                                          {"nonce", to_binary(c.nonce)},
+                                          {"auth", options_.token.has_value()}}));
 }
 
 void Service::on_data(ConnectionId id, const char* data, std::size_t size) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;
-  it->second->decoder.feed(data, size);
+  Connection& first = *it->second;
+  std::string_view bytes(data, size);
+  std::string joined;  // the opening bytes held back so far, and these
+  if (!first.opened) {
+    joined = first.opening;
+    joined.append(data, size);
+    const std::size_t n = std::min(joined.size(), kClientPreamble.size());
+    if (joined.compare(0, n, kClientPreamble.data(), n) == 0) {
+      if (joined.size() < kClientPreamble.size()) {  // the preamble may come in pieces
+        first.opening = std::move(joined);
+        return;
+      }
+      bytes = std::string_view(joined).substr(kClientPreamble.size());
+      first.opened = true;
+      first.opening.clear();
+      if (first.wire == Wire::kUndecided) {
+        first.wire = Wire::kCtrund;
+        send_challenge(first);
+      }
+    } else {
+      bytes = joined;
+      first.opened = true;
+      first.opening.clear();
+      if (first.wire == Wire::kUndecided) start_tcpstore(first);
+    }
+  }
+  if (first.wire == Wire::kTcpStore) return on_tcpstore_data(first, bytes.data(), bytes.size());
+  first.decoder.feed(bytes.data(), bytes.size());
   while (true) {
     it = connections_.find(id);  // a handler may have closed it
     if (it == connections_.end()) return;
@@ -196,8 +205,9 @@ void Service::drop(ConnectionId id, const std::string& why) {
       host != connections_per_host_.end() && --host->second == 0) {
     connections_per_host_.erase(host);
   }
-  if (c->authenticated) {
+  if (!c->job.empty()) {  // past hello, or a TCPStore connection
     Job& job = *jobs_.at(c->job);
+    if (c->wire == Wire::kTcpStore) end_tcpstore(*c, /*keep_watches=*/false);
     for (auto w : c->waiters) job.store.cancel(w);
     if (--job.connections == 0) job.idle_since = clock_.now();
     auto bound = c->node.empty() ? job.node_connections.end() : job.node_connections.find(c->node);
@@ -232,7 +242,7 @@ void Service::fail(const Connection& c, std::uint64_t id, const Error& e) {
 void Service::reject(Connection& c, std::uint64_t id, const Error& e) {
   ++(e.code == ErrorCode::kAuthFailed ? counters_.auth_failures : counters_.frame_errors);
   log(c.peer + " closed: " + std::string(error_code_name(e.code)) + ": " + e.message);
-  fail(c, id, e);
+  if (c.wire != Wire::kTcpStore) fail(c, id, e);  // TCPStore's wire has no error answer
   const ConnectionId cid = c.id;
   drop(cid, std::string(error_code_name(e.code)));
   transport_.close(cid);
@@ -312,6 +322,7 @@ void Service::op_hello(Connection& c, std::uint64_t id, const Json& req) {
   if (created) it->second = std::make_unique<Job>(c.job, options_.store_limits);
   ++it->second->connections;
   body["version"] = kProtocolVersion;
+  if (options_.worker_store_job == c.job) body["worker_store"] = true;
   reply(c, id, std::move(body));
 }
 
@@ -707,6 +718,7 @@ void Service::op_status(Connection& c, std::uint64_t id, const Json&) {
 ServiceMetrics Service::metrics() const {
   ServiceMetrics m = counters_;
   for (const auto& [op, n] : request_counts_) m.requests[std::string(op)] = n;
+  for (const auto& [op, n] : tcpstore_counts_) m.requests["tcpstore_" + std::string(op)] = n;
   m.connections = connections_.size();
   for (const auto& [name, job] : jobs_) {
     JobMetrics j;
@@ -744,7 +756,11 @@ void Service::tick() {
   const TimePoint now = clock_.now();
   std::vector<std::pair<ConnectionId, std::string>> late;
   for (const auto& [id, c] : connections_) {
-    if (!c->authenticated && now - c->opened_at >= options_.hello_timeout) {
+    // Only ctrun's clients owe a hello. A connection that has said nothing yet on a listener
+    // serving the worker store may be torch 1.13's second TCPStore connection, which stays
+    // silent until a watch: it is bounded by the connection limits, not by time.
+    if (c->wire == Wire::kCtrund && !c->authenticated &&
+        now - c->opened_at >= options_.hello_timeout) {
       late.emplace_back(
           id, "no hello within " + std::to_string(to_millis(options_.hello_timeout)) + " ms");
     } else if (c->mid_frame_since && now - *c->mid_frame_since >= options_.frame_timeout) {

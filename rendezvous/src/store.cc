@@ -40,13 +40,16 @@ Status KeyValueStore::check_put(const std::string& key, const std::string& value
 
 void KeyValueStore::write(const std::string& key, std::string value) {
   auto [it, inserted] = data_.try_emplace(key);
+  std::optional<std::string> before;
   if (inserted) {
     total_bytes_ += key.size();
   } else {
     total_bytes_ -= it->second.size();
+    if (listener_) before = std::move(it->second);
   }
   total_bytes_ += value.size();
   it->second = std::move(value);
+  if (listener_) listener_(key, before ? &*before : nullptr, &it->second);
   wake_watchers(key);
 }
 
@@ -140,16 +143,68 @@ Result<std::string> KeyValueStore::compare_set(const std::string& key, const std
   return result;
 }
 
+Status KeyValueStore::append(const std::string& key, const std::string& data) {
+  const std::string* current = find(key);
+  return put(key, current ? *current + data : data);
+}
+
 bool KeyValueStore::check(const std::vector<std::string>& keys) const {
-  return std::all_of(keys.begin(), keys.end(),
-                     [this](const std::string& k) { return data_.count(k) != 0; });
+  return std::all_of(keys.begin(), keys.end(), [this](const std::string& k) {
+    return data_.count(k) != 0 || queue_length(k) != 0;
+  });
+}
+
+std::vector<std::string> KeyValueStore::keys_with_prefix(const std::string& prefix) const {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : data_) {
+    if (key.compare(0, prefix.size(), prefix) == 0) out.push_back(key);
+  }
+  return out;
+}
+
+Status KeyValueStore::queue_push(const std::string& key, std::string value) {
+  if (auto s = check_key(key); !s) return s;
+  if (value.size() > limits_.max_value_bytes) {
+    return Error{ErrorCode::kLimit, "value of " + std::to_string(value.size()) +
+                                        " bytes exceeds the limit of " +
+                                        std::to_string(limits_.max_value_bytes)};
+  }
+  const std::size_t new_total = total_bytes_ + key.size() + value.size();
+  if (new_total > limits_.max_total_bytes) {
+    return Error{ErrorCode::kLimit, "store would hold " + std::to_string(new_total) +
+                                        " bytes, over the limit of " +
+                                        std::to_string(limits_.max_total_bytes)};
+  }
+  total_bytes_ = new_total;
+  queues_[key].push_back(std::move(value));
+  wake_watchers(key, 1);  // one item: one popper
+  return ok_status();
+}
+
+KeyValueStore::Popped KeyValueStore::queue_pop(const std::string& key) {
+  Popped out;
+  auto it = queues_.find(key);
+  if (it == queues_.end()) return out;
+  out.length_before = it->second.size();
+  out.value = std::move(it->second.front());
+  it->second.pop_front();
+  total_bytes_ -= key.size() + out.value->size();
+  if (it->second.empty()) queues_.erase(it);
+  return out;
+}
+
+std::size_t KeyValueStore::queue_length(const std::string& key) const {
+  auto it = queues_.find(key);
+  return it == queues_.end() ? 0 : it->second.size();
 }
 
 bool KeyValueStore::erase(const std::string& key) {
   auto it = data_.find(key);
   if (it == data_.end()) return false;
   total_bytes_ -= key.size() + it->second.size();
+  std::string before = std::move(it->second);
   data_.erase(it);
+  if (listener_) listener_(key, &before, nullptr);
   return true;
 }
 
@@ -185,11 +240,12 @@ void KeyValueStore::remove_waiter(WaiterId id) {
 
 void KeyValueStore::cancel(WaiterId id) { remove_waiter(id); }
 
-void KeyValueStore::wake_watchers(const std::string& key) {
+void KeyValueStore::wake_watchers(const std::string& key, std::size_t max_woken) {
   auto w = watchers_.find(key);
   if (w == watchers_.end()) return;
   std::vector<WaiterId> ready;
   for (WaiterId id : w->second) {
+    if (ready.size() == max_woken) break;
     if (check(waiters_.at(id).keys)) ready.push_back(id);
   }
   for (WaiterId id : ready) {

@@ -97,7 +97,7 @@ TEST_CASE("agent: standalone with 1 and with 4 workers") {
       CHECK(env["ROLE_NAME"] == "default");
       CHECK(env["MASTER_ADDR"] == "127.0.0.1");
       CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
-      CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+      CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");  // the agent's daemon serves it
       CHECK(env["OMP_NUM_THREADS"] == (n > 1 ? "1" : "<unset>"));
       CHECK(env["X_SIGPIPE_IGNORED"] == "0");  // the agent ignores SIGPIPE; workers must not
       CHECK(env["TORCHELASTIC_ERROR_FILE"].find("/attempt_0/" + std::to_string(rank) +
@@ -105,6 +105,10 @@ TEST_CASE("agent: standalone with 1 and with 4 workers") {
       ports.insert(env["MASTER_PORT"]);
     }
     CHECK(ports.size() == 1);  // one master for everybody
+    // ... which is the agent's own daemon, serving the job's store as torch's TCPStore.
+    CHECK(read_file(s.path("agent.log"))
+              .find("hosting the rendezvous on 127.0.0.1:" + *ports.begin() + "\n") !=
+          std::string::npos);
   }
 }
 

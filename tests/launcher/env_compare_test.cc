@@ -108,8 +108,10 @@ TEST_CASE("env: ctrun gives workers torchrun's environment") {
       // Both a random UUID; torchrun says "localhost" and ctrun 127.0.0.1 (see docs/env.md).
       CHECK(torch.at("TORCHELASTIC_RUN_ID").size() == 36);
       CHECK(ours.at("TORCHELASTIC_RUN_ID").size() == 36);
+      // torch 1.13 shares its store only under the static backend; torch 2.x (and ctrun) with
+      // c10d too: workers are clients of the agent's store (docs/env.md).
       CHECK(torch.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
-      CHECK(ours.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
+      CHECK(ours.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
       CHECK(torch.at("MASTER_ADDR") == "localhost");
       CHECK(ours.at("MASTER_ADDR") == "127.0.0.1");
     }
@@ -119,8 +121,9 @@ TEST_CASE("env: ctrun gives workers torchrun's environment") {
                    " --nproc_per_node=2 --master_port=29517 --no_python " +
                        worker + dir + "/torch'",
                    dir + "/torch.log") == std::optional<int>(0));
-    REQUIRE(launch(std::string(CTRUN_PATH) + " --nproc_per_node=2 --master_port=0 " + worker + dir +
-                       "/ours",
+    const std::string port = std::to_string(free_port());
+    REQUIRE(launch(std::string(CTRUN_PATH) + " --nproc_per_node=2 --master_port=" + port + " " +
+                       worker + dir + "/ours",
                    dir + "/ours.log") == std::optional<int>(0));
     for (int rank = 0; rank < 2; ++rank) {
       const Env torch = read_env_file(dir + "/torch." + std::to_string(rank));
@@ -130,11 +133,12 @@ TEST_CASE("env: ctrun gives workers torchrun's environment") {
       CHECK(ours.at("TORCHELASTIC_RUN_ID") == "none");
       CHECK(torch.at("MASTER_ADDR") == "127.0.0.1");
       CHECK(ours.at("MASTER_ADDR") == "127.0.0.1");
-      // torchrun's agent serves its TCPStore at --master_port; ctrun's rendezvous holds that
-      // port, so workers get a free one and start torch's store themselves (docs/env.md).
+      // Both agents serve the workers' store at --master_port: torchrun's TCPStore, and
+      // ctrun's rendezvous daemon, which speaks TCPStore's protocol on that port too.
       CHECK(torch.at("MASTER_PORT") == "29517");
+      CHECK(ours.at("MASTER_PORT") == port);
       CHECK(torch.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
-      CHECK(ours.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
+      CHECK(ours.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
     }
   }
   fs::remove_all(dir);

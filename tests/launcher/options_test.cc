@@ -34,10 +34,12 @@ TEST_CASE("options: torchrun's defaults") {
   CHECK(o.min_nodes == 1);
   CHECK(o.max_nodes == 1);
   CHECK(o.nproc_per_node == "1");
-  CHECK(o.rdzv_backend == "static");
+  // One node, static, no endpoint and no --master_port: PyTorch main runs it as --standalone
+  // (c10d on a free local port); see "the single-node rule" below.
+  CHECK(o.rdzv_backend == "c10d");
   CHECK(o.rdzv_id == "none");
   CHECK(o.max_restarts == 0);
-  CHECK(o.monitor_interval == 5);
+  CHECK(o.monitor_interval == 0.1);  // PyTorch main's default
   CHECK(o.role == "default");
   CHECK(o.master_addr == "127.0.0.1");
   CHECK(o.master_port == 29500);
@@ -70,7 +72,9 @@ TEST_CASE("options: every flag in both spellings") {
       {"--worker_timeout", "--worker-timeout"},
   };
   for (const auto& [underscore, dash] : pairs) {
-    const std::string value = underscore == "--rdzv_backend" ? "c10d" : "1";
+    const std::string value = underscore == "--rdzv_backend"    ? "c10d"
+                              : underscore == "--rdzv_endpoint" ? "h:1"  // static: HOST:PORT
+                                                                : "1";
     auto a = parse_ok({underscore + "=" + value, "--nnodes=2", "x"});
     auto b = parse_ok({dash, value, "--nnodes=2", "x"});
     INFO(underscore);
@@ -222,4 +226,422 @@ TEST_CASE("options: rendezvous endpoints, IPv4, names and bracketed IPv6") {
   CHECK(parse_endpoint("host:99999", 29400).error().message.find("1..65535") != std::string::npos);
   CHECK(parse_endpoint("host:", 29400).error().message.find("no port") != std::string::npos);
   CHECK(parse_endpoint(":29400", 29400).error().message.find("no host") != std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// torchrun's command line, row by row of the table in docs/env.md ("The command line").
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// A value option: its option strings, its shortest unambiguous abbreviation, a value and what
+// that value makes of the options.
+struct ValueRow {
+  std::vector<std::string> names;
+  std::string abbreviation;
+  std::string pet;  // empty: none
+  std::string value;
+  std::function<std::string(const LaunchOptions&)> field;
+};
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string out;
+  for (int i : v) out += (out.empty() ? "" : ",") + std::to_string(i);
+  return out;
+}
+
+const std::vector<ValueRow>& value_rows() {
+  static const std::vector<ValueRow> rows = {
+      {{"--nnodes"},
+       "--nn",
+       "PET_NNODES",
+       "2:3",
+       [](const LaunchOptions& o) {
+         return std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes);
+       }},
+      {{"--nproc-per-node", "--nproc_per_node"},
+       "--nproc_",
+       "PET_NPROC_PER_NODE",
+       "3",
+       [](const LaunchOptions& o) { return o.nproc_per_node; }},
+      {{"--rdzv-backend", "--rdzv_backend"},
+       "--rdzv-b",
+       "PET_RDZV_BACKEND",
+       "etcd",
+       [](const LaunchOptions& o) { return o.rdzv_backend; }},
+      {{"--rdzv-endpoint", "--rdzv_endpoint"},
+       "--rdzv_e",
+       "PET_RDZV_ENDPOINT",
+       "node0:1234",
+       [](const LaunchOptions& o) { return o.rdzv_endpoint; }},
+      {{"--rdzv-id", "--rdzv_id"},
+       "--rdzv-i",
+       "PET_RDZV_ID",
+       "job9",
+       [](const LaunchOptions& o) { return o.rdzv_id; }},
+      {{"--rdzv-conf", "--rdzv_conf"},
+       "--rdzv_c",
+       "PET_RDZV_CONF",
+       "join_timeout=7",
+       [](const LaunchOptions& o) { return std::to_string(int(o.rdzv_conf.join_timeout)); }},
+      {{"--max-restarts", "--max_restarts"},
+       "--max-",
+       "PET_MAX_RESTARTS",
+       "4",
+       [](const LaunchOptions& o) { return std::to_string(o.max_restarts); }},
+      {{"--monitor-interval", "--monitor_interval"},
+       "--monitor_",
+       "PET_MONITOR_INTERVAL",
+       "2",
+       [](const LaunchOptions& o) { return std::to_string(int(o.monitor_interval)); }},
+      {{"--start-method", "--start_method"},
+       "--start-",
+       "PET_START_METHOD",
+       "fork",
+       [](const LaunchOptions& o) { return o.start_method; }},
+      {{"--event-log-handler", "--event_log_handler"},
+       "--event-log-",
+       "PET_EVENT_LOG_HANDLER",
+       "dynamic_rendezvous",
+       [](const LaunchOptions& o) { return o.event_log_handler; }},
+      {{"--role"}, "--ro", "PET_ROLE", "trainer", [](const LaunchOptions& o) { return o.role; }},
+      {{"--log-dir", "--log_dir"},
+       "--log-",
+       "PET_LOG_DIR",
+       "/tmp/logs",
+       [](const LaunchOptions& o) { return o.log_dir; }},
+      {{"-r", "--redirects"},
+       "--re",
+       "PET_REDIRECTS",
+       "3",
+       [](const LaunchOptions& o) { return std::to_string(o.redirects.all); }},
+      {{"-t", "--tee"},
+       "--t",
+       "PET_TEE",
+       "2",
+       [](const LaunchOptions& o) { return std::to_string(o.tee.all); }},
+      {{"--local-ranks-filter", "--local_ranks_filter"},
+       "--local-r",
+       "PET_LOCAL_RANKS_FILTER",
+       "0,2",
+       [](const LaunchOptions& o) { return join_ints(o.local_ranks_filter); }},
+      {{"--node-rank", "--node_rank"},
+       "--node_",
+       "PET_NODE_RANK",
+       "1",
+       [](const LaunchOptions& o) { return std::to_string(o.node_rank); }},
+      {{"--master-addr", "--master_addr"},
+       "--master-a",
+       "PET_MASTER_ADDR",
+       "10.0.0.2",
+       [](const LaunchOptions& o) { return o.master_addr; }},
+      {{"--master-port", "--master_port"},
+       "--master_p",
+       "PET_MASTER_PORT",
+       "1234",
+       [](const LaunchOptions& o) { return std::to_string(o.master_port); }},
+      {{"--local-addr", "--local_addr"},
+       "--local-a",
+       "PET_LOCAL_ADDR",
+       "10.0.0.3",
+       [](const LaunchOptions& o) { return o.local_addr; }},
+      {{"--logs-specs", "--logs_specs"},
+       "--logs-",
+       "",
+       "default",
+       [](const LaunchOptions&) { return std::string("default"); }},
+      {{"--signals-to-handle", "--signals_to_handle"},
+       "--signals-",
+       "PET_SIGNALS_TO_HANDLE",
+       "SIGUSR1",
+       [](const LaunchOptions& o) { return join_ints(o.signals_to_handle); }},
+      {{"--shutdown-timeout", "--shutdown_timeout"},
+       "--shutdown_",
+       "PET_SHUTDOWN_TIMEOUT",
+       "7",
+       [](const LaunchOptions& o) { return std::to_string(int(o.shutdown_timeout)); }},
+      // ctrun's own
+      {{"--worker-timeout", "--worker_timeout"},
+       "--worker-",
+       "PET_WORKER_TIMEOUT",
+       "3",
+       [](const LaunchOptions& o) { return std::to_string(int(o.worker_timeout)); }},
+      {{"--event-log", "--event_log"},
+       "--event_log",
+       "PET_EVENT_LOG",
+       "/tmp/events",
+       [](const LaunchOptions& o) { return o.event_log; }},
+  };
+  return rows;
+}
+
+// Two nodes: no single-node rule, and --node_rank=1 is valid.
+const std::vector<std::string> kTwoNodes = {"--nnodes=2"};
+
+LaunchOptions parse_two_nodes(std::vector<std::string> options,
+                              std::map<std::string, std::string> env = {}) {
+  if (!env.count("PET_NNODES")) options.insert(options.begin(), kTwoNodes.front());
+  options.push_back("train.py");
+  return parse_ok(options, env);
+}
+
+}  // namespace
+
+TEST_CASE("options: every value option, spelled every way torchrun accepts") {
+  const LaunchOptions defaults = parse_two_nodes({});
+  for (const auto& row : value_rows()) {
+    INFO(row.names.front());
+    const std::string expected = row.field(parse_two_nodes({row.names.front(), row.value}));
+    if (row.names.front() != "--logs-specs") CHECK(expected != row.field(defaults));
+    for (const auto& name : row.names) {
+      CHECK(row.field(parse_two_nodes({name, row.value})) == expected);
+      CHECK(row.field(parse_two_nodes({name + "=" + row.value})) == expected);
+      CHECK(row.field(parse_two_nodes({name, "0", name, row.value})) == expected);  // last wins
+    }
+    CHECK(row.field(parse_two_nodes({row.abbreviation, row.value})) == expected);
+    CHECK(row.field(parse_two_nodes({row.abbreviation + "=" + row.value})) == expected);
+    if (!row.pet.empty()) {
+      CHECK(row.field(parse_two_nodes({}, {{row.pet, row.value}, {"PET_NNODES", "2"}})) ==
+            expected);
+    }
+  }
+}
+
+TEST_CASE("options: every flag, spelled every way torchrun accepts, and its PET_ variable") {
+  struct FlagRow {
+    std::vector<std::string> names;
+    std::string abbreviation;
+    std::string pet;
+    bool LaunchOptions::*field;
+  };
+  const std::vector<FlagRow> rows = {
+      {{"--standalone"}, "--stan", "PET_STANDALONE", &LaunchOptions::standalone},
+      {{"-m", "--module"}, "--mod", "PET_MODULE", &LaunchOptions::module},
+      {{"--no-python", "--no_python"}, "--no-", "PET_NO_PYTHON", &LaunchOptions::no_python},
+      {{"--run-path", "--run_path"}, "--run_", "PET_RUN_PATH", &LaunchOptions::run_path},
+      {{"--virtual-local-rank", "--virtual_local_rank"},
+       "--virtual-",
+       "PET_VIRTUAL_LOCAL_RANK",
+       &LaunchOptions::virtual_local_rank},
+  };
+  for (const auto& row : rows) {
+    INFO(row.names.front());
+    CHECK_FALSE(parse_two_nodes({}).*row.field);
+    for (const auto& name : row.names) CHECK(parse_two_nodes({name}).*row.field);
+    CHECK(parse_two_nodes({row.abbreviation}).*row.field);
+    CHECK(parse_two_nodes({}, {{row.pet, " 1 "}, {"PET_NNODES", "2"}}).*row.field);
+    CHECK(parse_two_nodes({}, {{row.pet, "-1"}, {"PET_NNODES", "2"}}).*row.field);
+    CHECK_FALSE(parse_two_nodes({}, {{row.pet, "0"}, {"PET_NNODES", "2"}}).*row.field);
+    CHECK(parse_error({"x"}, {{row.pet, "true"}}) == row.pet + ": expected 0 or 1, got 'true'");
+    CHECK(parse_error({row.names.back() + "=1", "x"}).find(": ignored explicit argument '1'") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("options: argparse's errors for the command line itself") {
+  CHECK(parse_error({"--nproc", "2", "x"}) ==
+        "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node");
+  CHECK(parse_error({"--st", "x"}) ==
+        "ambiguous option: --st could match --standalone, --start-method, --start_method");
+  // ctrun's --event_log makes --event- ambiguous; --event-log is ctrun's, written in full.
+  CHECK(parse_error({"--event-", "null", "x"}) ==
+        "ambiguous option: --event- could match --event-log-handler, --event-log");
+  CHECK(parse_error({"--event_", "null", "x"}) ==
+        "ambiguous option: --event_ could match --event_log_handler, --event_log");
+  CHECK(parse_error({"--standalone=1", "x"}) ==
+        "argument --standalone: ignored explicit argument '1'");
+  CHECK(parse_error({"--nnodes", "-x", "x"}) == "argument --nnodes: expected one argument");
+  CHECK(parse_error({"-nnodes", "2", "x"}) == "unrecognized arguments: -nnodes");
+  auto combined = parse_ok({"-mr3", "pkg.mod", "--nproc", "3"});
+  CHECK(combined.module);
+  CHECK(combined.redirects.all == 3);
+  CHECK(combined.script_args == std::vector<std::string>{"--nproc", "3"});
+  auto dashes = parse_ok({"--nnodes=2", "--", "train.py", "--", "-x"});
+  CHECK(dashes.entrypoint == "train.py");
+  CHECK(dashes.script_args == std::vector<std::string>{"--", "-x"});
+  CHECK(parse_ok({"--", "train.py", "--", "-x"}).script_args ==
+        std::vector<std::string>{"--", "-x"});
+  CHECK(parse_ok({"train.py", "--", "-x"}).script_args == std::vector<std::string>{"-x"});
+  // "-1" is a value (a negative number), refused by the option's own check.
+  CHECK(
+      parse_error({"--max_restarts", "-1", "x"}).rfind("--max_restarts: expected an integer", 0) ==
+      0);
+}
+
+TEST_CASE("options: values read as torchrun's types read them") {
+  // int(): whitespace, sign, underscores.
+  CHECK(parse_ok({"--nnodes= 1 : 2 ", "x"}).max_nodes == 2);
+  CHECK(parse_ok({"--nproc_per_node= 2 ", "x"}).nproc_per_node == "2");
+  CHECK(parse_ok({"--max_restarts=+1_0", "x"}).max_restarts == 10);
+  CHECK(parse_ok({"--master_port= 29501", "x"}).master_port == 29501);
+  CHECK(parse_ok({"--local_ranks_filter= 1, 2", "x"}).local_ranks_filter == std::vector<int>{1, 2});
+  CHECK(parse_error({"--nnodes=1:", "x"}).find("--nnodes") == 0);
+  CHECK(parse_error({"--nnodes=1:2:3", "x"}).find("--nnodes") == 0);
+  CHECK(parse_error({"--local_ranks_filter=0,", "x"}).find("--local_ranks_filter") == 0);
+  CHECK(parse_error({"--max_restarts=1.0", "x"}).find("--max_restarts") == 0);
+  CHECK(parse_error({"--shutdown_timeout=2.5", "x"}) ==
+        "--shutdown_timeout: expected a non-negative integer number of seconds, got '2.5'");
+  // An empty value is a value, and is checked: for example PET_MASTER_PORT=.
+  CHECK(parse_error({"x"}, {{"PET_MASTER_PORT", ""}}) ==
+        "PET_MASTER_PORT (--master_port): expected an integer in 0..65535, got ''");
+  CHECK(parse_error({"--master_port=", "x"}) ==
+        "--master_port: expected an integer in 0..65535, got ''");
+  CHECK(parse_error({"x"}, {{"PET_NNODES", ""}}).rfind("PET_NNODES (--nnodes)", 0) == 0);
+  CHECK(parse_error({"--tee=", "x"}).find("--tee: expected 0-3") == 0);
+  CHECK(parse_error({"x"}, {{"PET_REDIRECTS", ""}}).rfind("PET_REDIRECTS (--redirects)", 0) == 0);
+  CHECK(parse_error({"--rdzv_id=", "x"}) == "--rdzv_id: expected a job id, got ''");
+  CHECK(parse_error({"--master_addr=", "x"}) == "--master_addr: is empty");
+  CHECK(parse_error({"--signals_to_handle=", "x"}).find("--signals_to_handle") == 0);
+  CHECK(parse_error({"--nproc_per_node=xpu", "x"}).find("xpu is not supported") !=
+        std::string::npos);
+  // Choices are checked from the variable too, naming it.
+  CHECK(parse_error({"x"}, {{"PET_START_METHOD", "bad"}}) ==
+        "PET_START_METHOD (--start_method): expected spawn, fork or forkserver, got 'bad'");
+  CHECK(parse_error({"--start-method", "bad", "x"}).find("--start_method") == 0);
+}
+
+TEST_CASE("options: --event_log_handler: torchrun's built-in handlers only") {
+  CHECK(parse_ok({"x"}).event_log_handler == "null");
+  CHECK(parse_ok({"x"}).event_log.empty());
+  CHECK(parse_ok({"--event_log_handler=null", "x"}).event_log.empty());
+  CHECK(parse_ok({"--event_log_handler=dynamic_rendezvous", "x"}).event_log.empty());
+  // console: the agent's events on stderr, unless --event_log names a file.
+  CHECK(parse_ok({"--event-log-handler", "console", "x"}).event_log == "/dev/stderr");
+  CHECK(parse_ok({"--event-log-handler=console", "--event_log=/tmp/e", "x"}).event_log == "/tmp/e");
+  CHECK(parse_error({"--event_log_handler=syslog", "x"})
+            .rfind("--event_log_handler: expected console, dynamic_rendezvous or null", 0) == 0);
+}
+
+TEST_CASE("options: --logs_specs: the built-in default only, and no PET_ variable") {
+  CHECK(parse_ok({"--logs_specs=default", "x"}).entrypoint == "x");
+  CHECK(parse_error({"--logs-specs", "mine", "x"})
+            .rfind("--logs_specs: 'mine' is not available", 0) == 0);
+  CHECK(parse_ok({"x"}, {{"PET_LOGS_SPECS", "mine"}}).entrypoint == "x");
+}
+
+TEST_CASE("options: --numa_binding: its choices, then refused for now; no PET_ variable") {
+  for (const char* mode : {"node", "socket", "exclusive", "core-complex"}) {
+    CHECK(parse_error({std::string("--numa-binding=") + mode, "x"}) ==
+          "--numa-binding: not supported yet");
+  }
+  CHECK(parse_error({"--numa_binding", "foo", "x"}) ==
+        "argument --numa-binding/--numa_binding: invalid choice: 'foo' (choose from node, "
+        "socket, exclusive, core-complex)");
+  CHECK(parse_ok({"x"}, {{"PET_NUMA_BINDING", "node"}}).entrypoint == "x");
+}
+
+TEST_CASE("options: --duplicate_std{out,err}_filters are refused, not ignored") {
+  for (const char* stream : {"stdout", "stderr"}) {
+    const std::string dash = std::string("--duplicate-") + stream + "-filters";
+    const std::string underscore = std::string("--duplicate_") + stream + "_filters";
+    const std::string expected = underscore + ": not supported yet (copying the " + stream +
+                                 " lines that contain a filter to attempt_N/filtered_" + stream +
+                                 ".log); use --tee and grep the per-rank logs under --log_dir";
+    CHECK(parse_error({dash, "a,,b,c", "x"}) == expected);
+    CHECK(parse_error({underscore + "=", "x"}) == expected);  // [''] in torchrun: every line
+    std::string pet = "PET_DUPLICATE_" +
+                      std::string(stream == std::string("stdout") ? "STDOUT" : "STDERR") +
+                      "_FILTERS";
+    CHECK(parse_error({"x"}, {{pet, "loss"}}).rfind(pet + " (" + underscore + ")", 0) == 0);
+  }
+  CHECK(parse_error({"--duplicate-stdo", "a", "x"}).find("--duplicate_stdout_filters") == 0);
+  CHECK(parse_error({"--dup", "a", "x"}).find("ambiguous option") == 0);
+}
+
+TEST_CASE("options: --shutdown_timeout, PET_SHUTDOWN_TIMEOUT, TORCH_ELASTIC_SHUTDOWN_TIMEOUT") {
+  CHECK(parse_ok({"x"}).shutdown_timeout == 30);
+  CHECK(parse_ok({"x"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "12"}}).shutdown_timeout == 12);
+  CHECK(parse_ok({"--shutdown-timeout=3", "x"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "12"}})
+            .shutdown_timeout == 3);
+  CHECK(parse_ok({"x"}, {{"PET_SHUTDOWN_TIMEOUT", "4"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "12"}})
+            .shutdown_timeout == 4);
+  // torchrun does not check the variable's sign: a negative grace period is none.
+  CHECK(parse_ok({"x"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "-5"}}).shutdown_timeout == 0);
+  CHECK(parse_error({"x"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon"}}) ==
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: expected an integer number of seconds, got 'soon'");
+  CHECK(parse_error({"--shutdown_timeout=-1", "x"}).find("non-negative") != std::string::npos);
+}
+
+TEST_CASE("options: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is read once, when parsing") {
+  CHECK(parse_ok({"x"}).log_line_prefix_template.empty());
+  CHECK(parse_ok({"x"}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]"}})
+            .log_line_prefix_template == "[${rank}]");
+}
+
+TEST_CASE("options: the single-node rule of PyTorch main (static, no endpoint, no port)") {
+  auto single = parse_ok({"--rdzv_id=job", "x"});
+  CHECK(single.standalone);
+  CHECK(single.rdzv_backend == "c10d");
+  CHECK(single.rdzv_endpoint == "localhost:0");
+  // Any of these keeps the static rendezvous on --master_addr:--master_port.
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--master_port=29501", "x"},
+                                                                {"--nnodes=1:2", "x"},
+                                                                {"--nnodes=2", "x"},
+                                                                {"--rdzv_endpoint=h:5", "x"}}) {
+    INFO(args.front());
+    auto o = parse_ok(args);
+    CHECK_FALSE(o.standalone);
+    CHECK(o.rdzv_backend == "static");
+  }
+  CHECK_FALSE(parse_ok({"x"}, {{"PET_MASTER_PORT", "29501"}}).standalone);
+  CHECK_FALSE(parse_ok({"--rdzv_backend=c10d", "--rdzv_endpoint=h:1", "x"}).standalone);
+  // --standalone overrides a backend and endpoint given with it, as torchrun does.
+  auto standalone = parse_ok({"--standalone", "--rdzv_backend=etcd", "--rdzv_endpoint=e:1", "x"});
+  CHECK(standalone.rdzv_backend == "c10d");
+  CHECK(standalone.rdzv_endpoint == "localhost:0");
+}
+
+TEST_CASE("options: rendezvous endpoints as generators write them") {
+  // c10d: port 0 is a free port chosen by the hosting agent, on a single node.
+  for (const char* endpoint :
+       {"host:0", "localhost:0", "[::1]:29400", "[::1]", "host", "[::1]:0"}) {
+    INFO(endpoint);
+    auto o = parse_ok({"--rdzv_backend=c10d", std::string("--rdzv_endpoint=") + endpoint, "x"});
+    CHECK(o.rdzv_endpoint == endpoint);
+  }
+  CHECK(parse_rdzv_endpoint("host:0", 29400).value().port == 0);
+  CHECK(parse_rdzv_endpoint("host:0", 29400).value().host == "host");
+  CHECK(parse_rdzv_endpoint(" localhost:0 ", 29400).value().host == "localhost");
+  CHECK(parse_rdzv_endpoint("[::1]:0", 29400).value().host == "::1");
+  CHECK(parse_rdzv_endpoint("[::1]:0", 29400).value().port == 0);
+  CHECK(parse_rdzv_endpoint("[::1]", 29400).value().port == 29400);
+  CHECK(parse_rdzv_endpoint("host", 29400).value().port == 29400);  // a missing port
+  CHECK(parse_rdzv_endpoint("host:10", 29400).value().port == 10);
+  CHECK_FALSE(parse_rdzv_endpoint(":0", 29400));
+  CHECK_FALSE(parse_rdzv_endpoint(":", 29400));
+  CHECK_FALSE(parse_rdzv_endpoint("0", 29400).value().port == 0);
+  CHECK_FALSE(parse_rdzv_endpoint("::0", 29400));
+  CHECK(parse_error({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=host:0", "x"})
+            .rfind("--rdzv_endpoint: port 0 (the host picks a free port) works on one node", 0) ==
+        0);
+  CHECK(parse_error({"--rdzv_backend=c10d", "--rdzv_endpoint=::1", "x"}).find("in brackets") !=
+        std::string::npos);
+  CHECK(parse_error({"--rdzv_backend=c10d", "--rdzv_endpoint=h:x", "x"}).find("--rdzv_endpoint") ==
+        0);
+  // static: the endpoint is node rank 0's HOST:PORT, over --master_addr and --master_port.
+  auto fixed = parse_ok({"--nnodes=2", "--rdzv_endpoint=[fe80::1]:5000", "--master_port=7", "x"});
+  CHECK(fixed.master_addr == "fe80::1");
+  CHECK(fixed.master_port == 5000);
+  CHECK(parse_error({"--nnodes=2", "--rdzv_endpoint=node0", "x"}) ==
+        "--rdzv_endpoint: the static backend needs a port (HOST:PORT), got 'node0'");
+  CHECK(parse_error({"--nnodes=2", "--master_port=0", "x"}).find("--master_port: port 0") == 0);
+}
+
+TEST_CASE("options: --slurm reads PET_SLURM too") {
+  CHECK(parse_error({"x"}, {{"PET_SLURM", "1"}}).find("SLURM") != std::string::npos);
+  CHECK(parse_error({"--slurm", "x"}).find("SLURM") != std::string::npos);
+  CHECK(parse_error({"--standalone", "--sl", "x"}) ==
+        "--slurm and --standalone cannot be used together");
+}
+
+TEST_CASE("options: help and version by abbreviation, before any script") {
+  CHECK(parse_launch_options({"--h"}, env_of({})).value().outcome == ParseOutcome::kHelp);
+  CHECK(parse_launch_options({"-h", "--frobnicate"}, env_of({})).value().outcome ==
+        ParseOutcome::kHelp);
+  CHECK(parse_launch_options({"--vers"}, env_of({})).value().outcome == ParseOutcome::kVersion);
+  auto help = parse_launch_options({"--help"}, env_of({})).value().text;
+  for (const char* name : {"--nproc-per-node", "--virtual_local_rank", "--numa-binding", "-m, "})
+    CHECK(help.find(name) != std::string::npos);
+  // The script's own --help is the script's.
+  CHECK(parse_ok({"train.py", "--help"}).script_args == std::vector<std::string>{"--help"});
 }

@@ -163,3 +163,45 @@ TEST_CASE("worker env: with etcd, the store is the etcd members, no port and no 
   CHECK(env.count("CTRUN_STORE_PORT") == 0);
   CHECK(env.count("CTRUN_RDZV_TOKEN") == 0);
 }
+
+TEST_CASE("worker env: --virtual_local_rank gives LOCAL_RANK=0 and the worker's own device") {
+  LaunchOptions o;
+  o.virtual_local_rank = true;
+  WorkerEnvInputs in;
+  in.options = &o;
+  in.local_world_size = 3;
+  in.local_rank = 2;
+  in.placement = RoundPlacement{0, 1, 0, 3, "127.0.0.1", 29511, 0};
+  // The agent's CUDA_VISIBLE_DEVICES is split on ',' and the entry stripped, as torchrun does.
+  auto narrowed = as_map(worker_environment({"CUDA_VISIBLE_DEVICES=4,5, 7 "}, in));
+  CHECK(narrowed["LOCAL_RANK"] == "0");
+  CHECK(narrowed["RANK"] == "2");  // the real ranks are unchanged
+  CHECK(narrowed["CUDA_VISIBLE_DEVICES"] == "7");
+  // Without one, the device is the local rank.
+  auto plain = as_map(worker_environment({"PATH=/bin"}, in));
+  CHECK(plain["LOCAL_RANK"] == "0");
+  CHECK(plain["CUDA_VISIBLE_DEVICES"] == "2");
+  // Off: the local rank, and the agent's CUDA_VISIBLE_DEVICES passed through untouched.
+  o.virtual_local_rank = false;
+  auto off = as_map(worker_environment({"CUDA_VISIBLE_DEVICES=4,5,7"}, in));
+  CHECK(off["LOCAL_RANK"] == "2");
+  CHECK(off["CUDA_VISIBLE_DEVICES"] == "4,5,7");
+}
+
+TEST_CASE("worker env: --virtual_local_rank needs a device for every local rank") {
+  LaunchOptions o;
+  auto env = [](std::optional<std::string> visible) {
+    return [visible](const std::string& name) -> std::optional<std::string> {
+      return name == "CUDA_VISIBLE_DEVICES" ? visible : std::nullopt;
+    };
+  };
+  CHECK(check_virtual_local_rank(o, 4, env("0")).ok());  // off: not checked
+  o.virtual_local_rank = true;
+  CHECK(check_virtual_local_rank(o, 4, env(std::nullopt)).ok());
+  CHECK(check_virtual_local_rank(o, 2, env("0,1")).ok());
+  auto short_list = check_virtual_local_rank(o, 3, env("0,1"));
+  REQUIRE_FALSE(short_list.ok());
+  CHECK(short_list.error().message ==
+        "--virtual_local_rank: local rank 2 exceeds available GPUs in CUDA_VISIBLE_DEVICES=0,1 "
+        "(3 workers per node)");
+}

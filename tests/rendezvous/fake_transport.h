@@ -6,6 +6,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "ctrun/rendezvous/frame.h"
 #include "ctrun/rendezvous/service.h"
@@ -16,6 +17,10 @@ class FakeTransport : public Transport {
  public:
   void send(ConnectionId id, std::string bytes) override {
     if (closed.count(id)) throw std::logic_error("send after close");
+    if (raw.count(id)) {
+      raw_bytes[id] += bytes;
+      return;
+    }
     auto& decoder = decoders[id];
     decoder.feed(bytes.data(), bytes.size());
     while (true) {
@@ -41,6 +46,11 @@ class FakeTransport : public Transport {
   }
   bool has(ConnectionId id) { return !inbox[id].empty(); }
 
+  // What the connection was sent, undecoded (TCPStore connections), and takes it.
+  std::string take_raw(ConnectionId id) { return std::exchange(raw_bytes[id], std::string()); }
+
+  std::set<ConnectionId> raw;  // connections whose bytes are kept as they came, not decoded
+  std::map<ConnectionId, std::string> raw_bytes;
   std::map<ConnectionId, FrameDecoder> decoders;
   std::map<ConnectionId, std::deque<Json>> inbox;
   std::set<ConnectionId> closed;

@@ -6,6 +6,7 @@
 
 #include "ctrun/rendezvous/frame.h"
 #include "service_harness.h"
+#include "tcpstore_wire.h"
 
 using namespace ctrun::rendezvous;
 using namespace ctrun::rendezvous::testing;
@@ -176,5 +177,65 @@ TEST_CASE("fuzz: 100,000 mutated requests never break the service") {
   Json got = h.call(keeper, Json{{"op", "get"}, {"key", "precious"}});
   REQUIRE(got["ok"] == true);
   CHECK(got["value"].get_binary().size() == 4);
+  CHECK(h.service->num_connections() == 1);
+}
+
+TEST_CASE("fuzz: 60,000 mutated TCPStore requests never break the worker store") {
+  using namespace ctrun::rendezvous::tcpstore;
+  std::mt19937 rng(seed() + 2);
+  std::vector<std::string> corpus;
+  const std::vector<Request> requests = {
+      {Op::kSet, {"k"}, {"v"}, 0, 0},       {Op::kCompareSet, {"k"}, {"v", "w"}, 0, 0},
+      {Op::kGet, {"k"}, {}, 0, 0},          {Op::kAdd, {"n"}, {}, 3, 0},
+      {Op::kCheck, {"k", "n"}, {}, 0, 0},   {Op::kWait, {"k"}, {}, 0, 0},
+      {Op::kNumKeys, {}, {}, 0, 0},         {Op::kDeleteKey, {"k"}, {}, 0, 0},
+      {Op::kWatchKey, {"k"}, {}, 0, 0},     {Op::kAppend, {"k"}, {"x"}, 0, 0},
+      {Op::kMultiGet, {"k"}, {}, 0, 0},     {Op::kMultiSet, {"a"}, {"b"}, 0, 0},
+      {Op::kCancelWait, {}, {}, 0, 0},      {Op::kPing, {}, {}, 0, 7},
+      {Op::kQueuePush, {"q"}, {"i"}, 0, 0}, {Op::kQueuePop, {"q"}, {}, 0, 0},
+      {Op::kQueueLen, {"q"}, {}, 0, 0},     {Op::kListKeys, {}, {}, 0, 0},
+      {Op::kBarrier, {"b"}, {}, 2, 0},
+  };
+  for (const auto& r : requests) {
+    for (Dialect d : {Dialect::kLegacy, Dialect::kValidated}) {
+      try {
+        corpus.push_back((d == Dialect::kValidated ? encode_validate() : "") +
+                         encode_request(d, r));
+      } catch (const std::invalid_argument&) {  // not in that numbering
+      }
+    }
+  }
+  ServiceOptions options;
+  options.worker_store_job = "job";
+  ServiceHarness h(options);
+  const ConnectionId keeper = h.connect();
+  h.transport.raw.insert(keeper);
+  const std::string keep =
+      encode_request(Dialect::kLegacy, {Op::kSet, {"precious"}, {"data"}, 0, 0});
+  h.send_raw(keeper, keep);
+
+  int inputs = 0;
+  ConnectionId next = 1000;
+  while (inputs < 60'000) {
+    const ConnectionId c = next++;
+    h.transport.raw.insert(c);
+    h.service->on_connect(c, "10.0.0.7:" + std::to_string(c));
+    for (int k = 0; k < 20 && !h.transport.closed.count(c); ++k, ++inputs) {
+      const std::string input = rng() % 4 == 0 ? corpus[rng() % corpus.size()]
+                                               : mutate(corpus[rng() % corpus.size()], rng);
+      h.service->on_data(c, input.data(), input.size());
+      if (rng() % 64 == 0) {
+        h.clock.advance(std::chrono::milliseconds(rng() % 20'000));
+        h.service->tick();
+      }
+    }
+    if (!h.transport.closed.count(c)) h.service->on_disconnect(c);
+    h.transport.raw_bytes.clear();
+  }
+  // The keeper's key may have been overwritten by a fuzzed SET of the same name, but the store
+  // and its connection are unharmed and still answer.
+  CHECK_FALSE(h.transport.closed.count(keeper));
+  h.send_raw(keeper, encode_request(Dialect::kLegacy, {Op::kCheck, {"precious"}, {}, 0, 0}));
+  CHECK(h.transport.take_raw(keeper) == std::string(1, '\0'));
   CHECK(h.service->num_connections() == 1);
 }

@@ -1,6 +1,8 @@
-// The ctrun command line, flag for flag with torchrun: parsed and checked, with no side effects.
-// Every option also comes from a PET_<NAME> environment variable (flag, then variable, then
-// default), as torchrun does, so Kubeflow and TorchX launch ctrun unchanged.
+// The ctrun command line, flag for flag with torchrun (PyTorch main's torch/distributed/run.py,
+// read with argparse's rules: see launcher/src/arg_parser.h and the table in docs/env.md):
+// parsed and checked, with no side effects. Every option also comes from a PET_<NAME>
+// environment variable (flag, then variable, then default), as torchrun does, so Kubeflow and
+// TorchX launch ctrun unchanged.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +55,10 @@ struct LaunchOptions {
   RendezvousConf rdzv_conf;
   bool standalone = false;
   int max_restarts = 0;
-  double monitor_interval = 5;  // accepted; exits are seen by events, not polling
+  double monitor_interval = 0.1;  // accepted; exits are seen by events, not polling
   std::string start_method = "spawn";
+  // null, dynamic_rendezvous (no events) or console (the events to stderr, via event_log).
+  std::string event_log_handler = "null";
   std::string role = "default";
   bool module = false;
   bool no_python = false;
@@ -69,7 +73,13 @@ struct LaunchOptions {
   int master_port = 29500;
   std::string local_addr;
   std::vector<int> signals_to_handle;  // signal numbers
+  // --shutdown_timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 (whole seconds).
   double shutdown_timeout = 30;
+  // LOCAL_RANK=0 for every worker and CUDA_VISIBLE_DEVICES narrowed to the worker's device.
+  bool virtual_local_rank = false;
+  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: the console prefix of each worker's lines, with
+  // ${role_name}, ${rank} and ${local_rank} (log_line_prefix.h); empty: "[<role><rank>]:".
+  std::string log_line_prefix_template;
   // ctrun's own: a worker whose heartbeat file (CTRUN_HEARTBEAT_FILE) stops changing for this
   // long after its first beat is SIGKILLed and the job restarts; 0 turns it off.
   double worker_timeout = 0;
@@ -108,6 +118,9 @@ Result<int> resolve_nproc(const std::string& nproc_per_node, const MachineFacts&
 // --rdzv_endpoint, parsed where the rendezvous part defines it.
 using rendezvous::Endpoint;
 using rendezvous::parse_endpoint;
+// parse_endpoint, and port 0 written out ("host:0", "[::1]:0") read as the launcher means it:
+// the hosting agent binds a free port (TCPStore(port=0)), which works on a single node only.
+Result<Endpoint> parse_rdzv_endpoint(const std::string& text, std::uint16_t default_port);
 
 std::optional<int> signal_from_name(const std::string& name);
 std::string signal_name(int signo);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ctrun/launcher/log_line_prefix.h"  // a worker's console prefix
 #include "ctrun/launcher/options.h"
 #include "ctrun/rendezvous/store_address.h"
 
@@ -35,9 +36,16 @@ struct WorkerEnvInputs {
   bool set_omp_num_threads = false;  // OMP_NUM_THREADS unset and more than one local worker
 };
 
-// The agent's own environment ("K=V" entries) with the worker's variables set over it.
+// The agent's own environment ("K=V" entries) with the worker's variables set over it. With
+// --virtual_local_rank, LOCAL_RANK is 0 and CUDA_VISIBLE_DEVICES is the worker's own entry of
+// the agent's CUDA_VISIBLE_DEVICES (in `base`), or its local rank when the agent has none.
 std::vector<std::string> worker_environment(const std::vector<std::string>& base,
                                             const WorkerEnvInputs& in);
+
+// With --virtual_local_rank and a CUDA_VISIBLE_DEVICES in the agent's environment, every local
+// rank needs an entry of it (torchrun raises the same error when it starts the workers).
+rendezvous::Status check_virtual_local_rank(const LaunchOptions& options, int local_world_size,
+                                            const EnvLookup& env);
 
 struct WorkerCommand {
   std::string executable;  // a path, or a name to look up on PATH

@@ -59,6 +59,9 @@ class AsyncClient {
   // This side's address on the connection (e.g. "10.0.0.2"): where peers that reach the daemon
   // can reach this host too. Empty when not connected.
   std::string local_address() const;
+  // The daemon also serves this job's store to torch's TCPStore clients on its own port (its
+  // hello answer said so): an agent's embedded daemon.
+  bool serves_worker_store() const;
   void close();
   void set_event_handler(EventHandler handler);
 

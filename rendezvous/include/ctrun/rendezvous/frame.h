@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,10 @@ using Json = nlohmann::json;
 inline constexpr std::uint32_t kProtocolVersion = 1;
 inline constexpr std::size_t kFrameHeaderBytes = 4;
 inline constexpr std::size_t kDefaultMaxFrameBytes = 16u << 20;
+// What ctrun's clients send first, before the daemon's challenge: a listener that also serves
+// torch's TCPStore wire (ServiceOptions::worker_store_job) tells its two kinds of client apart by
+// it. No TCPStore command starts with 'C', and no frame can (its length would be over 1 GiB).
+inline constexpr std::string_view kClientPreamble = "CTRN";
 
 // Appends one encoded frame to `out` (so a writer can coalesce several frames in one write).
 void append_frame(std::string& out, const Json& body);

@@ -57,6 +57,8 @@ struct RoundAssignment {
   int master_port = 0;
   std::string store_prefix;  // per-round key prefix so a new round never sees old keys
 };
+// "rdzv/<generation>/<round>/": where a round's workers keep their keys in the job's store.
+std::string round_store_prefix(int generation, int round);
 Json to_json(const RoundAssignment& a);
 Result<RoundAssignment> round_assignment_from_json(const Json& j);
 

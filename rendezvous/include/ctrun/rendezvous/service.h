@@ -25,6 +25,10 @@ namespace ctrun::rendezvous {
 
 using ConnectionId = std::uint64_t;
 
+namespace tcpstore {
+struct Request;
+}
+
 // What the service needs from the network: queue bytes for a connection, close it (after what
 // is queued is sent). The service never calls either for a connection it has closed.
 class Transport {
@@ -54,6 +58,11 @@ struct ServiceOptions {
   // compact_bytes and is larger than the last snapshot.
   StateLog* state = nullptr;
   std::uint64_t compact_bytes = 64u << 20;
+  // The job whose store this daemon also serves to torch's TCPStore clients, on the same port
+  // (an agent that hosts the rendezvous names its own job: TORCHELASTIC_USE_AGENT_STORE=True).
+  // Connections are then told apart by their first bytes, and each TCPStore connection keeps its
+  // keys under the prefix of the job's round at the time it connected (docs/protocol.md).
+  std::optional<std::string> worker_store_job;
 };
 
 class Service {
@@ -129,6 +138,17 @@ class Service {
   void bind_node(Connection& c, Job& job, const std::string& node);
   // get, wait and multi_get: answer when every key exists, or time out.
   void wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bool with_values);
+  void send_challenge(const Connection& c);
+
+  // torch's TCPStore wire (service_tcpstore.cc).
+  void start_tcpstore(Connection& c);
+  void on_tcpstore_data(Connection& c, const char* data, std::size_t size);
+  void handle_tcpstore(Connection& c, tcpstore::Request& req);
+  void tcpstore_wait(Connection& c, std::vector<std::string> keys);
+  void tcpstore_barrier(Connection& c, const std::string& key, std::int64_t world_size);
+  void tcpstore_watch(Connection& c, const std::string& key);
+  // Drops what the connection waits for (waits, barriers) and, unless kept, its watches.
+  void end_tcpstore(Connection& c, bool keep_watches);
 
   ServiceOptions options_;
   const Clock& clock_;
@@ -137,7 +157,8 @@ class Service {
   std::unordered_map<std::string, std::size_t> connections_per_host_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   ServiceMetrics counters_;  // the counter fields only; requests are counted apart
-  std::unordered_map<std::string_view, std::uint64_t> request_counts_;  // keys: kHandlers'
+  std::unordered_map<std::string_view, std::uint64_t> request_counts_;   // keys: kHandlers'
+  std::unordered_map<std::string_view, std::uint64_t> tcpstore_counts_;  // keys: op_name()
   bool state_broken_ = false;
   bool shutting_down_ = false;  // an append failed: rewrite everything at the next tick
   static const std::unordered_map<std::string_view, Handler> kHandlers;

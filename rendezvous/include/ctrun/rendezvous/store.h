@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -51,11 +52,32 @@ class KeyValueStore {
   // is empty); returns the value the key holds afterwards (or `expected` when absent).
   Result<std::string> compare_set(const std::string& key, const std::string& expected,
                                   std::string desired);
+  // c10d's append: the value grows by `data`; an absent key is created holding it.
+  Status append(const std::string& key, const std::string& data);
+  // True when every key exists, or names a queue that is not empty.
   bool check(const std::vector<std::string>& keys) const;
   bool erase(const std::string& key);
   std::size_t num_keys() const { return data_.size(); }
+  // The keys that start with `prefix` (a scan: for the rare c10d num_keys and list_keys).
+  std::vector<std::string> keys_with_prefix(const std::string& prefix) const;
+
+  // torch 2.x TCPStore's queues: FIFO lists beside the keys (never journaled, as torch keeps
+  // them in memory too). A push wakes one waiter on the queue's name.
+  Status queue_push(const std::string& key, std::string value);
+  struct Popped {
+    std::size_t length_before = 0;
+    std::optional<std::string> value;  // the front, when the queue was not empty
+  };
+  Popped queue_pop(const std::string& key);
+  std::size_t queue_length(const std::string& key) const;
   const std::unordered_map<std::string, std::string>& entries() const { return data_; }
   std::size_t total_bytes() const { return total_bytes_; }
+
+  // Told of every change of a key: `before` is null when the key was created, `after` when it
+  // was deleted. For torch 1.13's watch_key; it must not modify the store.
+  using ChangeListener = std::function<void(const std::string& key, const std::string* before,
+                                            const std::string* after)>;
+  void set_change_listener(ChangeListener listener) { listener_ = std::move(listener); }
 
   // Returns 0 when the callback already ran (all keys present).
   WaiterId wait(std::vector<std::string> keys, TimePoint deadline, WaitCallback done);
@@ -75,15 +97,18 @@ class KeyValueStore {
   void write(const std::string& key, std::string value);  // no limit checks
   Status put(const std::string& key, std::string value);
   void remove_waiter(WaiterId id);
-  void wake_watchers(const std::string& key);
+  // Runs the waiters on `key` whose keys now all exist, at most `max_woken` of them.
+  void wake_watchers(const std::string& key, std::size_t max_woken = SIZE_MAX);
 
   StoreLimits limits_;
   std::unordered_map<std::string, std::string> data_;
+  std::unordered_map<std::string, std::deque<std::string>> queues_;
   std::size_t total_bytes_ = 0;
   std::unordered_map<std::string, std::vector<WaiterId>> watchers_;
   std::map<WaiterId, Waiter> waiters_;
   std::set<std::pair<TimePoint, WaiterId>> deadlines_;
   WaiterId next_waiter_ = 1;
+  ChangeListener listener_;
 };
 
 }  // namespace ctrun::rendezvous

@@ -1,0 +1,120 @@
+// Real torch 1.13 workers bootstrap their process group through the agent's store, which the
+// agent's rendezvous daemon serves in torch's TCPStore protocol (docs/protocol.md, the worker
+// store): with env:// and with tcp:// at the launcher's own master port, on one node and two,
+// and the same launch under the reference torchrun.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+
+#include "process.h"
+
+using namespace ctrun::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Runs each command line (a launcher and its arguments) at once and waits for all of them.
+std::vector<std::optional<int>> run_all(const std::vector<std::vector<std::string>>& commands,
+                                        const ScratchDir& s) {
+  ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
+  std::vector<std::unique_ptr<ChildProcess>> children;
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    children.push_back(
+        std::make_unique<ChildProcess>(commands[i], s.path("node" + std::to_string(i) + ".log")));
+  }
+  ::unsetenv("PYTHON_EXEC");
+  std::vector<std::optional<int>> codes;
+  for (auto& c : children) codes.push_back(c->wait(120s));
+  return codes;
+}
+
+std::string logs(const ScratchDir& s, std::size_t n) {
+  std::string all;
+  for (std::size_t i = 0; i < n; ++i) all += read_file(s.path("node" + std::to_string(i) + ".log"));
+  return all;
+}
+
+// What each rank wrote (store_bootstrap.py): its world size, agent store flag and master.
+void check_ranks(const ScratchDir& s, int world_size, const std::string& agent_store,
+                 const std::string& master) {
+  for (int rank = 0; rank < world_size; ++rank) {
+    const auto seen = read_env_file(s.path("rank" + std::to_string(rank)));
+    INFO("rank " << rank);
+    CHECK((seen.count("world_size") == 1 && seen.at("world_size") == std::to_string(world_size)));
+    CHECK((seen.count("agent_store") == 1 && seen.at("agent_store") == agent_store));
+    if (!master.empty()) CHECK((seen.count("master") == 1 && seen.at("master") == master));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("worker store: torch workers meet in the agent's store with env:// (--standalone)") {
+  ScratchDir s("wstore");
+  auto codes = run_all(
+      {{CTRUN_PATH, "--standalone", "--nproc_per_node=3", STORE_SCRIPT_PATH, "env://", s.path()}},
+      s);
+  INFO(logs(s, 1));
+  REQUIRE(codes[0] == std::optional<int>(0));
+  check_ranks(s, 3, "True", "");
+}
+
+TEST_CASE(
+    "worker store: tcp:// at the launcher's --master_port reaches the agent's store "
+    "(static) as under torchrun") {
+  ScratchDir s("wstore");
+  const std::string port = std::to_string(free_port());
+  auto codes =
+      run_all({{CTRUN_PATH, "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                "--master_port=" + port, STORE_SCRIPT_PATH, "tcp://127.0.0.1:" + port, s.path()}},
+              s);
+  INFO(logs(s, 1));
+  REQUIRE(codes[0] == std::optional<int>(0));
+  check_ranks(s, 2, "True", "127.0.0.1:" + port);
+
+  // The reference torchrun with the same command line (its store binds every interface, so it
+  // runs in a loopback-only network namespace).
+  if (!can_unshare_network()) {
+    WARN("reference torchrun skipped: needs root for a loopback-only network namespace");
+    return;
+  }
+  ScratchDir ref("wstore-ref");
+  ChildProcess torchrun(
+      {"/usr/bin/unshare", "-n", "/bin/sh", "-c",
+       "ip link set lo up && /usr/bin/python3 " TORCHRUN_REF_PATH
+       " --nproc_per_node=2 --master_addr=127.0.0.1 --master_port=29517 " STORE_SCRIPT_PATH
+       " tcp://127.0.0.1:29517 " +
+           ref.path()},
+      ref.path("node0.log"));
+  const auto code = torchrun.wait(120s);
+  INFO(read_file(ref.path("node0.log")));
+  REQUIRE(code == std::optional<int>(0));
+  check_ranks(ref, 2, "True", "127.0.0.1:29517");
+}
+
+TEST_CASE("worker store: two nodes on the c10d backend meet in the hosting agent's store") {
+  ScratchDir s("wstore");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::vector<std::string>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back({CTRUN_PATH, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                     "--rdzv_endpoint=" + endpoint, "--rdzv_id=wstore2", STORE_SCRIPT_PATH,
+                     "env://", s.path()});
+  }
+  auto codes = run_all(nodes, s);
+  INFO(logs(s, 2));
+  REQUIRE(codes[0] == std::optional<int>(0));
+  REQUIRE(codes[1] == std::optional<int>(0));
+  // Workers of both nodes reach the store at the rendezvous endpoint, where one agent hosts it.
+  check_ranks(s, 4, "True", endpoint);
+}
+
+TEST_CASE("worker store: with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 rank 0's worker hosts it") {
+  ScratchDir s("wstore");
+  ::setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1", 1);
+  auto codes = run_all(
+      {{CTRUN_PATH, "--standalone", "--nproc_per_node=2", STORE_SCRIPT_PATH, "env://", s.path()}},
+      s);
+  ::unsetenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
+  INFO(logs(s, 1));
+  REQUIRE(codes[0] == std::optional<int>(0));
+  check_ranks(s, 2, "False", "");
+}
