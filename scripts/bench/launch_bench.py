@@ -7,6 +7,9 @@
               to the first instruction of its replacement (the C++ probe, launch_probe).
   c) node     two agents of a 1:2 job (c10d backend); the whole of one node (agent and workers)
      failure  is killed with SIGKILL; time until the survivor's worker starts again.
+  d) first_collective  `--standalone --nproc_per_node=2` and `=4` of a Python worker
+              (launch_bench/first_collective.py: import torch, init_process_group gloo env://,
+              one all_reduce): time from the launch to the last rank's all_reduce done.
 
 Run it with /usr/bin/python3 (it needs only the standard library; the node-failure workers
 import torch). Unless it already runs in a network namespace with nothing but the loopback
@@ -14,7 +17,8 @@ interface, it re-runs itself in a new one (`unshare -n`; torchrun's TCPStore bin
 interface whatever address it is given). Every wait is bounded, and every process it starts is
 stopped by PID.
 
-  /usr/bin/python3 scripts/bench/launch_bench.py [--quick] [--only launch,restart,node]
+  /usr/bin/python3 scripts/bench/launch_bench.py [--quick]
+      [--only launch,restart,node,first_collective]
       [--ctrun build-bench/launcher/ctrun] [--ctrund build-bench/rendezvous/ctrund]
       [--probe build-bench/scripts/bench/launch_probe]
 """
@@ -42,8 +46,10 @@ BUILD = os.path.join(ROOT, "build-bench")
 PYTHON = "/usr/bin/python3"  # Debian's python3-torch 1.13: the reference
 TORCHRUN = [PYTHON, os.path.join(ROOT, "tests", "python", "torchrun_ref.py")]
 GLOO_WORKER = os.path.join(HERE, "launch_bench", "gloo_worker.py")
+FIRST_COLLECTIVE = os.path.join(HERE, "launch_bench", "first_collective.py")
 
 LAUNCH_TIMEOUT_S = 120
+FIRST_COLLECTIVE_TIMEOUT_S = 120
 RESTART_JOB_TIMEOUT_S = 240
 NODE_STEADY_TIMEOUT_S = 180
 NODE_RECOVERY_TIMEOUT_S = 90
@@ -349,13 +355,52 @@ def bench_node_failure(args, tmp, reps):
     return results
 
 
+# ---- d) launch to the first collective --------------------------------------------------------
+
+FIRST_COLLECTIVE_RANKS = (2, 4)
+
+
+def first_collective_once(side, nproc, args, tmp, i):
+    """Milliseconds from the launch to the last rank's first all_reduce done."""
+    out = tempfile.mkdtemp(prefix=f"first.{side}.{nproc}.{i}.", dir=tmp)
+    logf = os.path.join(tmp, f"first.{side}.{nproc}.{i}.log")
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", PYTHON_EXEC=PYTHON)
+    common = ["--standalone", f"--nproc_per_node={nproc}"]
+    if side == "ctrun":
+        cmd = [args.ctrun] + common + [FIRST_COLLECTIVE, out]
+    else:
+        cmd = TORCHRUN + common + [FIRST_COLLECTIVE, out]
+    t0 = now_ns()
+    p = run_to_end(cmd, logf, FIRST_COLLECTIVE_TIMEOUT_S, env)
+    done = glob.glob(os.path.join(out, "done.*"))
+    if p.status != 0 or len(done) != nproc:
+        raise RuntimeError(f"{side} with {nproc} ranks exited {p.status}, {len(done)} ranks "
+                           f"done:\n{tail(logf)}")
+    return (max(read_ns(d) for d in done) - t0) / 1e6
+
+
+def bench_first_collective(args, tmp, runs):
+    """{(side, nproc): [ms]}; one untimed warm-up each, then alternating order."""
+    results = {}
+    for nproc in FIRST_COLLECTIVE_RANKS:
+        for i in range(runs + 1):
+            order = ("ctrun", "torchrun") if i % 2 == 0 else ("torchrun", "ctrun")
+            for side in order:
+                ms = first_collective_once(side, nproc, args, tmp, i)
+                what = "warm-up" if i == 0 else f"run {i}"
+                log(f"first collective {nproc} ranks {what} {side:8}: {ms:8.1f} ms")
+                if i > 0:
+                    results.setdefault((side, nproc), []).append(ms)
+    return results
+
+
 # ---- report -----------------------------------------------------------------------------------
 
 def med(xs):
     return statistics.median(xs)
 
 
-def report(launch, restart, node, args):
+def report(launch, restart, node, args, first=None):
     print()
     print(f"launch_bench: ctrun ({args.ctrun}) vs torchrun 1.13 (tests/python/torchrun_ref.py), "
           f"loopback-only network namespace")
@@ -406,6 +451,18 @@ def report(launch, restart, node, args):
         print(f"| survivor's new worker starts | {t:.1f} | {c:.1f} | {t / c:.1f}x |")
         for side in ("torchrun", "ctrun"):
             print(f"  {side} (ms): " + ", ".join(f"{x:.1f}" for x in sorted(node[side])))
+    if first:
+        n = len(first[("ctrun", FIRST_COLLECTIVE_RANKS[0])])
+        print(f"\nd) launch to the first collective: --standalone, Python workers "
+              f"(import torch, init_process_group gloo env://, one all_reduce); ms from the "
+              f"launch to the last rank's all_reduce done, median of {n} (after one warm-up)\n")
+        print("| ranks | torchrun | ctrun | torchrun / ctrun |")
+        print("|------:|---------:|------:|-----------------:|")
+        for nproc in FIRST_COLLECTIVE_RANKS:
+            t, c = med(first[("torchrun", nproc)]), med(first[("ctrun", nproc)])
+            print(f"| {nproc} | {t:.1f} | {c:.1f} | {t / c:.2f}x |")
+        for (side, nproc), xs in sorted(first.items()):
+            print(f"  {side} {nproc} ranks (ms): " + ", ".join(f"{x:.1f}" for x in sorted(xs)))
 
 
 def main():
@@ -416,7 +473,9 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="5 launches, 1 restart job, 1 node failure per side")
     ap.add_argument("--only", default="launch,restart,node",
-                    help="comma-separated subset of launch,restart,node")
+                    help="comma-separated subset of launch,restart,node,first_collective")
+    ap.add_argument("--first_runs", type=int, default=5,
+                    help="timed launches per side and rank count for first_collective")
     ap.add_argument("--launch_runs", type=int, default=9)
     ap.add_argument("--restart_jobs", type=int, default=2, help="each job gives --restarts restarts")
     ap.add_argument("--restarts", type=int, default=5)
@@ -429,8 +488,8 @@ def main():
     ap.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     parts = set(args.only.split(","))
-    if not parts <= {"launch", "restart", "node"}:
-        ap.error("--only takes launch, restart, node")
+    if not parts <= {"launch", "restart", "node", "first_collective"}:
+        ap.error("--only takes launch, restart, node, first_collective")
     needed = [args.ctrun] + ([args.measure] if "launch" in parts else []) + \
         ([args.probe] if "restart" in parts else []) + \
         ([args.ctrund] if "node" in parts else [])
@@ -439,7 +498,7 @@ def main():
             sys.exit(f"launch_bench: {path} is missing; build it (cmake --build build-bench "
                      f"--target ctrun ctrund launch_probe launch_measure)")
     if args.quick:
-        args.launch_runs, args.restart_jobs, args.node_reps = 5, 1, 1
+        args.launch_runs, args.restart_jobs, args.node_reps, args.first_runs = 5, 1, 1, 2
     ensure_loopback_netns(__file__, [a for a in argv if a != "--in-netns"])
 
     log(f"== machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
@@ -450,7 +509,9 @@ def main():
         launch = bench_launch(args, tmp, args.launch_runs) if "launch" in parts else None
         restart = bench_restart(args, tmp, args.restart_jobs) if "restart" in parts else None
         node = bench_node_failure(args, tmp, args.node_reps) if "node" in parts else None
-        report(launch, restart, node, args)
+        first = bench_first_collective(args, tmp, args.first_runs) \
+            if "first_collective" in parts else None
+        report(launch, restart, node, args, first)
         log(f"== load at the end {os.getloadavg()[0]:.1f}")
         ok = True
     finally:

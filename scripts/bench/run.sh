@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issues 2, 3, 4 and 7 and prints their tables with ratios:
+# Runs every benchmark of issues 2, 3, 4, 7 and 16 and prints their tables with ratios:
 #   store_bench       ctrund vs PyTorch's TCPStore: set+get throughput (1/4/16 client processes), latency
+#   bootstrap_bench   process-group bootstrap store traffic of 256/1024/4096 ranks: the agent's
+#                     worker store vs PyTorch's TCPStore server
 #   rdzv_bench        ctrund rendezvous of 16..4096 nodes: formation time, daemon peak memory
 #   c10d_rdzv_bench   torch's c10d dynamic rendezvous vs ctrund at 16 and 64 nodes
 #   backend_rdzv_bench  one round of 16/64/256 agents through the agent's Backend: etcd vs ctrund
@@ -33,7 +35,7 @@ if [[ " $* " != *" --in-netns "* ]]; then
       -DCTRUN_WITH_TORCH=ON -DCMAKE_BUILD_TYPE=Release
   fi
   nice -n 19 ninja -C "$build" -j "${BENCH_JOBS:-1}" ctrund rdzv_bench backend_rdzv_bench store_bench \
-    ctrun launch_probe launch_measure mlp gpt allreduce_bench
+    bootstrap_bench ctrun launch_probe launch_measure mlp gpt allreduce_bench
   # Re-run this script in a fresh network namespace with only the loopback interface.
   unshare_flags=(-n)
   [ "$(id -u)" -eq 0 ] || unshare_flags=(-r -n)
@@ -57,6 +59,7 @@ run() {  # every benchmark is bounded: none may hang the run
 }
 
 run 1200 "$bench/store_bench" "${quick[@]}"
+run 900 "$bench/bootstrap_bench" "${quick[@]}"
 run 900 "$bench/rdzv_bench" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/c10d_rdzv_bench.py" --rdzv_bench "$bench/rdzv_bench" "${quick[@]}"
 run 900 "$bench/backend_rdzv_bench" "${quick[@]}"

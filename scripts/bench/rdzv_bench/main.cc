@@ -29,7 +29,16 @@ std::optional<Row> run_once(const std::string& ctrund, int nodes, const std::str
   const std::string port_file = dir + "/ctrund.port";
   std::remove(port_file.c_str());
   Child::Options o;
-  o.argv = {ctrund, "--host", "127.0.0.1", "--port", "0", "--port_file", port_file};
+  // Every node connects from 127.0.0.1: the per-host limit (1024 by default) must fit them all.
+  o.argv = {ctrund,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--port_file",
+            port_file,
+            "--max_connections_per_host",
+            std::to_string(nodes + 64)};
   o.stderr_path = dir + "/ctrund-" + std::to_string(nodes) + ".log";
   Child daemon = Child::spawn(o);
   auto port = bench::wait_for_port_file(port_file, Clock::now() + std::chrono::seconds(30));

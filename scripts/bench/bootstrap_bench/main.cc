@@ -1,0 +1,405 @@
+// bootstrap_bench: the store traffic of a process group's bootstrap, N ranks at once, against
+// torch's own TCPStore server and against ctrun's worker store (what an agent hosts).
+//
+// Each run starts a fresh server in a child process (this binary again, with --role), then one
+// load generator (load.cc, in this process) plays all N ranks over N connections with the
+// requests of init_process_group under an agent store plus torch's store-based barrier, and
+// times the first connect to the last rank through the barrier.
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "../common/process.h"
+#include "load.h"
+#include "servers.h"
+
+namespace {
+
+using bench::Child;
+using bench::Clock;
+namespace ts = ctrun::rendezvous::tcpstore;
+
+// tcpstore: torch's c10d::TCPStore server (LibTorch 1.13), torch <= 2.0's numbering.
+// ctrun: ctrun's worker store, the same bytes. ctrun_v2: ctrun's worker store in torch 2.2+'s
+// numbering (VALIDATE first), which torch 1.13's server cannot serve: no reference for it here.
+const std::vector<std::string> kBackends = {"tcpstore", "ctrun", "ctrun_v2"};
+
+const char* label(const std::string& backend) {
+  if (backend == "tcpstore") return "torch TCPStore";
+  if (backend == "ctrun") return "ctrun worker store";
+  return "ctrun, torch 2.2+ wire";
+}
+
+struct Settings {
+  std::vector<int> ranks = {256, 1024, 4096};
+  int reps = 3;
+  int timeout_s = 120;
+  int connect_window = 128;
+  bool paced = false;
+  std::vector<std::string> backends = kBackends;
+};
+
+struct Measurement {
+  bool ok = false;
+  std::string error;
+  double wall_s = 0, connected_s = 0, unique_id_s = 0;
+  // The server's peak RSS over the run, less its RSS before it: both servers are this binary,
+  // which maps LibTorch (~150 MiB resident) before it serves anything.
+  double server_cpu_s = 0, server_growth_mib = 0, generator_cpu_s = 0;
+  int connect_retries = 0;
+  // SYNs the kernel dropped because the server's accept queue was full (this network namespace's
+  // TcpExt ListenOverflows over the run): each costs its rank a 1 s retransmission.
+  long listen_overflows = 0;
+};
+
+// TcpExt ListenOverflows of the calling process's network namespace; -1 if unreadable.
+long read_listen_overflows() {
+  std::ifstream in("/proc/net/netstat");
+  std::string names, values;
+  while (std::getline(in, names) && std::getline(in, values)) {
+    if (names.rfind("TcpExt:", 0) != 0) continue;
+    std::istringstream n(names), v(values);
+    std::string name, value;
+    while (n >> name && v >> value) {
+      if (name == "ListenOverflows") return std::stol(value);
+    }
+  }
+  return -1;
+}
+
+// VmRSS of a live process, in KiB; 0 if unreadable.
+long read_vm_rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+std::string self_path() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+Measurement measure(const std::string& backend, int ranks, const Settings& s,
+                    const std::string& dir) {
+  const std::string role = backend == "tcpstore" ? "tcpstore_server" : "ctrun_server";
+  const std::string port_file = dir + "/" + role + ".port";
+  std::remove(port_file.c_str());
+  Child::Options o;
+  o.argv = {self_path(), "--role", role, "--port_file", port_file};
+  o.stderr_path = dir + "/" + backend + "-" + std::to_string(ranks) + ".log";
+  Child server = Child::spawn(o);
+  Measurement m;
+  auto port = bench::wait_for_port_file(port_file, Clock::now() + std::chrono::seconds(30));
+  if (!port) {
+    m.error = "the server did not start; see " + o.stderr_path;
+    return m;
+  }
+  const double cpu0 = bench::read_cpu_seconds(server.pid());
+  const long rss0_kib = read_vm_rss_kib(server.pid());
+  bootstrap_bench::LoadOptions load;
+  load.port = *port;
+  load.ranks = ranks;
+  load.dialect = backend == "ctrun_v2" ? ts::Dialect::kValidated : ts::Dialect::kLegacy;
+  load.connect_window = s.connect_window;
+  load.paced = s.paced;
+  load.timeout = std::chrono::seconds(s.timeout_s);
+  const long overflows0 = read_listen_overflows();
+  const bootstrap_bench::LoadResult r = bootstrap_bench::run_bootstrap(load);
+  m.listen_overflows = read_listen_overflows() - overflows0;
+  m.server_cpu_s = bench::read_cpu_seconds(server.pid()) - cpu0;
+  m.server_growth_mib =
+      static_cast<double>(bench::read_vm_hwm_kib(server.pid()) - rss0_kib) / 1024.0;
+  if (auto exited = server.wait_until(Clock::now()); exited) {
+    m.error = "the server exited (status " + std::to_string(*exited) + "); " + r.error;
+    return m;
+  }
+  server.stop();
+  m.ok = r.ok;
+  m.error = r.error;
+  m.wall_s = r.wall_s;
+  m.connected_s = r.connected_s;
+  m.unique_id_s = r.unique_id_s;
+  m.generator_cpu_s = r.generator_cpu_s;
+  m.connect_retries = r.connect_retries;
+  return m;
+}
+
+// Per backend and rank count: the successful runs, or the first failure.
+struct Cell {
+  std::vector<Measurement> runs;
+  std::optional<std::string> failure;
+  // The run with the median wall time represents the cell (its phases and CPU go with it).
+  const Measurement* median() const {
+    if (runs.empty()) return nullptr;
+    std::vector<const Measurement*> v;
+    for (const auto& m : runs) v.push_back(&m);
+    std::sort(v.begin(), v.end(),
+              [](const Measurement* a, const Measurement* b) { return a->wall_s < b->wall_s; });
+    return v[(v.size() - 1) / 2];
+  }
+};
+using Results = std::map<std::string, std::map<int, Cell>>;
+
+std::string ms(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", s * 1e3);
+  return buf;
+}
+
+std::string cell_text(const Cell& c) {
+  if (c.failure) return "FAILED";
+  if (const Measurement* m = c.median()) return ms(m->wall_s);
+  return "-";
+}
+
+bool has(const Results& results, const std::string& backend) { return results.count(backend) != 0; }
+
+void print_report(const Results& results, const Settings& s) {
+  std::printf(
+      "\nbootstrap_bench: the store traffic of init_process_group for N ranks (connect; ADD "
+      "init/; rank 0 SETs a 128-byte id, the others WAIT and GET it; barrier: ADD, the last "
+      "SETs, all WAIT), one load-generator process, a fresh server per run, median of %d; "
+      "wall time from the first connect to the last rank through the barrier\n\n",
+      s.reps);
+  const bool torch = has(results, "tcpstore");
+  const bool ours = has(results, "ctrun");
+  const bool v2 = has(results, "ctrun_v2");
+  std::printf("| ranks |");
+  if (torch) std::printf(" torch TCPStore (ms) |");
+  if (ours) std::printf(" ctrun worker store (ms) |");
+  if (torch && ours) std::printf(" ratio |");
+  if (v2) std::printf(" ctrun, torch 2.2+ wire (ms) |");
+  std::printf("\n|------:|");
+  if (torch) std::printf("--------------------:|");
+  if (ours) std::printf("------------------------:|");
+  if (torch && ours) std::printf("------:|");
+  if (v2) std::printf("----------------------------:|");
+  std::printf("\n");
+  auto get = [&results](const std::string& b, int n) -> const Cell& {
+    static const Cell kEmpty;
+    auto it = results.find(b);
+    if (it == results.end()) return kEmpty;
+    auto jt = it->second.find(n);
+    return jt == it->second.end() ? kEmpty : jt->second;
+  };
+  for (int n : s.ranks) {
+    std::printf("| %5d |", n);
+    if (torch) std::printf(" %19s |", cell_text(get("tcpstore", n)).c_str());
+    if (ours) std::printf(" %23s |", cell_text(get("ctrun", n)).c_str());
+    if (torch && ours) {
+      const Measurement* a = get("tcpstore", n).median();
+      const Measurement* b = get("ctrun", n).median();
+      std::string ratio = "-";
+      if (a && b && !get("tcpstore", n).failure && !get("ctrun", n).failure) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.2fx", a->wall_s / b->wall_s);
+        ratio = buf;
+      }
+      std::printf(" %5s |", ratio.c_str());
+    }
+    if (v2) std::printf(" %27s |", cell_text(get("ctrun_v2", n)).c_str());
+    std::printf("\n");
+  }
+
+  std::printf(
+      "\nPhases of the median run: when the last rank was connected, held rank 0's id, and was "
+      "through the barrier (ms from the first connect); the server's CPU time during the run "
+      "and the growth of its peak RSS over its RSS before the run; the load generator's CPU time "
+      "(both share the machine's cores); SYNs dropped for a full accept queue (each costs a 1 s "
+      "retransmission)\n\n");
+  std::printf(
+      "| ranks | server | connected | unique id | barrier | server CPU (ms) | server +RSS (MiB) "
+      "| generator CPU (ms) | SYNs dropped |\n");
+  std::printf(
+      "|------:|--------|----------:|----------:|--------:|----------------:|------------------:"
+      "|-------------------:|-------------:|\n");
+  for (int n : s.ranks) {
+    for (const auto& b : s.backends) {
+      const Cell& c = get(b, n);
+      const Measurement* m = c.median();
+      if (c.failure || !m) continue;
+      std::printf("| %5d | %s | %9s | %9s | %7s | %15s | %17.1f | %18s | %12ld |\n", n, label(b),
+                  ms(m->connected_s).c_str(), ms(m->unique_id_s).c_str(), ms(m->wall_s).c_str(),
+                  ms(m->server_cpu_s).c_str(), m->server_growth_mib, ms(m->generator_cpu_s).c_str(),
+                  m->listen_overflows);
+    }
+  }
+  bool any_failure = false;
+  for (const auto& b : s.backends) {
+    for (int n : s.ranks) {
+      const Cell& c = get(b, n);
+      if (!c.failure) continue;
+      if (!any_failure) std::printf("\nFailures:\n");
+      any_failure = true;
+      std::printf("- %s, %d ranks: %s\n", label(b), n, c.failure->c_str());
+    }
+  }
+
+  if (torch && ours) {
+    const int most = s.ranks.back();
+    const Cell& a = get("tcpstore", most);
+    const Cell& b = get("ctrun", most);
+    std::printf("\ntargets: >= 2x torch's server at %d ranks: ", most);
+    if (b.failure || !b.median()) {
+      std::printf("MISSED (ctrun failed)");
+    } else if (a.failure) {
+      std::printf("MET (torch's server failed)");
+    } else if (a.median()) {
+      const double ratio = a.median()->wall_s / b.median()->wall_s;
+      std::printf("%.2fx %s", ratio, ratio >= 2 ? "MET" : "MISSED");
+    }
+    bool fails_where_torch_passes = false;
+    for (int n : s.ranks) fails_where_torch_passes |= get("ctrun", n).failure.has_value();
+    std::printf("; no ctrun failure at any N: %s\n", fails_where_torch_passes ? "MISSED" : "MET");
+  }
+}
+
+std::string json_escape(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (static_cast<unsigned char>(ch) >= 0x20) out += ch;
+  }
+  return out;
+}
+
+void write_json(const Results& results, const Settings& s, const std::string& path) {
+  std::ofstream out(path);
+  for (const auto& b : s.backends) {
+    auto it = results.find(b);
+    if (it == results.end()) continue;
+    for (int n : s.ranks) {
+      auto jt = it->second.find(n);
+      if (jt == it->second.end()) continue;
+      const Cell& c = jt->second;
+      const Measurement* m = c.median();
+      out << "{\"backend\": \"" << b << "\", \"ranks\": " << n
+          << ", \"ok\": " << (c.failure || !m ? "false" : "true");
+      if (c.failure) out << ", \"error\": \"" << json_escape(*c.failure) << "\"";
+      if (m && !c.failure) {
+        out << ", \"wall_s\": " << m->wall_s << ", \"connected_s\": " << m->connected_s
+            << ", \"unique_id_s\": " << m->unique_id_s << ", \"server_cpu_s\": " << m->server_cpu_s
+            << ", \"server_growth_mib\": " << m->server_growth_mib;
+      }
+      out << "}\n";
+    }
+  }
+}
+
+int orchestrate(const Settings& s, const std::string& json_out) {
+  bench::install_cleanup_handlers();
+  // One descriptor per rank on each side (the servers inherit the raised limit).
+  const long nofile = bench::raise_nofile_limit();
+  const int most = *std::max_element(s.ranks.begin(), s.ranks.end());
+  if (most + 64L > nofile) {
+    std::cerr << "bootstrap_bench: RLIMIT_NOFILE " << nofile << " is too low for " << most
+              << " ranks\n";
+    return 1;
+  }
+  const std::string dir = bench::make_temp_dir("bootstrap_bench.");
+  Results results;
+  bool ours_failed = false;
+  for (int rep = 0; rep < s.reps; ++rep) {
+    for (std::size_t i = 0; i < s.ranks.size(); ++i) {
+      const int n = s.ranks[i];
+      for (std::size_t k = 0; k < s.backends.size(); ++k) {
+        // Rotate the order, so bursts of load from others on a shared machine fall on all alike.
+        const std::string& b =
+            s.backends[(k + i + static_cast<std::size_t>(rep)) % s.backends.size()];
+        Cell& cell = results[b][n];
+        if (cell.failure) continue;  // failed once at this N: reported, not retried
+        Measurement m;
+        try {
+          m = measure(b, n, s, dir);
+        } catch (const std::exception& e) {
+          m.error = e.what();
+        }
+        if (!m.ok) {
+          std::fprintf(stderr, "rep %d %-22s %5d ranks: FAILED: %s\n", rep + 1, label(b), n,
+                       m.error.c_str());
+          cell.failure = m.error;
+          if (b != "tcpstore") ours_failed = true;
+          continue;
+        }
+        const std::string retries =
+            m.connect_retries ? ", " + std::to_string(m.connect_retries) + " connect retries" : "";
+        std::fprintf(stderr,
+                     "rep %d %-22s %5d ranks: %8.1f ms (connected %.1f, id %.1f), server cpu "
+                     "%.0f ms, +%.1f MiB, %ld SYNs dropped%s\n",
+                     rep + 1, label(b), n, m.wall_s * 1e3, m.connected_s * 1e3, m.unique_id_s * 1e3,
+                     m.server_cpu_s * 1e3, m.server_growth_mib, m.listen_overflows,
+                     retries.c_str());
+        cell.runs.push_back(m);
+      }
+    }
+  }
+  print_report(results, s);
+  if (!json_out.empty()) write_json(results, s, json_out);
+  if (!ours_failed) bench::remove_tree(dir);  // else its server logs stay
+  return ours_failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "bootstrap_bench: process-group bootstrap traffic, ctrun's worker store vs torch's "
+      "TCPStore"};
+  Settings s;
+  std::string role, port_file, json_out;
+  bool quick = false;
+  app.add_option("--role", role, "internal: tcpstore_server | ctrun_server");
+  app.add_option("--port_file", port_file);
+  app.add_option("--ranks", s.ranks, "rank counts")->delimiter(',');
+  app.add_option("--reps", s.reps, "repetitions (the median is reported)");
+  app.add_option("--timeout_s", s.timeout_s, "per run: a server that cannot finish FAILS");
+  app.add_option("--connect_window", s.connect_window, "connects in flight at once");
+  app.add_flag("--paced", s.paced,
+               "diagnostic: a rank counts against --connect_window until its first answer, so "
+               "the server's accept queue stays short");
+  app.add_option("--backends", s.backends, "of tcpstore, ctrun, ctrun_v2")->delimiter(',');
+  app.add_flag("--quick", quick, "one repetition");
+  app.add_option("--json_out", json_out, "also write one row per backend and N as JSON lines");
+  CLI11_PARSE(app, argc, argv);
+
+  if (role == "tcpstore_server") {
+    bench::die_with_parent();
+    return store_bench::run_tcpstore_server(port_file);
+  }
+  if (role == "ctrun_server") {
+    bench::die_with_parent();
+    return bootstrap_bench::run_ctrun_server(port_file);
+  }
+  if (!role.empty()) {
+    std::cerr << "bootstrap_bench: unknown role '" << role << "'\n";
+    return 2;
+  }
+  for (const auto& b : s.backends) {
+    if (std::find(kBackends.begin(), kBackends.end(), b) == kBackends.end()) {
+      std::cerr << "bootstrap_bench: unknown backend '" << b << "'\n";
+      return 2;
+    }
+  }
+  if (s.ranks.empty() || *std::min_element(s.ranks.begin(), s.ranks.end()) < 1 || s.reps < 1 ||
+      s.connect_window < 1 || s.timeout_s < 1) {
+    std::cerr
+        << "bootstrap_bench: --ranks, --reps, --connect_window and --timeout_s must be positive\n";
+    return 2;
+  }
+  if (quick) s.reps = 1;
+  std::sort(s.ranks.begin(), s.ranks.end());
+  return orchestrate(s, json_out);
+}
