@@ -9,7 +9,7 @@ packages=(
   libboost1.81-dev libboost-filesystem1.81-dev
   nlohmann-json3-dev libcli11-dev catch2 libssl-dev
   libtorch-dev libgloo-dev python3-torch
-  iproute2 procps
+  iproute2 procps elfutils libhwloc-dev
   etcd-server etcd-client slurmctld slurmd slurm-client munge prometheus
 )
 

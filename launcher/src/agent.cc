@@ -2,6 +2,7 @@
 
 #include <ifaddrs.h>
 #include <netdb.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,7 +12,9 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <random>
+#include <sstream>
 #include <string_view>
 
 #include "ctrun/launcher/failure_report.h"
@@ -24,6 +27,7 @@
 #include "ctrun/rendezvous/message.h"
 #include "ctrun/rendezvous/server.h"
 #include "heartbeat_monitor.h"
+#include "native_stack_probe.h"
 #include "worker_group.h"
 
 extern char** environ;
@@ -38,6 +42,12 @@ using rdzv::Task;
 namespace {
 
 constexpr int kExitFailure = 1;
+// A hung worker's last moments: eu-stack's time to take its native stacks, and a Python
+// worker's time to write faulthandler's stacks and die of the SIGABRT.
+constexpr std::chrono::milliseconds kNativeStacksTimeout{5000};
+constexpr std::chrono::milliseconds kPythonStacksTimeout{2000};
+// How long a failed worker's stderr may take to be read to its end for the report.
+constexpr std::chrono::milliseconds kStderrDrainTimeout{2000};
 
 void log(const std::string& line) { rdzv::log_line("ctrun", line); }
 
@@ -111,6 +121,8 @@ std::string failure_summary(const FailureInfo& f) {
     std::string text = *message;
     while (!text.empty() && text.back() == '\n') text.pop_back();
     why = text.substr(text.find_last_of('\n') + 1).substr(0, 512);
+  } else if (auto exception = exception_from_stderr(f.stderr_tail)) {
+    why = exception->substr(0, 512);
   } else if (f.signal != 0) {
     why = signal_name(f.signal);
   } else {
@@ -276,7 +288,12 @@ class Agent::Impl {
   void arm_signals();
   void arm_heartbeat_check();
   void check_heartbeats();
+  // A worker judged hung: its native stacks (eu-stack) into its log and the report; a Python
+  // worker is then sent SIGABRT, on which faulthandler writes every thread's Python stack to
+  // its stderr; then its process group is SIGKILLed.
+  Task<void> kill_hung_worker(int local_rank, int pid);
   bool use_agent_store() const;  // TORCHELASTIC_USE_AGENT_STORE
+  rdzv::Status plan_bindings();  // --numa-binding
   rdzv::Status start_workers(const rdzv::RoundAssignment& round, int restart_count);
   // A structured event for --event_log, with the job and this node's id.
   void event(const std::string& name, rdzv::Json fields = rdzv::Json::object()) {
@@ -308,6 +325,10 @@ class Agent::Impl {
   asio::steady_timer heartbeat_timer_;
   HeartbeatMonitor heartbeats_;
   std::vector<std::string> heartbeat_files_;  // by local rank; empty without --worker_timeout
+  std::vector<std::string> stderr_files_;     // by local rank; empty: no stderr.log
+  std::vector<std::string> stderr_places_;    // by local rank: where its stderr goes, in words
+  bool workers_run_python_ = false;           // the entrypoint runs under $PYTHON_EXEC
+  std::map<int, std::string> hung_stacks_;    // by pid, this group's workers killed as hung
   WorkerGroup workers_;
   std::deque<Event> events_;
 
@@ -323,7 +344,8 @@ class Agent::Impl {
   std::unique_ptr<rdzv::EventLog> server_event_log_;  // and its hosted rendezvous's
   std::unique_ptr<rdzv::Server> server_;              // when this agent hosts the rendezvous
   std::unique_ptr<rdzv::Backend> client_;
-  bool etcd_ = false;  // --rdzv_backend=etcd: no daemon; the job's keys live in etcd
+  bool etcd_ = false;                 // --rdzv_backend=etcd: no daemon; the job's keys live in etcd
+  std::vector<CpuBinding> bindings_;  // --numa-binding: each local rank's, else empty
   std::vector<rdzv::Endpoint> etcd_endpoints_;
   rdzv::RendezvousConfig config_;
   int requested_rank_ = -1;
@@ -374,6 +396,10 @@ Task<rdzv::Status> Agent::Impl::setup() {
     auto t = rdzv::clean_token(env, "CTRUN_RDZV_TOKEN");
     if (!t) co_return t.error();
     token_ = t.value();
+  }
+
+  if (!o.numa_binding.empty()) {
+    if (auto s = plan_bindings(); !s) co_return s;
   }
 
   config_.min_nodes = o.min_nodes;
@@ -477,6 +503,28 @@ Task<rdzv::Status> Agent::Impl::setup() {
   co_return rdzv::ok_status();
 }
 
+// The machine does not change while the agent runs, nor does its worker count: one plan.
+rdzv::Status Agent::Impl::plan_bindings() {
+  auto topology = read_cpu_topology();
+  if (!topology) return topology.error();
+  std::optional<std::string> visible;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) visible = v;
+  const int gpus = static_cast<int>(topology.value().gpu_nodes.size());
+  auto devices = worker_devices(visible, local_world_size_, gpus);
+  if (!devices) return devices.error();
+  auto plan = plan_numa_binding(topology.value(), *parse_numa_mode(options_.numa_binding),
+                                local_world_size_, devices.value());
+  if (!plan) return plan.error();
+  bindings_ = std::move(plan).value();
+  for (int rank = 0; rank < local_world_size_; ++rank) {
+    log("--numa-binding=" + options_.numa_binding + ": local rank " + std::to_string(rank) +
+        " on CPUs " + cpu_list_text(bindings_[rank].cpus) + ", memory from NUMA node " +
+        std::to_string(bindings_[rank].memory_node) +
+        (gpus == 0 ? " (no GPU: workers spread over the NUMA nodes)" : ""));
+  }
+  return rdzv::ok_status();
+}
+
 // As torchrun: workers are clients of the agent's store with the static backend, and with the
 // others unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1. Where the rendezvous is not an agent's (a
 // ctrund of its own, etcd), rank 0's worker hosts torch's TCPStore at the round's master
@@ -492,12 +540,17 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   const LaunchOptions& o = options_;
   const bool set_omp = local_world_size_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr;
   const char* python = std::getenv("PYTHON_EXEC");
-  const WorkerCommand command = worker_command(o, python && *python ? python : "python3");
+  const std::string python_exec = python && *python ? python : "python3";
+  const WorkerCommand command = worker_command(o, python_exec);
+  workers_run_python_ = command.executable == python_exec;
   const std::vector<std::string> base = current_environment();
   const bool implicit_tee = !o.log_dir.empty() && o.redirects.empty() && o.tee.empty();
   std::vector<WorkerSpec> specs;
   std::vector<std::int64_t> initial_stamps;
   heartbeat_files_.clear();
+  stderr_files_.clear();
+  stderr_places_.clear();
+  hung_stacks_.clear();
   for (int local_rank = 0; local_rank < local_world_size_; ++local_rank) {
     const std::string dir = attempt_dir(restart_count, local_rank);
     std::error_code ec;
@@ -525,6 +578,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     }
     in.error_file = dir + "/error.json";
     in.set_omp_num_threads = set_omp;
+    in.python_fault_handler = o.worker_timeout > 0 && workers_run_python_;
     if (o.worker_timeout > 0) {
       in.heartbeat_file = dir + "/heartbeat";
       if (std::FILE* f = std::fopen(in.heartbeat_file.c_str(), "w")) std::fclose(f);
@@ -536,8 +590,8 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     spec.local_rank = local_rank;
     spec.command = command;
     spec.env = worker_environment(base, in);
-    spec.prefix = console_prefix(o.log_line_prefix_template, o.role,
-                                 round.rank_offset + local_rank, local_rank);
+    spec.prefix = console_prefix(o.log_line_prefix_template, o.role, round.rank_offset + local_rank,
+                                 local_rank);
     const bool console =
         o.local_ranks_filter.empty() ||
         std::count(o.local_ranks_filter.begin(), o.local_ranks_filter.end(), local_rank) > 0;
@@ -548,6 +602,12 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     spec.stderr_file = (to_file & 2) ? dir + "/stderr.log" : "";
     spec.stdout_console = console && !((redirect & 1) && !(tee & 1)) ? 1 : -1;
     spec.stderr_console = console && !((redirect & 2) && !(tee & 2)) ? 2 : -1;
+    stderr_files_.push_back(spec.stderr_file);
+    stderr_places_.push_back(!spec.stderr_file.empty() ? spec.stderr_file
+                             : spec.stderr_console >= 0
+                                 ? "the console"
+                                 : "nowhere (--redirects/--local_ranks_filter)");
+    if (!bindings_.empty()) spec.binding = bindings_[local_rank];
     specs.push_back(std::move(spec));
   }
   exited_ok_ = 0;
@@ -802,9 +862,49 @@ void Agent::Impl::check_heartbeats() {
                           {"local_rank", local_rank},
                           {"reason", std::string(why)}});
     write_error_file_if_absent(attempt_dir(restart_count_, local_rank) + "/error.json", why);
-    // SIGKILL: a hung process may not run a SIGTERM handler. Its exit restarts the job.
-    workers_.kill(local_rank, SIGKILL);
+    const int pid = workers_.running_pid(local_rank);
+    if (pid == 0) continue;  // it exited meanwhile; that exit is on its way
+    hung_stacks_[pid] = "";
+    asio::co_spawn(io_, kill_hung_worker(local_rank, pid), asio::detached);
   }
+}
+
+Task<void> Agent::Impl::kill_hung_worker(int local_rank, int pid) {
+  const std::string who = "worker rank " + std::to_string(round_.rank_offset + local_rank) +
+                          " (local rank " + std::to_string(local_rank) + ")";
+  const auto index = static_cast<std::size_t>(local_rank);
+  const std::string place = index < stderr_places_.size() ? stderr_places_[index] : "its stderr";
+  NativeStacks stacks =
+      co_await capture_native_stacks(io_.get_executor(), pid, kNativeStacksTimeout);
+  // Gone meanwhile (the group was stopped for another reason): a new group may use this rank.
+  if (workers_.running_pid(local_rank) != pid) co_return;
+  hung_stacks_[pid] = stacks.text;
+  workers_.write_stderr_note(local_rank, "ctrun: " + who + " hung: native stacks (eu-stack -p " +
+                                             std::to_string(pid) + "):\n" + stacks.text);
+  if (stacks.taken) {
+    log(who + ": native stacks (eu-stack) written to " + place);
+  } else {
+    // One log line: eu-stack's words (its error, a timeout, the hint), not frames.
+    std::string why;
+    std::istringstream lines(stacks.text);
+    for (std::string line; std::getline(lines, line) && why.size() < 600;) {
+      if (!line.empty() && line[0] != '#') why += (why.empty() ? "" : "; ") + line;
+    }
+    log(who + ": no native stacks: " + why.substr(0, 600));
+  }
+  if (workers_run_python_) {
+    // The abort is the agent's: no core file of what may be a process of many GiB.
+    const rlimit no_core{0, 0};
+    prlimit(pid, RLIMIT_CORE, &no_core, nullptr);
+    workers_.signal_process(local_rank, SIGABRT);
+    log(who + ": sent SIGABRT: Python stacks (faulthandler) to " + place);
+    const auto deadline = std::chrono::steady_clock::now() + kPythonStacksTimeout;
+    while (workers_.running_pid(local_rank) == pid && std::chrono::steady_clock::now() < deadline) {
+      co_await linger(std::chrono::milliseconds(20));
+    }
+  }
+  // SIGKILL: a hung process may not run a SIGTERM handler. Its exit restarts the job.
+  if (workers_.running_pid(local_rank) == pid) workers_.kill(local_rank, SIGKILL);
 }
 
 Task<int> Agent::Impl::finish_success() {
@@ -859,6 +959,19 @@ Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
   info.signal = first.signal;
   info.at = first.at;
   info.error_file = attempt_dir(restart_count_, first.local_rank) + "/error.json";
+  // What it wrote before it died (a traceback, faulthandler's stacks) is read to its end.
+  const auto drained = std::chrono::steady_clock::now() + kStderrDrainTimeout;
+  while (!workers_.stderr_closed(first.local_rank) && std::chrono::steady_clock::now() < drained) {
+    co_await linger(std::chrono::milliseconds(20));
+  }
+  info.stderr_tail = workers_.stderr_tail(first.local_rank);
+  if (static_cast<std::size_t>(first.local_rank) < stderr_files_.size()) {
+    info.stderr_log = stderr_files_[static_cast<std::size_t>(first.local_rank)];
+  }
+  if (auto hung = hung_stacks_.find(first.pid); hung != hung_stacks_.end()) {
+    info.hung = true;
+    info.native_stacks = hung->second;
+  }
   const std::string report = format_failure_report(info);
   std::fputs(report.c_str(), stderr);
   // Built before the co_await: g++ 12 mishandles conditional temporaries inside its operand.

@@ -1,11 +1,13 @@
 #include "ctrun/launcher/failure_report.h"
 
+#include <algorithm>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "ctrun/launcher/options.h"
+#include "native_stacks.h"
 
 namespace ctrun::launcher {
 
@@ -33,6 +35,96 @@ std::optional<std::string> read_error_file(const std::string& path) {
   return std::nullopt;
 }
 
+namespace {
+
+constexpr const char* kTraceback = "Traceback (most recent call last):";
+constexpr const char* kFaultHandler = "Fatal Python error: ";
+constexpr const char* kErrorsDoc = "https://pytorch.org/docs/stable/elastic/errors.html";
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The line before `i` that is not blank, or npos.
+std::size_t previous_text(const std::vector<std::string>& lines, std::size_t i) {
+  while (i > 0) {
+    --i;
+    if (lines[i].find_first_not_of(" \t") != std::string::npos) return i;
+  }
+  return std::string::npos;
+}
+
+// Where the last traceback or faulthandler dump starts; npos when there is none.
+std::size_t python_report_start(const std::vector<std::string>& lines) {
+  std::size_t start = std::string::npos;
+  for (std::size_t i = lines.size(); i-- > 0;) {
+    if (starts_with(lines[i], kTraceback) || starts_with(lines[i], kFaultHandler)) {
+      start = i;
+      break;
+    }
+  }
+  // "During handling of the above exception ..." / "The above exception was the direct cause
+  // ...": the chain is one report, from its first traceback.
+  while (start != std::string::npos) {
+    const std::size_t joint = previous_text(lines, start);
+    if (joint == std::string::npos || (!starts_with(lines[joint], "During handling of the above") &&
+                                       !starts_with(lines[joint], "The above exception was"))) {
+      break;
+    }
+    std::size_t earlier = std::string::npos;
+    for (std::size_t i = joint; i-- > 0;) {
+      if (starts_with(lines[i], kTraceback)) {
+        earlier = i;
+        break;
+      }
+    }
+    if (earlier == std::string::npos) break;
+    start = earlier;
+  }
+  return start;
+}
+
+// A multi-line value under a "  key       : " label, continued at the value's column.
+void write_field(std::ostringstream& out, const char* label, const std::string& first,
+                 const std::vector<std::string>& more) {
+  out << "  " << label << ": " << first << "\n";
+  for (const auto& line : more) out << (line.empty() ? "" : "              ") << line << "\n";
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+StderrExcerpt stderr_excerpt(const std::vector<std::string>& tail) {
+  std::vector<std::string> lines = tail;
+  while (!lines.empty() && lines.back().find_first_not_of(" \t") == std::string::npos) {
+    lines.pop_back();
+  }
+  StderrExcerpt excerpt;
+  const std::size_t start = python_report_start(lines);
+  if (start != std::string::npos) {
+    excerpt.from_python = true;
+    excerpt.lines.assign(lines.begin() + static_cast<std::ptrdiff_t>(start), lines.end());
+  } else {
+    const std::size_t keep = std::min(lines.size(), StderrExcerpt::kPlainLines);
+    excerpt.lines.assign(lines.end() - static_cast<std::ptrdiff_t>(keep), lines.end());
+  }
+  return excerpt;
+}
+
+std::optional<std::string> exception_from_stderr(const std::vector<std::string>& tail) {
+  const StderrExcerpt excerpt = stderr_excerpt(tail);
+  if (!excerpt.from_python || excerpt.lines.empty() ||
+      starts_with(excerpt.lines.front(), kFaultHandler) ||
+      starts_with(excerpt.lines.back(), kTraceback) || starts_with(excerpt.lines.back(), " ")) {
+    return std::nullopt;  // a dump of stacks, or a traceback cut before its exception line
+  }
+  return excerpt.lines.back();
+}
+
 std::string format_failure_report(const FailureInfo& f) {
   const std::string rule(60, '=');
   const std::string thin(60, '-');
@@ -57,18 +149,28 @@ std::string format_failure_report(const FailureInfo& f) {
   std::optional<std::string> message = read_error_file(f.error_file);
   out << "  error_file: " << (message ? f.error_file : "<N/A>") << "\n";
   if (!f.stderr_log.empty()) out << "  stderr    : " << f.stderr_log << "\n";
+  const StderrExcerpt excerpt = stderr_excerpt(f.stderr_tail);
   if (message) {
-    out << "  traceback : ";
-    std::istringstream lines(*message);
-    std::string line;
-    bool first = true;
-    while (std::getline(lines, line)) {
-      out << (first ? "" : "              ") << line << "\n";
-      first = false;
+    std::vector<std::string> lines = split_lines(*message);
+    const std::string first = lines.empty() ? "" : lines.front();
+    if (!lines.empty()) lines.erase(lines.begin());
+    write_field(out, "traceback ", first, lines);
+    // A hung worker's error file is the agent's one line; its stderr ends with the Python
+    // stacks faulthandler wrote on the agent's SIGABRT.
+    if (f.hung && !excerpt.lines.empty()) {
+      write_field(out, "stderr_end", "the last lines of its stderr:", excerpt.lines);
     }
+  } else if (!excerpt.lines.empty()) {
+    write_field(out, "traceback ",
+                "no error file (see " + std::string(kErrorsDoc) + "); the end of its stderr:",
+                excerpt.lines);
   } else {
-    out << "  traceback : To enable traceback see: "
-           "https://pytorch.org/docs/stable/elastic/errors.html\n";
+    out << "  traceback : To enable traceback see: " << kErrorsDoc << "\n";
+  }
+  if (!f.native_stacks.empty()) {
+    write_field(out, "native    ",
+                "stacks before the kill (eu-stack -p " + std::to_string(f.pid) + "):",
+                split_lines(summarize_native_stacks(f.native_stacks)));
   }
   out << rule << "\n";
   return out.str();

@@ -235,7 +235,9 @@ const std::vector<ArgSpec>& launch_option_table() {
       value_option({"--logs-specs", "--logs_specs"}, "logs_specs",
                    "default only (torch's DefaultLogsSpecs layout)", EnvDefault::kNone),
       value_option({"--numa-binding", "--numa_binding"}, "numa_binding",
-                   "Refused: not supported yet", EnvDefault::kNone),
+                   "node, socket, exclusive or core-complex: bind each worker to CPUs (and "
+                   "prefer the memory) near its GPU, or spread over NUMA nodes without GPUs",
+                   EnvDefault::kNone),
       value_option({"--signals-to-handle", "--signals_to_handle"}, "signals_to_handle",
                    "Signals forwarded to workers (SIGTERM,SIGINT,SIGHUP,SIGQUIT)"),
       value_option({"--shutdown-timeout", "--shutdown_timeout"}, "shutdown_timeout",
@@ -496,7 +498,7 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
       return bad("argument --numa-binding/--numa_binding: invalid choice: '" + v->text +
                  "' (choose from node, socket, exclusive, core-complex)");
     }
-    return bad("--numa-binding: not supported yet");
+    o.numa_binding = v->text;
   }
   const ArgValue* signals = given("signals_to_handle");
   for (const auto& name : split(signals ? signals->text : "SIGTERM,SIGINT,SIGHUP,SIGQUIT", ',')) {

@@ -33,7 +33,10 @@ OutputSink::~OutputSink() {
 }
 
 void OutputSink::write(const char* data, std::size_t size) {
-  if (file_fd_ >= 0) write_all(file_fd_, data, size);
+  if (file_fd_ >= 0 && size > 0) {
+    write_all(file_fd_, data, size);
+    file_at_line_start_ = data[size - 1] == '\n';
+  }
   if (console_fd_ < 0) return;
   // Complete lines go out now, prefixed, in one write; the tail waits for its newline.
   std::string out;
@@ -48,6 +51,26 @@ void OutputSink::write(const char* data, std::size_t size) {
   }
   partial_.append(data + start, size - start);
   if (!out.empty()) write_all(console_fd_, out.data(), out.size());
+}
+
+void OutputSink::write_note(const std::string& text) {
+  std::string body = text;
+  if (!body.empty() && body.back() != '\n') body += '\n';
+  if (file_fd_ >= 0) {
+    if (!file_at_line_start_) write_all(file_fd_, "\n", 1);
+    write_all(file_fd_, body.data(), body.size());
+    file_at_line_start_ = true;
+  }
+  if (console_fd_ < 0) return;
+  std::string out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    if (body[i] != '\n') continue;
+    out += prefix_;
+    out.append(body, start, i + 1 - start);
+    start = i + 1;
+  }
+  write_all(console_fd_, out.data(), out.size());
 }
 
 void OutputSink::finish() {

@@ -18,6 +18,10 @@ class OutputSink {
   void write(const char* data, std::size_t size);
   // At end of stream: a last line without its newline still goes out, with one.
   void finish();
+  // The agent's own text about this worker (a hung worker's native stacks), to the same console
+  // (prefixed lines) and file, starting on a line of its own; a worker's unfinished line on the
+  // console stays pending.
+  void write_note(const std::string& text);
   bool file_ok() const { return file_fd_ >= 0 || file_path_.empty(); }
 
  private:
@@ -26,6 +30,7 @@ class OutputSink {
   std::string file_path_;
   int file_fd_ = -1;
   std::string partial_;
+  bool file_at_line_start_ = true;
 };
 
 // Writes all of `data` to `fd`, retrying short writes and EINTR; false on error.

@@ -104,6 +104,9 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
     vars.emplace("CUDA_VISIBLE_DEVICES", device);
   }
   if (!in.heartbeat_file.empty()) vars.emplace("CTRUN_HEARTBEAT_FILE", in.heartbeat_file);
+  if (in.python_fault_handler && !variable_in(base, "PYTHONFAULTHANDLER")) {
+    vars.emplace("PYTHONFAULTHANDLER", std::string(1, '1'));
+  }
   // emplace, not operator[] = "1": g++ 12 warns falsely (-Wrestrict) on that assignment
   if (in.set_omp_num_threads) vars.emplace("OMP_NUM_THREADS", std::string(1, '1'));
 

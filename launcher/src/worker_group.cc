@@ -1,6 +1,8 @@
 #include "worker_group.h"
 
 #include <fcntl.h>
+#include <linux/mempolicy.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -14,6 +16,7 @@
 #include <boost/process/v2/stdio.hpp>
 
 #include "output_sink.h"
+#include "stderr_tail.h"
 
 namespace ctrun::launcher {
 
@@ -40,10 +43,46 @@ void close_inherited_descriptors() {
   }
 }
 
+// A --numa-binding made ready in the agent, so that the child only makes two system calls
+// (nothing that allocates may run between fork and exec).
+class PreparedBinding {
+ public:
+  explicit PreparedBinding(const CpuBinding& b) {
+    constexpr int kBits = 8 * sizeof(unsigned long);
+    const int max_cpu = b.cpus.empty() ? 0 : b.cpus.back();
+    cpu_mask_.assign(static_cast<std::size_t>(max_cpu / kBits + 1), 0);
+    for (int cpu : b.cpus) cpu_mask_[cpu / kBits] |= 1UL << (cpu % kBits);
+    node_mask_.assign(static_cast<std::size_t>(b.memory_node / kBits + 1), 0);
+    node_mask_[b.memory_node / kBits] |= 1UL << (b.memory_node % kBits);
+    failed_ =
+        "ctrun: --numa-binding: cannot bind the worker to CPUs " + cpu_list_text(b.cpus) + "\n";
+  }
+
+  // In the child. Memory is only preferred from the node, not bound to it: a strict binding
+  // would kill a worker whose node is full while the others have room.
+  void apply() const {
+    if (sched_setaffinity(0, cpu_mask_.size() * sizeof(unsigned long),
+                          reinterpret_cast<const cpu_set_t*>(cpu_mask_.data())) != 0) {
+      [[maybe_unused]] auto n = write(STDERR_FILENO, failed_.data(), failed_.size());
+      _exit(127);
+    }
+    // A kernel without NUMA (ENOSYS) has nothing to prefer.
+    syscall(SYS_set_mempolicy, MPOL_PREFERRED, node_mask_.data(),
+            node_mask_.size() * 8 * sizeof(unsigned long) + 1);
+  }
+
+ private:
+  std::vector<unsigned long> cpu_mask_;
+  std::vector<unsigned long> node_mask_;
+  std::string failed_;
+};
+
 // Runs in the child between fork and exec: its own process group (so a signal to the group
-// reaches its children too), death with the agent, and none of the agent's descriptors.
+// reaches its children too), death with the agent, none of the agent's descriptors, and the
+// --numa-binding when there is one.
 struct ChildSetup {
   pid_t agent;
+  const PreparedBinding* binding;
   template <typename Launcher>
   bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*&) {
     setpgid(0, 0);
@@ -57,6 +96,7 @@ struct ChildSetup {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (binding) binding->apply();
     return {};
   }
 };
@@ -79,25 +119,31 @@ struct WorkerGroup::Worker {
   asio::readable_pipe err_pipe;
   OutputSink out;
   OutputSink err;
+  StderrTail err_tail;  // for the failure report
+  bool err_closed = false;
   std::array<char, 16384> out_buf;
   std::array<char, 16384> err_buf;
 };
 
 namespace {
 
+// `tail` and `closed` (stderr only, else null) keep the stream's last lines and its end.
 template <typename Buffer>
-void read_stream(asio::readable_pipe& pipe, Buffer& buf, OutputSink& sink,
-                 std::shared_ptr<void> keep_alive, std::weak_ptr<int> group_alive) {
-  pipe.async_read_some(asio::buffer(buf), [&pipe, &buf, &sink, keep_alive, group_alive](
-                                              boost::system::error_code ec, std::size_t n) {
+void read_stream(asio::readable_pipe& pipe, Buffer& buf, OutputSink& sink, StderrTail* tail,
+                 bool* closed, std::shared_ptr<void> keep_alive, std::weak_ptr<int> group_alive) {
+  auto on_read = [&pipe, &buf, &sink, tail, closed, keep_alive, group_alive](
+                     boost::system::error_code ec, std::size_t n) {
     if (group_alive.expired()) return;
     if (n > 0) sink.write(buf.data(), n);
+    if (n > 0 && tail) tail->append(buf.data(), n);
     if (ec) {
       sink.finish();
+      if (closed) *closed = true;
       return;
     }
-    read_stream(pipe, buf, sink, keep_alive, group_alive);
-  });
+    read_stream(pipe, buf, sink, tail, closed, keep_alive, group_alive);
+  };
+  pipe.async_read_some(asio::buffer(buf), on_read);
 }
 
 }  // namespace
@@ -132,10 +178,13 @@ rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler
       kill_groups(SIGKILL);
       return Error{ErrorCode::kBadRequest, "cannot open log file '" + spec.stdout_file + "'"};
     }
+    std::optional<PreparedBinding> binding;
+    if (spec.binding) binding.emplace(*spec.binding);
     try {
-      w->process = std::make_unique<bp::process>(
-          io_.get_executor(), exe, spec.command.args, bp::process_environment(spec.env),
-          bp::process_stdio{{}, w->out_pipe, w->err_pipe}, ChildSetup{agent});
+      w->process = std::make_unique<bp::process>(io_.get_executor(), exe, spec.command.args,
+                                                 bp::process_environment(spec.env),
+                                                 bp::process_stdio{{}, w->out_pipe, w->err_pipe},
+                                                 ChildSetup{agent, binding ? &*binding : nullptr});
     } catch (const std::exception& e) {
       kill_groups(SIGKILL);
       return Error{ErrorCode::kBadRequest, "cannot start '" + exe.string() + "': " + e.what()};
@@ -144,8 +193,8 @@ rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler
     // The child may not have called setpgid yet; doing it from this side too closes the race.
     setpgid(w->pid, w->pid);
     std::weak_ptr<int> alive = alive_;
-    read_stream(w->out_pipe, w->out_buf, w->out, w, alive);
-    read_stream(w->err_pipe, w->err_buf, w->err, w, alive);
+    read_stream(w->out_pipe, w->out_buf, w->out, nullptr, nullptr, w, alive);
+    read_stream(w->err_pipe, w->err_buf, w->err, &w->err_tail, &w->err_closed, w, alive);
     w->process->async_wait([this, w, alive](boost::system::error_code ec, int) {
       if (alive.expired()) return;
       on_worker_exit(*w, ec ? -1 : w->process->native_exit_code());
@@ -214,6 +263,36 @@ void WorkerGroup::kill(int local_rank, int signo) {
   for (auto& w : workers_) {
     if (w->local_rank == local_rank && w->pid > 0 && !w->exited) ::kill(-w->pid, signo);
   }
+}
+
+WorkerGroup::Worker* WorkerGroup::find(int local_rank) const {
+  for (const auto& w : workers_) {
+    if (w->local_rank == local_rank) return w.get();
+  }
+  return nullptr;
+}
+
+void WorkerGroup::signal_process(int local_rank, int signo) {
+  if (Worker* w = find(local_rank); w && w->pid > 0 && !w->exited) ::kill(w->pid, signo);
+}
+
+int WorkerGroup::running_pid(int local_rank) const {
+  const Worker* w = find(local_rank);
+  return w && !w->exited ? w->pid : 0;
+}
+
+std::vector<std::string> WorkerGroup::stderr_tail(int local_rank) const {
+  const Worker* w = find(local_rank);
+  return w ? w->err_tail.lines() : std::vector<std::string>{};
+}
+
+bool WorkerGroup::stderr_closed(int local_rank) const {
+  const Worker* w = find(local_rank);
+  return !w || w->err_closed;
+}
+
+void WorkerGroup::write_stderr_note(int local_rank, const std::string& text) {
+  if (Worker* w = find(local_rank)) w->err.write_note(text);
 }
 
 std::size_t WorkerGroup::running() const {

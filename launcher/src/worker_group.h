@@ -10,11 +10,13 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ctrun/launcher/worker_env.h"
 #include "ctrun/rendezvous/error.h"
+#include "numa_binding.h"
 
 namespace ctrun::launcher {
 
@@ -26,7 +28,8 @@ struct WorkerSpec {
   int stderr_console = 2;
   std::string stdout_file;  // empty: no file
   std::string stderr_file;
-  std::string prefix;  // "[default0]:"
+  std::string prefix;                 // "[default0]:"
+  std::optional<CpuBinding> binding;  // --numa-binding: set between fork and exec
 };
 
 struct WorkerExit {
@@ -56,11 +59,23 @@ class WorkerGroup {
   // Sends `signo` to one worker's process group (a hung worker, a forwarded SIGUSR1); an exit
   // it causes arrives as usual.
   void kill(int local_rank, int signo);
+  // Sends `signo` to the worker process alone, not its children (SIGABRT for faulthandler).
+  void signal_process(int local_rank, int signo);
+  // The worker's pid while it runs; 0 once it exited (or with no such worker).
+  int running_pid(int local_rank) const;
+  // The last lines of the worker's stderr (StderrTail), and whether its stderr has ended: all
+  // it wrote before exiting has been read.
+  std::vector<std::string> stderr_tail(int local_rank) const;
+  bool stderr_closed(int local_rank) const;
+  // The agent's text about the worker into the worker's stderr destinations (console, file);
+  // not into its tail.
+  void write_stderr_note(int local_rank, const std::string& text);
   std::size_t running() const;
   std::vector<int> pids() const;
 
  private:
   struct Worker;
+  Worker* find(int local_rank) const;
   void on_worker_exit(Worker& w, int native_status);
   void check_stopped();
   void kill_groups(int signo);

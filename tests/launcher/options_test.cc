@@ -519,15 +519,15 @@ TEST_CASE("options: --logs_specs: the built-in default only, and no PET_ variabl
   CHECK(parse_ok({"x"}, {{"PET_LOGS_SPECS", "mine"}}).entrypoint == "x");
 }
 
-TEST_CASE("options: --numa_binding: its choices, then refused for now; no PET_ variable") {
+TEST_CASE("options: --numa_binding: torchrun's four modes; no PET_ variable") {
+  CHECK(parse_ok({"x"}).numa_binding.empty());
   for (const char* mode : {"node", "socket", "exclusive", "core-complex"}) {
-    CHECK(parse_error({std::string("--numa-binding=") + mode, "x"}) ==
-          "--numa-binding: not supported yet");
+    CHECK(parse_ok({std::string("--numa-binding=") + mode, "x"}).numa_binding == mode);
   }
   CHECK(parse_error({"--numa_binding", "foo", "x"}) ==
         "argument --numa-binding/--numa_binding: invalid choice: 'foo' (choose from node, "
         "socket, exclusive, core-complex)");
-  CHECK(parse_ok({"x"}, {{"PET_NUMA_BINDING", "node"}}).entrypoint == "x");
+  CHECK(parse_ok({"x"}, {{"PET_NUMA_BINDING", "node"}}).numa_binding.empty());
 }
 
 TEST_CASE("options: --duplicate_std{out,err}_filters are refused, not ignored") {

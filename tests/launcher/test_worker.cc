@@ -14,6 +14,8 @@
 //   hang_once PREFIX       heartbeats (ctrun::worker::heartbeat) every 20 ms; on the first attempt
 //                          local rank 1 stops beating after 0.5 s and sleeps with SIGTERM
 //                          ignored; on later attempts everyone writes env and exits 0 after 1 s
+//   hang                   heartbeats every 20 ms for 0.3 s, then blocks for good in
+//                          stuck_in_named_function() (native stacks of a hung C++ worker)
 //   usr1 PREFIX            write PREFIX.<RANK>.ready, wait (up to 60 s) for SIGUSR1, then write
 //                          env to PREFIX.<RANK> and exit 0 (a checkpoint on Slurm's warning)
 #include <signal.h>
@@ -33,6 +35,11 @@ extern char** environ;
 namespace {
 
 volatile sig_atomic_t got_usr1 = 0;
+
+// Where the "hang" mode stays: a frame with a name for eu-stack to find.
+[[gnu::noinline]] void stuck_in_named_function() {
+  while (true) pause();
+}
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -133,6 +140,13 @@ int main(int argc, char** argv) {
     }
     write_env(argv[2]);
     return 0;
+  }
+  if (mode == "hang") {
+    for (int i = 0; i < 15; ++i) {
+      ctrun::worker::heartbeat();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    stuck_in_named_function();
   }
   if (mode == "usr1" && argc > 2) {
     signal(SIGUSR1, [](int) { got_usr1 = 1; });

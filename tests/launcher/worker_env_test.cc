@@ -205,3 +205,14 @@ TEST_CASE("worker env: --virtual_local_rank needs a device for every local rank"
         "--virtual_local_rank: local rank 2 exceeds available GPUs in CUDA_VISIBLE_DEVICES=0,1 "
         "(3 workers per node)");
 }
+
+TEST_CASE("worker env: PYTHONFAULTHANDLER for hung-worker stacks, unless the user chose") {
+  LaunchOptions o;
+  WorkerEnvInputs in;
+  in.options = &o;
+  in.run_id = "job1";
+  CHECK(as_map(worker_environment({"PATH=/bin"}, in)).count("PYTHONFAULTHANDLER") == 0);
+  in.python_fault_handler = true;
+  CHECK(as_map(worker_environment({"PATH=/bin"}, in))["PYTHONFAULTHANDLER"] == "1");
+  CHECK(as_map(worker_environment({"PYTHONFAULTHANDLER="}, in))["PYTHONFAULTHANDLER"].empty());
+}

@@ -77,6 +77,8 @@ struct LaunchOptions {
   double shutdown_timeout = 30;
   // LOCAL_RANK=0 for every worker and CUDA_VISIBLE_DEVICES narrowed to the worker's device.
   bool virtual_local_rank = false;
+  // --numa-binding: node, socket, exclusive or core-complex (torchrun's modes); empty: none.
+  std::string numa_binding;
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: the console prefix of each worker's lines, with
   // ${role_name}, ${rank} and ${local_rank} (log_line_prefix.h); empty: "[<role><rank>]:".
   std::string log_line_prefix_template;

@@ -32,7 +32,10 @@ struct WorkerEnvInputs {
   rendezvous::StoreAddress store;  // passed on as CTRUN_STORE_*
   bool use_agent_store = false;
   std::string error_file;
-  std::string heartbeat_file;        // CTRUN_HEARTBEAT_FILE when --worker_timeout is on; else empty
+  std::string heartbeat_file;  // CTRUN_HEARTBEAT_FILE when --worker_timeout is on; else empty
+  // PYTHONFAULTHANDLER=1 unless the agent's environment sets it: a Python worker judged hung
+  // dumps every thread's stack on the agent's SIGABRT (--worker_timeout).
+  bool python_fault_handler = false;
   bool set_omp_num_threads = false;  // OMP_NUM_THREADS unset and more than one local worker
 };
 
