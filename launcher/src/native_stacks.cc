@@ -59,7 +59,8 @@ std::optional<std::string> attach_refusal_hint(const std::string& output,
     return hint + "kernel.yama.ptrace_scope=3 forbids tracing until the next boot";
   }
   if (ptrace_scope && *ptrace_scope >= 1) {
-    // 1: only ancestors (eu-stack is the worker's sibling); 2: only with CAP_SYS_PTRACE.
+    // 1: ancestors and declared tracers (workers declare the agent, PR_SET_PTRACER, so a
+    // refusal here comes from elsewhere, e.g. a container's seccomp); 2: CAP_SYS_PTRACE only.
     hint += "kernel.yama.ptrace_scope=" + std::to_string(*ptrace_scope) + "; ";
   }
   return hint +

@@ -98,6 +98,8 @@ Result<StdSpec> parse_std_spec(const std::string& text, const std::string& flag)
 Result<RendezvousConf> parse_rdzv_conf(const std::string& text) {
   RendezvousConf conf;
   if (trim(text).empty()) return conf;
+  bool join_timeout_given = false;
+  std::optional<double> timeout_alias;
   for (const auto& raw : split(text, ',')) {
     const std::string item = trim(raw);
     if (item.empty()) continue;
@@ -116,7 +118,18 @@ Result<RendezvousConf> parse_rdzv_conf(const std::string& text) {
       out = *v;
       return rendezvous::ok_status();
     };
-    if (key == "join_timeout" || key == "timeout") {
+    if (key == "timeout") {
+      // Only torch's etcd-v1 handler reads it (its join timeout); c10d and static ignore it,
+      // whatever it holds (torch's own launcher test passes "timeout=5'"). So: a number is the
+      // join timeout unless join_timeout says otherwise, anything else is ignored.
+      auto v = to_number(value);
+      if (v && *v > 0) {
+        timeout_alias = *v;
+      } else {
+        conf.ignored_keys.push_back(key);
+      }
+    } else if (key == "join_timeout") {
+      join_timeout_given = true;
       if (auto s = seconds(conf.join_timeout); !s) return s.error();
     } else if (key == "last_call_timeout") {
       if (auto s = seconds(conf.last_call_timeout); !s) return s.error();
@@ -148,6 +161,7 @@ Result<RendezvousConf> parse_rdzv_conf(const std::string& text) {
       conf.ignored_keys.push_back(key);
     }
   }
+  if (timeout_alias && !join_timeout_given) conf.join_timeout = *timeout_alias;
   if (conf.join_timeout <= 0) return bad("--rdzv_conf: join_timeout must be positive");
   if (conf.keep_alive_interval <= 0)
     return bad("--rdzv_conf: keep_alive_interval must be positive");

@@ -88,6 +88,9 @@ struct ChildSetup {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != agent) _exit(127);  // the agent died before prctl took effect
+    // Under Yama's ptrace_scope=1 only ancestors may trace: let the agent and its children
+    // (eu-stack, for a hung worker's stacks) do so too. Without Yama this fails, harmlessly.
+    prctl(PR_SET_PTRACER, agent, 0, 0, 0);
     close_inherited_descriptors();
     // Start as a fresh process would: dispositions the agent set to "ignore" (SIGPIPE) survive
     // exec, and so does a blocked mask.

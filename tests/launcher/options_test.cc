@@ -645,3 +645,13 @@ TEST_CASE("options: help and version by abbreviation, before any script") {
   // The script's own --help is the script's.
   CHECK(parse_ok({"train.py", "--help"}).script_args == std::vector<std::string>{"--help"});
 }
+
+TEST_CASE("options: --rdzv_conf timeout is etcd-v1's join timeout, ignored when not a number") {
+  CHECK(parse_ok({"--rdzv_conf=timeout=42", "x"}).rdzv_conf.join_timeout == 42);
+  CHECK(parse_ok({"--rdzv_conf=timeout=42,join_timeout=7", "x"}).rdzv_conf.join_timeout == 7);
+  // torch's own launcher test writes the quotes into the value; torchrun's c10d ignores it.
+  auto o = parse_ok({"--rdzv_conf='join_timeout=5,last_call_timeout=1,timeout=5'", "x"});
+  CHECK(o.rdzv_conf.join_timeout == 600);
+  CHECK(o.rdzv_conf.last_call_timeout == 1);
+  CHECK(o.rdzv_conf.ignored_keys == std::vector<std::string>{"'join_timeout", "timeout"});
+}
