@@ -682,8 +682,13 @@ Task<int> Agent::Impl::run_job() {
           round_.master_addr = endpoint_host_;
           round_.master_port = endpoint_port_;
         }
-        auto restarts = co_await client_->get(rdzv::kRestartsKey, std::chrono::milliseconds(0));
-        restart_count_ = restarts ? std::atoi(restarts.value().c_str()) : 0;
+        if (round_.restart_count >= 0) {  // ctrund: the count as the round formed
+          restart_count_ = round_.restart_count;
+        } else {  // etcd: read now; a peer's restart for a failure in this round may already be in
+                  // it
+          auto restarts = co_await client_->get(rdzv::kRestartsKey, std::chrono::milliseconds(0));
+          restart_count_ = restarts ? std::atoi(restarts.value().c_str()) : 0;
+        }
         announce_round();
         log("round " + std::to_string(round_.round) + ": group rank " +
             std::to_string(round_.group_rank) + " of " + std::to_string(round_.group_world_size) +

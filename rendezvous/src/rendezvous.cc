@@ -47,14 +47,16 @@ std::string round_store_prefix(int generation, int round) {
 }
 
 Json to_json(const RoundAssignment& a) {
-  return Json{{"round", a.round},
-              {"group_rank", a.group_rank},
-              {"group_world_size", a.group_world_size},
-              {"rank_offset", a.rank_offset},
-              {"world_size", a.world_size},
-              {"master_addr", a.master_addr},
-              {"master_port", a.master_port},
-              {"store_prefix", a.store_prefix}};
+  Json j{{"round", a.round},
+         {"group_rank", a.group_rank},
+         {"group_world_size", a.group_world_size},
+         {"rank_offset", a.rank_offset},
+         {"world_size", a.world_size},
+         {"master_addr", a.master_addr},
+         {"master_port", a.master_port},
+         {"store_prefix", a.store_prefix}};
+  if (a.restart_count >= 0) j["restart_count"] = a.restart_count;
+  return j;
 }
 
 Result<RoundAssignment> round_assignment_from_json(const Json& j) {
@@ -74,6 +76,9 @@ Result<RoundAssignment> round_assignment_from_json(const Json& j) {
   auto prefix = get_string(j, "store_prefix");
   if (!prefix) return prefix.error();
   a.store_prefix = prefix.value();
+  auto restarts = get_int_or(j, "restart_count", -1);
+  if (!restarts) return restarts.error();
+  a.restart_count = static_cast<int>(restarts.value());
   return a;
 }
 

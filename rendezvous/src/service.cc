@@ -636,6 +636,10 @@ void Service::deliver(Job& job, std::vector<Notice> notices) {
     Connection& c = *it->second;
     switch (n.kind) {
       case Notice::Kind::kRoundFormed:
+        // Every member learns the same count: read after the join, a peer's restart for a
+        // failure in this very round could already be in it (its workers would then think
+        // this round a later attempt than the others' do).
+        n.assignment.restart_count = static_cast<int>(restarts_used(job.store));
         if (c.join_request) reply(c, *c.join_request, to_json(n.assignment));
         c.join_request.reset();
         break;

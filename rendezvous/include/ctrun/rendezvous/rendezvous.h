@@ -56,6 +56,9 @@ struct RoundAssignment {
   std::string master_addr;
   int master_port = 0;
   std::string store_prefix;  // per-round key prefix so a new round never sees old keys
+  // The job's restarts when the round formed, the same for every member (ctrund fills it in
+  // from the job's counter); -1: not known here, the agent reads the counter itself.
+  int restart_count = -1;
 };
 // "rdzv/<generation>/<round>/": where a round's workers keep their keys in the job's store.
 std::string round_store_prefix(int generation, int round);
