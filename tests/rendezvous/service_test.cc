@@ -542,3 +542,21 @@ TEST_CASE("service: a refused first join does not fix the job's node counts") {
   auto b = h.connect_hello("other");
   CHECK(is_error(h.call(b, join_request(std::string(300, 'n'), 1, 1)), "bad_request"));
 }
+
+TEST_CASE("service: a formed round tells every member the job's restart count as it formed") {
+  ServiceHarness h;
+  auto a = h.connect_hello("job");
+  auto b = h.connect_hello("job");
+  REQUIRE(h.call(a, {{"op", "add"}, {"key", kRestartsKey}, {"delta", 2}})["ok"] == true);
+  h.send(a, with_id(join_request("a", 2, 2), 1));
+  h.send(b, with_id(join_request("b", 2, 2), 2));
+  const Json to_a = h.transport.take(a);
+  const Json to_b = h.transport.take(b);
+  CHECK(to_a["restart_count"] == 2);
+  CHECK(to_b["restart_count"] == 2);
+  // A restart counted once the round has formed belongs to the next round, not this one.
+  REQUIRE(h.call(a, {{"op", "add"}, {"key", kRestartsKey}, {"delta", 1}})["ok"] == true);
+  auto parsed = round_assignment_from_json(to_b);
+  REQUIRE(parsed.ok());
+  CHECK(parsed.value().restart_count == 2);
+}
