@@ -81,44 +81,78 @@ class Reader {
   std::optional<std::string> error_;
 };
 
-// The fields after the command byte. Returns false when the request is not complete or bad.
-void read_fields(Reader& r, Request& req, const Limits& limits) {
-  auto key = [&] { req.keys.push_back(r.bytes(limits.max_key_bytes, "key")); };
-  auto value = [&] { req.values.push_back(r.bytes(limits.max_value_bytes, "value")); };
-  auto key_list = [&] {
-    const std::size_t n = r.count(limits.max_keys);
-    for (std::size_t i = 0; i < n && r.ok(); ++i) key();
-  };
-  switch (req.op) {
+// What follows each command's byte: one definition for the decoder and the encoder.
+enum class Layout {
+  kNothing,
+  kKey,            // key
+  kKeyValue,       // key, value
+  kKeyTwoValues,   // key, value, value
+  kKeyNumber,      // key, int64
+  kKeys,           // uint64 count, that many keys
+  kKeyValuePairs,  // uint64 count, that many (key, value)
+  kNonce,          // uint32
+};
+
+Layout layout_of(Op op) {
+  switch (op) {
     case Op::kSet:
     case Op::kAppend:
     case Op::kQueuePush:
-      key();
-      value();
-      break;
+      return Layout::kKeyValue;
     case Op::kCompareSet:
-      key();
-      value();
-      value();
-      break;
+      return Layout::kKeyTwoValues;
     case Op::kGet:
     case Op::kWatchKey:
     case Op::kDeleteKey:
     case Op::kQueuePop:
     case Op::kQueueLen:
-      key();
-      break;
+      return Layout::kKey;
     case Op::kAdd:
     case Op::kBarrier:
-      key();
-      req.number = r.raw<std::int64_t>();
-      break;
+      return Layout::kKeyNumber;
     case Op::kCheck:
     case Op::kWait:
     case Op::kMultiGet:
-      key_list();
+      return Layout::kKeys;
+    case Op::kMultiSet:
+      return Layout::kKeyValuePairs;
+    case Op::kPing:
+      return Layout::kNonce;
+    case Op::kNumKeys:
+    case Op::kCancelWait:
+    case Op::kListKeys:
+      return Layout::kNothing;
+  }
+  return Layout::kNothing;
+}
+
+// The fields after the command byte; the reader tells whether they were complete and good.
+void read_fields(Reader& r, Request& req, const Limits& limits) {
+  auto key = [&] { req.keys.push_back(r.bytes(limits.max_key_bytes, "key")); };
+  auto value = [&] { req.values.push_back(r.bytes(limits.max_value_bytes, "value")); };
+  switch (layout_of(req.op)) {
+    case Layout::kKeyTwoValues:
+      key();
+      value();
+      value();
       break;
-    case Op::kMultiSet: {
+    case Layout::kKeyValue:
+      key();
+      value();
+      break;
+    case Layout::kKey:
+      key();
+      break;
+    case Layout::kKeyNumber:
+      key();
+      req.number = r.raw<std::int64_t>();
+      break;
+    case Layout::kKeys: {
+      const std::size_t n = r.count(limits.max_keys);
+      for (std::size_t i = 0; i < n && r.ok(); ++i) key();
+      break;
+    }
+    case Layout::kKeyValuePairs: {
       const std::size_t n = r.count(limits.max_keys);
       for (std::size_t i = 0; i < n && r.ok(); ++i) {
         key();
@@ -126,12 +160,10 @@ void read_fields(Reader& r, Request& req, const Limits& limits) {
       }
       break;
     }
-    case Op::kPing:
+    case Layout::kNonce:
       req.nonce = r.raw<std::uint32_t>();
       break;
-    case Op::kNumKeys:
-    case Op::kCancelWait:
-    case Op::kListKeys:
+    case Layout::kNothing:
       break;
   }
 }
@@ -271,52 +303,38 @@ std::string encode_request(Dialect dialect, const Request& req) {
                                 std::string(dialect_name(dialect)) + " numbering");
   }
   append_u8(out, static_cast<std::uint8_t>(validated ? index + 1 : index));
-  auto key_list = [&] {
-    append_i64(out, static_cast<std::int64_t>(req.keys.size()));
-    for (const auto& k : req.keys) append_bytes(out, k);
-  };
-  switch (req.op) {
-    case Op::kSet:
-    case Op::kAppend:
-    case Op::kQueuePush:
-      append_bytes(out, req.keys.at(0));
-      append_bytes(out, req.values.at(0));
-      break;
-    case Op::kCompareSet:
+  switch (layout_of(req.op)) {
+    case Layout::kKeyTwoValues:
       append_bytes(out, req.keys.at(0));
       append_bytes(out, req.values.at(0));
       append_bytes(out, req.values.at(1));
       break;
-    case Op::kGet:
-    case Op::kWatchKey:
-    case Op::kDeleteKey:
-    case Op::kQueuePop:
-    case Op::kQueueLen:
+    case Layout::kKeyValue:
+      append_bytes(out, req.keys.at(0));
+      append_bytes(out, req.values.at(0));
+      break;
+    case Layout::kKey:
       append_bytes(out, req.keys.at(0));
       break;
-    case Op::kAdd:
-    case Op::kBarrier:
+    case Layout::kKeyNumber:
       append_bytes(out, req.keys.at(0));
       append_i64(out, req.number);
       break;
-    case Op::kCheck:
-    case Op::kWait:
-    case Op::kMultiGet:
-      key_list();
+    case Layout::kKeys:
+      append_i64(out, static_cast<std::int64_t>(req.keys.size()));
+      for (const auto& k : req.keys) append_bytes(out, k);
       break;
-    case Op::kMultiSet:
+    case Layout::kKeyValuePairs:
       append_i64(out, static_cast<std::int64_t>(req.keys.size()));
       for (std::size_t i = 0; i < req.keys.size(); ++i) {
         append_bytes(out, req.keys[i]);
         append_bytes(out, req.values.at(i));
       }
       break;
-    case Op::kPing:
+    case Layout::kNonce:
       append_u32(out, req.nonce);
       break;
-    case Op::kNumKeys:
-    case Op::kCancelWait:
-    case Op::kListKeys:
+    case Layout::kNothing:
       break;
   }
   return out;
