@@ -682,10 +682,9 @@ Task<int> Agent::Impl::run_job() {
           round_.master_addr = endpoint_host_;
           round_.master_port = endpoint_port_;
         }
-        if (round_.restart_count >= 0) {  // ctrund: the count as the round formed
+        if (round_.restart_count >= 0) {  // the count as the round formed, the same for all
           restart_count_ = round_.restart_count;
-        } else {  // etcd: read now; a peer's restart for a failure in this round may already be in
-                  // it
+        } else {  // a daemon from before restart counts in answers: read now (may run ahead)
           auto restarts = co_await client_->get(rdzv::kRestartsKey, std::chrono::milliseconds(0));
           restart_count_ = restarts ? std::atoi(restarts.value().c_str()) : 0;
         }

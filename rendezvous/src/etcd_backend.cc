@@ -709,6 +709,29 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       std::vector<std::string> applied;
       Edit edit{state, also, checks, applied, log, sink};
       if (auto s = change(edit); !s) co_return s;
+      if (state && state->round_restart_count_unset()) {
+        // This write forms the round: its members' restart count is the counter now, and the
+        // write lands only if the counter is still what was read (a peer's restart for a
+        // failure in the new round must not be counted in it).
+        if (state.get() != original) {
+          state->set_round_restart_count(0);  // a new job: this write deletes the old store
+        } else {
+          auto counter = co_await client_.range(store_prefix_ + kRestartsKey);
+          if (!counter) co_return counter.error();
+          const auto& kvs = counter.value().kvs;
+          long long used = 0;
+          if (!kvs.empty()) {
+            try {
+              used = std::stoll(kvs.front().value);
+            } catch (const std::exception&) {
+              used = 0;  // not ours to judge here; status shows the key as it is
+            }
+          }
+          state->set_round_restart_count(static_cast<int>(std::max(0LL, used)));
+          checks.push_back(etcd::unchanged_since(store_prefix_ + kRestartsKey,
+                                                 kvs.empty() ? 0 : kvs.front().mod_revision));
+        }
+      }
       if (!state || (state.get() == original && state->revision() == before)) co_return ok_status();
 
       Json saved = state->save();

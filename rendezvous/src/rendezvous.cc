@@ -296,6 +296,7 @@ void Rendezvous::form(std::vector<Notice>& out) {
   members_ = by_rank;
   last_rank_.clear();
   formed_ = true;
+  round_restart_count_ = -1;
   ++revision_;
   last_call_deadline_.reset();
   std::vector<RoundAssignment> told = assignments();
@@ -337,6 +338,7 @@ std::vector<RoundAssignment> Rendezvous::assignments() const {
   const NodeInfo& first = nodes_.at(members_.front()).info;
   base.master_addr = first.host;
   base.master_port = first.master_port;
+  base.restart_count = round_restart_count_;
   out.reserve(members_.size());
   for (std::size_t r = 0; r < members_.size(); ++r) {
     RoundAssignment a = base;
@@ -347,6 +349,12 @@ std::vector<RoundAssignment> Rendezvous::assignments() const {
   }
   for (auto& a : out) a.world_size = base.world_size;
   return out;
+}
+
+void Rendezvous::set_round_restart_count(int count) {
+  if (!formed_ || count == round_restart_count_) return;
+  round_restart_count_ = count;
+  ++revision_;
 }
 
 std::optional<RoundAssignment> Rendezvous::assignment(const std::string& node_id) const {
@@ -584,6 +592,7 @@ Json Rendezvous::save() const {
       {"keep_alive_max_attempt", config_.keep_alive_max_attempt},
       {"round", round_},
       {"formed", formed_},
+      {"round_restart_count", round_restart_count_},
       {"last_call_ms",
        last_call_deadline_ ? std::max<std::int64_t>(0, to_millis(*last_call_deadline_ - now)) : -1},
       {"saved_unix_ms", clock_.unix_millis()},
@@ -624,6 +633,7 @@ Result<std::unique_ptr<Rendezvous>> Rendezvous::restore(const Json& j, const Clo
                 : 0);
     r->round_ = j.at("round").get<int>();
     r->formed_ = j.at("formed").get<bool>();
+    r->round_restart_count_ = j.value("round_restart_count", -1);  // absent before 2026-11-24
     const auto last_call = j.at("last_call_ms").get<std::int64_t>();
     if (last_call >= 0) {
       r->last_call_deadline_ = now + std::max(std::chrono::milliseconds(last_call) - since_saved,

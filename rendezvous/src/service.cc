@@ -624,6 +624,12 @@ void Service::op_resume(Connection& c, std::uint64_t id, const Json& req) {
 }
 
 void Service::deliver(Job& job, std::vector<Notice> notices) {
+  // Every member of a round learns the job's restart count as the round formed: read after
+  // the join, a peer's restart for a failure in this very round could already be in it (its
+  // workers would then think this round a later attempt than the others' do).
+  if (job.rendezvous->round_restart_count_unset()) {
+    job.rendezvous->set_round_restart_count(static_cast<int>(restarts_used(job.store)));
+  }
   record_rendezvous(job);  // before anyone hears of the change
   for (auto& n : notices) {
     if (n.kind == Notice::Kind::kRoundFormed && n.assignment.group_rank == 0) {
@@ -636,10 +642,12 @@ void Service::deliver(Job& job, std::vector<Notice> notices) {
     Connection& c = *it->second;
     switch (n.kind) {
       case Notice::Kind::kRoundFormed:
-        // Every member learns the same count: read after the join, a peer's restart for a
-        // failure in this very round could already be in it (its workers would then think
-        // this round a later attempt than the others' do).
-        n.assignment.restart_count = static_cast<int>(restarts_used(job.store));
+        if (auto told = job.rendezvous->assignment(n.node_id);
+            told && told->round == n.assignment.round) {
+          n.assignment.restart_count = told->restart_count;
+        } else {  // formed and reopened at once: this answer is moot, the count now will do
+          n.assignment.restart_count = static_cast<int>(restarts_used(job.store));
+        }
         if (c.join_request) reply(c, *c.join_request, to_json(n.assignment));
         c.join_request.reset();
         break;

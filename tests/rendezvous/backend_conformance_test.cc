@@ -111,7 +111,8 @@ class Script {
   std::vector<std::unique_ptr<Node>> nodes_;
 };
 
-void expect_round(const std::vector<Node*>& members, int round) {
+// `restarts`: the job's restart counter when the round formed, told to every member alike.
+void expect_round(const std::vector<Node*>& members, int round, int restarts = 0) {
   int world = 0;
   std::set<int> ranks;
   for (Node* n : members) {
@@ -120,6 +121,7 @@ void expect_round(const std::vector<Node*>& members, int round) {
     REQUIRE(n->joined->ok());
     const RoundAssignment& a = n->joined->value();
     CHECK(a.round == round);
+    CHECK(a.restart_count == restarts);
     CHECK(a.group_world_size == static_cast<int>(members.size()));
     ranks.insert(a.group_rank);
     world += n->id == "c" ? 1 : 2;
@@ -203,7 +205,10 @@ void run_elastic_script(asio::io_context& io, const MakeBackend& make) {
     s.join(*n);
   }
   REQUIRE(s.until([&] { return a.joined && b.joined; }));
-  expect_round({&a, &b}, 2);
+  expect_round({&a, &b}, 2, 3);
+  // A restart counted after the round formed is not in it (it is the next attempt's).
+  CHECK(run_task(io, a.backend->add("ctrun/restarts", 1)).value() == 4);
+  CHECK(a.joined->value().restart_count == 3);
   auto resumed = run_task(io, a.backend->resume("a"));
   REQUIRE(resumed.ok());
   CHECK(resumed.value()["round"] == 2);

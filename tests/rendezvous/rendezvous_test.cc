@@ -168,6 +168,7 @@ TEST_CASE("rendezvous: a restarting member opens a new round with stable ranks")
   Rendezvous r("job", nodes(3, 3), clock);
   for (auto id : {"x", "y", "z"}) join_ok(r, node(id));
   REQUIRE(r.formed());
+  r.set_round_restart_count(0);
   auto out = join_ok(r, node("y"));  // y's worker failed: it joins again
   auto reopened = of_kind(out, Notice::Kind::kRoundReopened);
   REQUIRE(reopened.size() == 2);  // x and z are told; y knows
@@ -178,6 +179,11 @@ TEST_CASE("rendezvous: a restarting member opens a new round with stable ranks")
   CHECK(rank_of(formed, "y") == 1);
   CHECK(rank_of(formed, "z") == 2);
   CHECK(r.round() == 1);
+  // The new round's restart count is its own, unset until its forming write sets it.
+  CHECK(r.round_restart_count_unset());
+  CHECK(for_node(formed, "x")->assignment.restart_count == -1);
+  r.set_round_restart_count(1);
+  CHECK(r.assignment("z")->restart_count == 1);
 }
 
 TEST_CASE("rendezvous: static ranks are honoured whatever the join order") {

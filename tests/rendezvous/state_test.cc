@@ -59,6 +59,11 @@ TEST_CASE("state: a rendezvous restored from save() goes on as the original woul
   REQUIRE(original.join(node("a", 2)));
   REQUIRE(original.join(node("b", 3)));
   REQUIRE(original.formed());
+  CHECK(original.round_restart_count_unset());
+  CHECK(original.assignment("a")->restart_count == -1);
+  original.set_round_restart_count(2);  // the etcd backend, in the write that formed the round
+  CHECK_FALSE(original.round_restart_count_unset());
+  CHECK(original.assignment("b")->restart_count == 2);
   REQUIRE(original.report("a", true, ""));
   const auto before = original.revision();
   original.keep_alive("b");
@@ -72,6 +77,7 @@ TEST_CASE("state: a rendezvous restored from save() goes on as the original woul
   CHECK(r.generation() == 4);
   CHECK(r.round() == 0);
   CHECK(r.formed());
+  CHECK(r.assignment("a")->restart_count == 2);
   CHECK(r.tick().empty());  // nobody is late: every node got a fresh keep-alive window
 
   // b fails: the job ends, and a, which had succeeded, is told.

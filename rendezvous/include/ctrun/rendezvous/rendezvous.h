@@ -57,7 +57,7 @@ struct RoundAssignment {
   int master_port = 0;
   std::string store_prefix;  // per-round key prefix so a new round never sees old keys
   // The job's restarts when the round formed, the same for every member (ctrund fills it in
-  // from the job's counter); -1: not known here, the agent reads the counter itself.
+  // from the job's counter, the etcd backend in the write that forms the round); -1: not known.
   int restart_count = -1;
 };
 // "rdzv/<generation>/<round>/": where a round's workers keep their keys in the job's store.
@@ -128,6 +128,12 @@ class Rendezvous {
   // What a member of the formed round was told when it formed; nullopt for anyone else. (The
   // etcd backend has no daemon to deliver notices: each agent reads its own from the state.)
   std::optional<RoundAssignment> assignment(const std::string& node_id) const;
+  // The job's restart counter as the formed round formed, for every member's assignment. Set by
+  // the etcd backend in the very write that forms the round (read and written under one
+  // compare-and-swap), so a peer's restart for a failure in that round is never counted in it.
+  // -1 until set; a new round starts at -1 again.
+  void set_round_restart_count(int count);
+  bool round_restart_count_unset() const { return formed_ && round_restart_count_ < 0; }
   const std::string& open_reason() const { return open_reason_; }  // why round() opened
   const std::string& end_reason() const { return end_reason_; }
   // Why `node_id` was removed, while it is among the last few removed.
@@ -182,6 +188,7 @@ class Rendezvous {
   std::vector<std::string> members_;      // the formed round, by group rank
   int round_ = 0;
   bool formed_ = false;
+  int round_restart_count_ = -1;
   std::optional<TimePoint> last_call_deadline_;
   JobState state_ = JobState::kRunning;
   std::string open_reason_;
