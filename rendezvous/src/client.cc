@@ -49,7 +49,7 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   bool connected_ = false;
-  bool worker_store_ = false;  // the daemon's hello said it serves the worker store
+  std::optional<std::uint16_t> worker_store_port_;  // the daemon's hello said where, if at all
   EventHandler on_event_;
 
  private:
@@ -175,7 +175,10 @@ Task<Status> AsyncClient::Impl::handshake() {
   auto welcome = client_protocol::check_welcome(std::move(answer).value(), options_, hello.value(),
                                                 endpoint_text());
   if (!welcome) co_return welcome.error();
-  worker_store_ = welcome.value().worker_store;
+  worker_store_port_.reset();
+  if (welcome.value().worker_store) {
+    worker_store_port_ = welcome.value().worker_store_port.value_or(options_.port);
+  }
   co_return ok_status();
 }
 
@@ -325,7 +328,9 @@ AsyncClient::~AsyncClient() { impl_->close("closed by client"); }
 Task<Status> AsyncClient::connect() { return impl_->connect(); }
 bool AsyncClient::connected() const { return impl_->connected_; }
 std::string AsyncClient::local_address() const { return impl_->local_address(); }
-bool AsyncClient::serves_worker_store() const { return impl_->worker_store_; }
+std::optional<std::uint16_t> AsyncClient::worker_store_port() const {
+  return impl_->worker_store_port_;
+}
 void AsyncClient::close() { impl_->close("closed by client"); }
 void AsyncClient::set_event_handler(EventHandler handler) { impl_->on_event_ = std::move(handler); }
 void AsyncClient::start_keep_alive(Duration interval, int max_missed) {

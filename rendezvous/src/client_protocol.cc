@@ -42,6 +42,7 @@ Result<Hello> answer_challenge(const Json& challenge, const ClientOptions& optio
   hello.server_nonce = server_nonce.value();
   hello.request =
       Json{{"op", "hello"}, {"id", 0}, {"version", kProtocolVersion}, {"job", options.job}};
+  if (options.want_worker_store) hello.request["worker_store"] = true;
   if (options.token) {
     hello.client_nonce = random_bytes(kNonceBytes);
     hello.request["proof"] =
@@ -89,6 +90,15 @@ Result<Welcome> check_welcome(Json answer, const ClientOptions& options, const H
   Welcome welcome;
   auto flag = payload.value().find("worker_store");
   welcome.worker_store = flag != payload.value().end() && flag->is_boolean() && flag->get<bool>();
+  auto port = payload.value().find("worker_store_port");
+  if (welcome.worker_store && port != payload.value().end()) {
+    if (!port->is_number_integer() || port->get<std::int64_t>() < 1 ||
+        port->get<std::int64_t>() > 65535) {
+      return Error{ErrorCode::kBadRequest,
+                   "ctrund at " + endpoint + " named a bad worker store port: " + port->dump()};
+    }
+    welcome.worker_store_port = static_cast<std::uint16_t>(port->get<std::int64_t>());
+  }
   return welcome;
 }
 

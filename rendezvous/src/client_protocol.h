@@ -39,9 +39,10 @@ class ConnectRetry {
 };
 // What the daemon's answer to hello says beyond "welcome".
 struct Welcome {
-  // The daemon also serves this job's store to torch's TCPStore clients on its port (it is an
-  // agent's embedded daemon, ServiceOptions::worker_store_job).
+  // The daemon also serves this job's store to torch's TCPStore clients: on its own port (an
+  // agent's embedded daemon, ServiceOptions::worker_store_job), or on worker_store_port.
   bool worker_store = false;
+  std::optional<std::uint16_t> worker_store_port;
 };
 // Checks the daemon's answer to hello, including its proof of the token.
 Result<Welcome> check_welcome(Json answer, const ClientOptions& options, const Hello& hello,

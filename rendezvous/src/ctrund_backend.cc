@@ -13,7 +13,9 @@ class CtrundBackend final : public Backend {
   Task<Status> connect() override { return client_.connect(); }
   bool connected() const override { return client_.connected(); }
   std::string local_address() const override { return client_.local_address(); }
-  bool serves_worker_store() const override { return client_.serves_worker_store(); }
+  std::optional<std::uint16_t> worker_store_port() const override {
+    return client_.worker_store_port();
+  }
   void set_event_handler(EventHandler handler) override {
     client_.set_event_handler(std::move(handler));
   }

@@ -81,6 +81,11 @@ int main(int argc, char** argv) {
   app.add_option("--event_log", event_log_path,
                  "append every job's rendezvous events here as JSON lines (join, round, node "
                  "lost, job end)");
+  std::string worker_store_ports;
+  app.add_option("--worker_store_ports", worker_store_ports,
+                 "serve each job's store to torch's TCPStore clients (its workers, "
+                 "TORCHELASTIC_USE_AGENT_STORE=True) on a port of its own: auto, PORT or "
+                 "FIRST-LAST; such ports take no token");
   app.set_version_flag("--version", "ctrund " CTRUN_VERSION);
   try {
     app.parse(argc, argv);
@@ -104,6 +109,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.service.token = token.value();
+  }
+  if (!worker_store_ports.empty()) {
+    auto range = rdzv::parse_port_range(worker_store_ports);
+    if (!range) {
+      std::cerr << "ctrund: error: --worker_store_ports: " << range.error().message << "\n";
+      return 2;
+    }
+    options.worker_store_ports = range.value();
   }
   options.service.max_frame_bytes = max_frame_bytes;
   // A value must fit in a frame with its key and the request around it.

@@ -911,7 +911,8 @@ class EtcdBackend final : public Backend {
   }
   bool connected() const override { return impl_->connected(); }
   std::string local_address() const override { return impl_->local_address(); }
-  bool serves_worker_store() const override { return false; }  // as torch's etcd handler
+  // Not served, as with torch's etcd handler.
+  std::optional<std::uint16_t> worker_store_port() const override { return std::nullopt; }
   void set_event_handler(EventHandler handler) override {
     impl_->set_event_handler(std::move(handler));
   }

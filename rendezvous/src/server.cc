@@ -146,7 +146,7 @@ class Server::Impl final : public Transport {
  public:
   Impl(asio::io_context& io, ServerOptions options, std::unique_ptr<StateLog> state)
       : io_(io),
-        options_(std::move(options)),
+        options_(with_worker_store_option(std::move(options))),
         state_(std::move(state)),
         acceptor_(io),
         timer_(io),
@@ -175,6 +175,8 @@ class Server::Impl final : public Transport {
     service_.shutdown();
     boost::system::error_code ignored;
     acceptor_.close(ignored);
+    for (auto& [job, acceptor] : worker_store_acceptors_) acceptor->close(ignored);
+    worker_store_acceptors_.clear();
     timer_.cancel();
     auto sessions = sessions_;
     for (auto& [id, s] : sessions) s->abort();
@@ -196,17 +198,52 @@ class Server::Impl final : public Transport {
     auto session = it->second;
     session->close_after_flush();
   }
+  Result<std::uint16_t> open_worker_store(const std::string& job) override {
+    const PortRange range = *options_.worker_store_ports;
+    Error last{ErrorCode::kInternal, "no port in the range"};
+    for (std::uint32_t port = range.first; port <= range.last; ++port) {
+      auto acceptor = std::make_shared<tcp::acceptor>(io_);
+      if (auto s = listen_on(*acceptor, options_.host, static_cast<std::uint16_t>(port)); !s) {
+        last = s.error();
+        continue;
+      }
+      const std::uint16_t bound = acceptor->local_endpoint().port();
+      worker_store_acceptors_[job] = acceptor;
+      accept(*acceptor, job, acceptor);
+      return bound;
+    }
+    return last;
+  }
+  void close_worker_store(const std::string& job) override {
+    auto it = worker_store_acceptors_.find(job);
+    if (it == worker_store_acceptors_.end()) return;
+    boost::system::error_code ignored;
+    it->second->close(ignored);
+    worker_store_acceptors_.erase(it);
+  }
 
   std::uint16_t port_ = 0;
   std::string address_;
   std::string endpoint_;
 
  private:
-  void accept() {
+  static ServerOptions with_worker_store_option(ServerOptions o) {
+    o.service.worker_store_per_job = o.worker_store_ports.has_value();
+    return o;
+  }
+
+  void accept() { accept(acceptor_, std::nullopt, nullptr); }
+
+  // `worker_store_job`: the acceptor is that job's worker-store port (kept alive by `owner`
+  // while its accept loop runs).
+  void accept(tcp::acceptor& acceptor, std::optional<std::string> worker_store_job,
+              std::shared_ptr<tcp::acceptor> owner) {
     accept_loop(
-        acceptor_,
-        [this, alive = std::weak_ptr<int>(alive_)] { return !alive.expired() && !stopped_; },
-        [this](tcp::socket socket) {
+        acceptor,
+        [this, alive = std::weak_ptr<int>(alive_), owner] {
+          return !alive.expired() && !stopped_ && (!owner || owner->is_open());
+        },
+        [this, worker_store_job](tcp::socket socket) {
           boost::system::error_code ignored;
           socket.set_option(tcp::no_delay(true), ignored);
           std::string peer = endpoint_text(socket.remote_endpoint(ignored));
@@ -216,7 +253,7 @@ class Server::Impl final : public Transport {
               [this](ConnectionId gone) { sessions_.erase(gone); }, alive_);
           session->set_peer(peer);
           sessions_.emplace(id, session);
-          service_.on_connect(id, std::move(peer));
+          service_.on_connect(id, std::move(peer), worker_store_job);
           session->start();
         },
         [this](const std::string& line) { log(line); });
@@ -243,10 +280,32 @@ class Server::Impl final : public Transport {
   asio::steady_timer timer_;
   Service service_;
   std::unordered_map<ConnectionId, std::shared_ptr<Session>> sessions_;
+  std::unordered_map<std::string, std::shared_ptr<tcp::acceptor>> worker_store_acceptors_;
   ConnectionId next_id_ = 1;
   bool stopped_ = false;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
 };
+
+Result<PortRange> parse_port_range(const std::string& text) {
+  if (text == "auto") return PortRange{};
+  auto bad = [&] {
+    return Error{ErrorCode::kBadRequest,
+                 "port range '" + text + "': expected auto, PORT or FIRST-LAST (1..65535)"};
+  };
+  auto number = [](const std::string& s) -> std::optional<std::uint16_t> {
+    if (s.empty() || s.size() > 5 || s.find_first_not_of("0123456789") != std::string::npos) {
+      return std::nullopt;
+    }
+    const long v = std::stol(s);
+    if (v < 1 || v > 65535) return std::nullopt;
+    return static_cast<std::uint16_t>(v);
+  };
+  const auto dash = text.find('-');
+  auto first = number(text.substr(0, dash));
+  auto last = dash == std::string::npos ? first : number(text.substr(dash + 1));
+  if (!first || !last || *last < *first) return bad();
+  return PortRange{*first, *last};
+}
 
 Result<std::unique_ptr<Server>> Server::create(asio::io_context& io, ServerOptions options) {
   std::unique_ptr<StateLog> state;

@@ -101,7 +101,8 @@ void Service::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-void Service::on_connect(ConnectionId id, std::string peer) {
+void Service::on_connect(ConnectionId id, std::string peer,
+                         std::optional<std::string> worker_store_job) {
   if (connections_.size() >= options_.max_connections) {
     log(peer + " refused: " + std::to_string(connections_.size()) + " connections already open");
     transport_.send(id, encode_frame(error_response(
@@ -128,9 +129,13 @@ void Service::on_connect(ConnectionId id, std::string peer) {
   c->decoder = FrameDecoder(options_.max_frame_bytes);
   c->opened_at = clock_.now();
   c->nonce = options_.random(kNonceBytes);
-  // A listener that serves the worker store waits for the first bytes to know the protocol;
-  // otherwise the daemon speaks first, and a preamble from the client is simply passed over.
-  if (!options_.worker_store_job) {
+  // A listener that serves the worker store too waits for the first bytes to know the
+  // protocol; a job's own worker-store port speaks only TCPStore; otherwise the daemon speaks
+  // first, and a preamble from the client is simply passed over.
+  if (worker_store_job) {
+    c->opened = true;
+    start_tcpstore(*c, *worker_store_job);
+  } else if (!options_.worker_store_job) {
     c->wire = Wire::kCtrund;
     send_challenge(*c);
   }
@@ -170,7 +175,7 @@ void Service::on_data(ConnectionId id, const char* data, std::size_t size) {
       bytes = joined;
       first.opened = true;
       first.opening.clear();
-      if (first.wire == Wire::kUndecided) start_tcpstore(first);
+      if (first.wire == Wire::kUndecided) start_tcpstore(first, *options_.worker_store_job);
     }
   }
   if (first.wire == Wire::kTcpStore) return on_tcpstore_data(first, bytes.data(), bytes.size());
@@ -320,9 +325,27 @@ void Service::op_hello(Connection& c, std::uint64_t id, const Json& req) {
   c.job = job.value();
   auto [it, created] = jobs_.try_emplace(c.job, nullptr);
   if (created) it->second = std::make_unique<Job>(c.job, options_.store_limits);
-  ++it->second->connections;
+  Job& joined = *it->second;
+  ++joined.connections;
   body["version"] = kProtocolVersion;
-  if (options_.worker_store_job == c.job) body["worker_store"] = true;
+  if (options_.worker_store_job == c.job) {
+    body["worker_store"] = true;
+  } else if (auto asked = req.find("worker_store");
+             options_.worker_store_per_job && asked != req.end() && *asked == true) {
+    if (joined.worker_store_port == 0) {
+      auto opened = transport_.open_worker_store(c.job);
+      if (opened) {
+        joined.worker_store_port = opened.value();
+        log("job '" + c.job + "': worker store on port " + std::to_string(opened.value()));
+      } else {  // the agent's workers then host their own TCPStore, as without the option
+        log("job '" + c.job + "': no worker store port: " + opened.error().message);
+      }
+    }
+    if (joined.worker_store_port != 0) {
+      body["worker_store"] = true;
+      body["worker_store_port"] = joined.worker_store_port;
+    }
+  }
   reply(c, id, std::move(body));
 }
 
@@ -965,6 +988,7 @@ void Service::gc_jobs() {
           " ms");
       record(Json{{"t", "drop"}, {"job", it->first}});
       if (options_.events) options_.events("job_dropped", Json{{"job", it->first}});
+      if (job.worker_store_port != 0) transport_.close_worker_store(it->first);
       it = jobs_.erase(it);
     } else {
       ++it;

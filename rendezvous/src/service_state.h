@@ -60,6 +60,9 @@ struct Service::Job {
   std::map<std::string, std::vector<ConnectionId>> barrier_waiters;
   // TCPStore watches (torch <= 2.0): the connections told of each full key's changes.
   std::map<std::string, std::set<ConnectionId>> watchers;
+  // ServiceOptions::worker_store_per_job: the port the Transport listens on for this job's
+  // TCPStore clients; 0 while none.
+  std::uint16_t worker_store_port = 0;
 };
 
 }  // namespace ctrun::rendezvous

@@ -1,6 +1,7 @@
 // The worker store: torch's TCPStore clients served from a job's KeyValueStore, on the port of
-// the daemon's own protocol (ServiceOptions::worker_store_job). The keys are the job's, so
-// `ctrun status`, the metrics and the --state_dir journal see them like any other.
+// the daemon's own protocol (ServiceOptions::worker_store_job) or on a port of the job's own
+// (ServiceOptions::worker_store_per_job). The keys are the job's, so `ctrun status`, the
+// metrics and the --state_dir journal see them like any other.
 #include <algorithm>
 
 #include "ctrun/rendezvous/service.h"
@@ -19,9 +20,9 @@ constexpr std::uint8_t kKeyDeleted = 2;
 
 }  // namespace
 
-void Service::start_tcpstore(Connection& c) {
+void Service::start_tcpstore(Connection& c, const std::string& job_name) {
   c.wire = Wire::kTcpStore;
-  c.job = *options_.worker_store_job;
+  c.job = job_name;
   auto [it, created] = jobs_.try_emplace(c.job, nullptr);
   if (created) it->second = std::make_unique<Job>(c.job, options_.store_limits);
   Job& job = *it->second;

@@ -118,3 +118,33 @@ TEST_CASE("worker store: with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 rank 0's work
   REQUIRE(codes[0] == std::optional<int>(0));
   check_ranks(s, 2, "False", "");
 }
+
+TEST_CASE(
+    "worker store: a ctrund with --worker_store_ports serves each job's on a port of its own") {
+  ScratchDir s("wstore");
+  const std::string port_file = s.path("ctrund.port");
+  ChildProcess daemon({CTRUND_PATH, "--host", "127.0.0.1", "--port", "0", "--port_file", port_file,
+                       "--worker_store_ports", "auto"},
+                      s.path("ctrund.log"));
+  auto bound = wait_for_file(port_file, 10s);
+  REQUIRE(bound.has_value());
+  const std::string endpoint = "127.0.0.1:" + std::to_string(std::stoi(*bound));
+  std::vector<std::vector<std::string>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back({CTRUN_PATH, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                     "--rdzv_endpoint=" + endpoint, "--rdzv_conf=is_host=false",
+                     "--rdzv_id=wstore-ports", STORE_SCRIPT_PATH, "env://", s.path()});
+  }
+  auto codes = run_all(nodes, s);
+  INFO(logs(s, 2) + read_file(s.path("ctrund.log")));
+  REQUIRE(codes[0] == std::optional<int>(0));
+  REQUIRE(codes[1] == std::optional<int>(0));
+  // Every rank met in the daemon's store for this job, on the port the daemon opened for it.
+  check_ranks(s, 4, "True", "");
+  const auto seen = read_env_file(s.path("rank0"));
+  REQUIRE(seen.count("master") == 1);
+  CHECK(seen.at("master").rfind("127.0.0.1:", 0) == 0);
+  CHECK(seen.at("master") != endpoint);
+  CHECK(read_file(s.path("ctrund.log")).find("job 'wstore-ports': worker store on port") !=
+        std::string::npos);
+}

@@ -35,6 +35,15 @@ class FakeTransport : public Transport {
     if (closed.count(id)) throw std::logic_error("close twice");
     closed.insert(id);
   }
+  Result<std::uint16_t> open_worker_store(const std::string& job) override {
+    if (refuse_worker_store) return Error{ErrorCode::kConnection, "every port in use"};
+    if (worker_store_ports.count(job)) throw std::logic_error("worker store opened twice");
+    return worker_store_ports[job] = next_worker_store_port++;
+  }
+  void close_worker_store(const std::string& job) override {
+    if (!worker_store_ports.erase(job)) throw std::logic_error("closing a port never opened");
+    closed_worker_stores.insert(job);
+  }
 
   // Oldest unread frame for a connection; throws when there is none.
   Json take(ConnectionId id) {
@@ -55,6 +64,11 @@ class FakeTransport : public Transport {
   std::map<ConnectionId, std::deque<Json>> inbox;
   std::set<ConnectionId> closed;
   std::size_t bytes_sent = 0;
+  // Worker-store listeners (ServiceOptions::worker_store_per_job): open ones by job.
+  std::map<std::string, std::uint16_t> worker_store_ports;
+  std::set<std::string> closed_worker_stores;
+  std::uint16_t next_worker_store_port = 40000;
+  bool refuse_worker_store = false;
 };
 
 }  // namespace ctrun::rendezvous::testing

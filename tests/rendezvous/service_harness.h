@@ -41,10 +41,20 @@ class ServiceHarness {
     service->on_data(id, bytes.data(), bytes.size());
   }
 
-  // Reads the challenge and says hello for `job`, proving the token when there is one.
-  Json hello(ConnectionId id, const std::string& job) {
+  // A connection to `job`'s own worker-store port: torch's TCPStore wire from the first byte.
+  ConnectionId connect_worker_store(const std::string& job, const std::string& host = "10.0.0.9") {
+    const ConnectionId id = next_id_++;
+    transport.raw.insert(id);
+    service->on_connect(id, host + ":" + std::to_string(1000 + id), job);
+    return id;
+  }
+
+  // Reads the challenge and says hello for `job`, proving the token when there is one; `extra`
+  // fields go into the hello too.
+  Json hello(ConnectionId id, const std::string& job, const Json& extra = Json::object()) {
     Json challenge = transport.take(id);
     Json hello{{"op", "hello"}, {"id", 0}, {"version", kProtocolVersion}, {"job", job}};
+    for (const auto& [k, v] : extra.items()) hello[k] = v;
     if (token) {
       const auto& nonce = challenge["nonce"].get_binary();
       hello["proof"] =

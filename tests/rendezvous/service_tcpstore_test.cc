@@ -303,3 +303,49 @@ TEST_CASE("worker store: silent connections wait, but ctrun's clients still owe 
   CHECK_FALSE(worker.closed());                   // a wait has no deadline on the server
   CHECK(slow.closed());                           // but a request must arrive whole in time
 }
+
+TEST_CASE(
+    "worker store: with a port per job it opens at the agent's hello and closes with the job") {
+  ServiceOptions options;
+  options.worker_store_per_job = true;
+  options.idle_job_timeout = 1s;
+  ServiceHarness h(options);
+  // A hello that does not ask (ctrun status, a worker's client) opens nothing.
+  const ConnectionId status = h.connect();
+  Json plain = h.hello(status, "a");
+  CHECK(plain.count("worker_store") == 0);
+  CHECK(h.transport.worker_store_ports.empty());
+
+  const ConnectionId agent1 = h.connect();
+  Json first = h.hello(agent1, "a", {{"worker_store", true}});
+  CHECK(first["worker_store"] == true);
+  CHECK(first["worker_store_port"] == 40000);
+  const ConnectionId agent2 = h.connect();
+  CHECK(h.hello(agent2, "a", {{"worker_store", true}})["worker_store_port"] == 40000);  // one
+  const ConnectionId other = h.connect();
+  CHECK(h.hello(other, "b", {{"worker_store", true}})["worker_store_port"] == 40001);
+  // Not a boolean: not asked, and no harm done.
+  const ConnectionId odd = h.connect();
+  CHECK(h.hello(odd, "c", {{"worker_store", "yes"}}).count("worker_store") == 0);
+
+  // Torch's clients on job a's port reach job a's store, seen by ctrun's clients too.
+  const ConnectionId worker = h.connect_worker_store("a");
+  h.send_raw(worker, encode_request(Dialect::kLegacy, {Op::kSet, {"k"}, {"from torch"}, 0, 0}));
+  CHECK_FALSE(h.transport.closed.count(worker));
+  Json got = h.call(agent1, {{"op", "get"}, {"key", "worker_store/k"}, {"timeout_ms", 0}});
+  REQUIRE(got["ok"] == true);
+  const auto& value = got["value"].get_binary();
+  CHECK(std::string(value.begin(), value.end()) == "from torch");
+
+  // Job b is dropped when its last connection has been gone a while: its port closes.
+  h.service->on_disconnect(other);
+  h.clock.advance(2s);
+  h.service->tick();
+  CHECK(h.transport.closed_worker_stores == std::set<std::string>{"b"});
+  CHECK(h.transport.worker_store_ports.count("a") == 1);  // a's agents and worker are still on
+
+  // No port to be had: the agent is not told of one (its workers host their own store).
+  h.transport.refuse_worker_store = true;
+  const ConnectionId late = h.connect();
+  CHECK(h.hello(late, "d", {{"worker_store", true}}).count("worker_store") == 0);
+}

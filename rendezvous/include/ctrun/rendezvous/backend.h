@@ -35,9 +35,10 @@ class Backend {
   virtual bool connected() const = 0;
   // This host's address towards the service: where peers can reach it too.
   virtual std::string local_address() const = 0;
-  // Workers can use the job's store as torch's TCPStore at the service's own endpoint
-  // (TORCHELASTIC_USE_AGENT_STORE=True): ctrund embedded in an agent; never etcd.
-  virtual bool serves_worker_store() const = 0;
+  // Where workers can use the job's store as torch's TCPStore (TORCHELASTIC_USE_AGENT_STORE=True):
+  // a port on the service's host (ctrund embedded in an agent: its own port; a ctrund with
+  // --worker_store_ports: the job's own); nullopt when not served (never on etcd).
+  virtual std::optional<std::uint16_t> worker_store_port() const = 0;
   virtual void set_event_handler(EventHandler handler) = 0;
   // Proves this node alive every `interval`. When the service stops hearing it (ctrund:
   // `max_missed` keep-alives unanswered in a row; etcd: no lease renewal for the lease's TTL) or

@@ -39,6 +39,9 @@ struct ClientOptions {
   Duration max_backoff = std::chrono::seconds(2);
   Duration handshake_timeout = std::chrono::seconds(10);
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  // Asks a daemon that serves each job's store on a port of its own (ctrund
+  // --worker_store_ports) for this job's: the agent's workers will use it.
+  bool want_worker_store = false;
 };
 
 class AsyncClient {
@@ -59,9 +62,10 @@ class AsyncClient {
   // This side's address on the connection (e.g. "10.0.0.2"): where peers that reach the daemon
   // can reach this host too. Empty when not connected.
   std::string local_address() const;
-  // The daemon also serves this job's store to torch's TCPStore clients on its own port (its
-  // hello answer said so): an agent's embedded daemon.
-  bool serves_worker_store() const;
+  // The port where the daemon serves this job's store to torch's TCPStore clients, as its hello
+  // answer said: its own port (an agent's embedded daemon) or one of the job's own (ctrund
+  // --worker_store_ports, when want_worker_store asked); nullopt when it does not.
+  std::optional<std::uint16_t> worker_store_port() const;
   void close();
   void set_event_handler(EventHandler handler);
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ctrun/rendezvous/error.h"
@@ -18,6 +19,14 @@ namespace ctrun::rendezvous {
 
 inline constexpr std::uint16_t kDefaultPort = 29400;
 
+// Ports to listen on, first..last; 0..0: any free port.
+struct PortRange {
+  std::uint16_t first = 0;
+  std::uint16_t last = 0;
+};
+// "auto" (any free port), "30000" or "30000-30099": the text of ctrund --worker_store_ports.
+Result<PortRange> parse_port_range(const std::string& text);
+
 struct ServerOptions {
   std::string host;  // empty: every interface (IPv6 and IPv4 where the host has both)
   std::uint16_t port = kDefaultPort;  // 0: an ephemeral port, see Server::port()
@@ -28,6 +37,10 @@ struct ServerOptions {
   Duration tick_interval = std::chrono::milliseconds(50);
   // Per connection: a reader that stalls is cut. Keep it several frames large.
   std::size_t max_pending_write_bytes = 64u << 20;
+  // Set: each job's store is also served to torch's TCPStore clients on a port of its own from
+  // this range, on `host` (ServiceOptions::worker_store_per_job). Such a port asks for no
+  // token: torch's clients have none to give.
+  std::optional<PortRange> worker_store_ports;
 };
 
 class Server {

@@ -36,6 +36,14 @@ class Transport {
   virtual ~Transport() = default;
   virtual void send(ConnectionId id, std::string bytes) = 0;
   virtual void close(ConnectionId id) = 0;
+  // ServiceOptions::worker_store_per_job: listens on a port of `job`'s own, whose connections
+  // the service is given with that job (on_connect's worker_store_job); returns the port.
+  virtual Result<std::uint16_t> open_worker_store(const std::string& job) {
+    return Error{ErrorCode::kInternal,
+                 "this transport has no worker store listeners (" + job + ")"};
+  }
+  // Stops listening on the job's port (the job was dropped); its open connections stay.
+  virtual void close_worker_store(const std::string& /*job*/) {}
 };
 
 struct ServiceOptions {
@@ -63,6 +71,10 @@ struct ServiceOptions {
   // Connections are then told apart by their first bytes, and each TCPStore connection keeps its
   // keys under the prefix of the job's round at the time it connected (docs/protocol.md).
   std::optional<std::string> worker_store_job;
+  // ctrund --worker_store_ports: every job whose agent asks for it (hello's "worker_store") has
+  // its store served to torch's TCPStore clients on a port of its own, opened by the Transport
+  // at the first such hello and closed when the job is dropped; the hello answer names it.
+  bool worker_store_per_job = false;
 };
 
 class Service {
@@ -80,7 +92,10 @@ class Service {
   // take their nodes out of the rendezvous, so a daemon restarted from --state_dir finds them.
   void shutdown() { shutting_down_ = true; }
 
-  void on_connect(ConnectionId id, std::string peer);
+  // `worker_store_job`: the connection came to that job's own worker-store port and speaks
+  // torch's TCPStore wire from its first byte.
+  void on_connect(ConnectionId id, std::string peer,
+                  std::optional<std::string> worker_store_job = std::nullopt);
   void on_data(ConnectionId id, const char* data, std::size_t size);
   void on_disconnect(ConnectionId id);
   // Applies every deadline: store waits, rendezvous timers, slow or silent connections.
@@ -141,7 +156,7 @@ class Service {
   void send_challenge(const Connection& c);
 
   // torch's TCPStore wire (service_tcpstore.cc).
-  void start_tcpstore(Connection& c);
+  void start_tcpstore(Connection& c, const std::string& job);
   void on_tcpstore_data(Connection& c, const char* data, std::size_t size);
   void handle_tcpstore(Connection& c, tcpstore::Request& req);
   void tcpstore_wait(Connection& c, std::vector<std::string> keys);
