@@ -26,6 +26,7 @@
 #include "ctrun/rendezvous/log.h"
 #include "ctrun/rendezvous/message.h"
 #include "ctrun/rendezvous/server.h"
+#include "filtered_log.h"
 #include "heartbeat_monitor.h"
 #include "native_stack_probe.h"
 #include "worker_group.h"
@@ -313,9 +314,15 @@ class Agent::Impl {
     }
   }
   std::string attempt_dir(int restart_count, int local_rank) const {
-    return log_root_ + "/" + run_id_ + "/attempt_" + std::to_string(restart_count) + "/" +
-           std::to_string(local_rank);
+    return attempt_root(restart_count) + "/" + std::to_string(local_rank);
   }
+  std::string attempt_root(int restart_count) const {
+    return log_root_ + "/" + run_id_ + "/attempt_" + std::to_string(restart_count);
+  }
+  // --duplicate-std{out,err}-filters: LOG_DIR/RUN_ID/attempt_N/filtered_<stream>.log, opened
+  // (truncated) once per start and shared by every local rank; null when `filters` is empty.
+  rdzv::Result<std::shared_ptr<FilteredLog>> open_filtered_log(
+      int restart_count, const std::string& stream, const std::vector<std::string>& filters) const;
 
   asio::io_context& io_;
   LaunchOptions options_;
@@ -485,6 +492,7 @@ Task<rdzv::Status> Agent::Impl::setup() {
     client_options.job = run_id_;
     client_options.token = token_;
     client_options.connect_timeout = config_.join_timeout;
+    client_options.want_worker_store = true;
     client_ = rdzv::make_ctrund_backend(io_, client_options);
   }
   client_->set_event_handler([this](const rdzv::Json& e) { post(event_from_daemon(e)); });
@@ -526,18 +534,33 @@ rdzv::Status Agent::Impl::plan_bindings() {
 }
 
 // As torchrun: workers are clients of the agent's store with the static backend, and with the
-// others unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1. Where the rendezvous is not an agent's (a
-// ctrund of its own, etcd), rank 0's worker hosts torch's TCPStore at the round's master
-// (docs/env.md).
+// others unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1. Where the rendezvous does not serve it (a
+// ctrund without --worker_store_ports, etcd), rank 0's worker hosts torch's TCPStore at the
+// round's master (docs/env.md).
 bool Agent::Impl::use_agent_store() const {
   const char* no_sharing = std::getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
   const bool is_static = !options_.standalone && options_.rdzv_backend == "static";
   const bool sharing = is_static || !no_sharing || std::string_view(no_sharing) != "1";
-  return sharing && client_->serves_worker_store();
+  return sharing && client_->worker_store_port().has_value();
+}
+
+rdzv::Result<std::shared_ptr<FilteredLog>> Agent::Impl::open_filtered_log(
+    int restart_count, const std::string& stream, const std::vector<std::string>& filters) const {
+  if (filters.empty()) return std::shared_ptr<FilteredLog>();
+  const std::string dir = attempt_root(restart_count);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return rdzv::Error{rdzv::ErrorCode::kInternal, "cannot create '" + dir + "': " + ec.message()};
+  return FilteredLog::open(dir + "/filtered_" + stream + ".log", filters);
 }
 
 rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int restart_count) {
   const LaunchOptions& o = options_;
+  auto stdout_filtered = open_filtered_log(restart_count, "stdout", o.duplicate_stdout_filters);
+  if (!stdout_filtered) return stdout_filtered.error();
+  auto stderr_filtered = open_filtered_log(restart_count, "stderr", o.duplicate_stderr_filters);
+  if (!stderr_filtered) return stderr_filtered.error();
   const bool set_omp = local_world_size_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr;
   const char* python = std::getenv("PYTHON_EXEC");
   const std::string python_exec = python && *python ? python : "python3";
@@ -602,6 +625,10 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     spec.stderr_file = (to_file & 2) ? dir + "/stderr.log" : "";
     spec.stdout_console = console && !((redirect & 1) && !(tee & 1)) ? 1 : -1;
     spec.stderr_console = console && !((redirect & 2) && !(tee & 2)) ? 2 : -1;
+    // Only console lines are copied (OutputSink), so ranks and streams kept off the console add
+    // nothing, as under torchrun where the copy follows --tee.
+    spec.stdout_filtered = stdout_filtered.value();
+    spec.stderr_filtered = stderr_filtered.value();
     stderr_files_.push_back(spec.stderr_file);
     stderr_places_.push_back(!spec.stderr_file.empty() ? spec.stderr_file
                              : spec.stderr_console >= 0
@@ -678,9 +705,9 @@ Task<int> Agent::Impl::run_job() {
           co_return kExitFailure;
         }
         round_ = e.joined->value();
-        if (use_agent_store()) {  // workers meet in the job's store, where this agent joined
+        if (use_agent_store()) {  // workers meet in the job's store, on the daemon's host
           round_.master_addr = endpoint_host_;
-          round_.master_port = endpoint_port_;
+          round_.master_port = *client_->worker_store_port();
         }
         if (round_.restart_count >= 0) {  // the count as the round formed, the same for all
           restart_count_ = round_.restart_count;

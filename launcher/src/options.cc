@@ -32,6 +32,19 @@ std::string trim(std::string s) {
   return s;
 }
 
+// Python's str.replace: every non-overlapping `from`, left to right.
+std::string replace_all(const std::string& text, const std::string& from, const std::string& to) {
+  std::string out;
+  std::size_t start = 0;
+  for (std::size_t at; (at = text.find(from, start)) != std::string::npos;
+       start = at + from.size()) {
+    out.append(text, start, at - start);
+    out += to;
+  }
+  out.append(text, start, std::string::npos);
+  return out;
+}
+
 std::optional<double> to_number(const std::string& s) {
   if (s.empty()) return std::nullopt;
   char* end = nullptr;
@@ -93,6 +106,20 @@ Result<StdSpec> parse_std_spec(const std::string& text, const std::string& flag)
     spec.per_rank[static_cast<int>(*rank)] = static_cast<int>(*value);
   }
   return spec;
+}
+
+std::vector<std::string> parse_comma_separated_list(const std::string& text) {
+  const std::string placeholder = "<COMMA_PLACEHOLDER>";
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  const std::string escaped = replace_all(text, ",,", placeholder);
+  // str.split(","): always one item more than there are commas.
+  for (std::size_t comma; (comma = escaped.find(',', start)) != std::string::npos;
+       start = comma + 1) {
+    items.push_back(replace_all(escaped.substr(start, comma - start), placeholder, ","));
+  }
+  items.push_back(replace_all(escaped.substr(start), placeholder, ","));
+  return items;
 }
 
 Result<RendezvousConf> parse_rdzv_conf(const std::string& text) {
@@ -235,9 +262,13 @@ const std::vector<ArgSpec>& launch_option_table() {
       value_option({"--local-ranks-filter", "--local_ranks_filter"}, "local_ranks_filter",
                    "Local ranks whose output reaches the console, e.g. 0,2"),
       value_option({"--duplicate-stdout-filters", "--duplicate_stdout_filters"},
-                   "duplicate_stdout_filters", "Refused: not supported yet"),
+                   "duplicate_stdout_filters",
+                   "Also write the workers' stdout console lines that contain one of these texts "
+                   "(a,b; ,, is a comma) to attempt_N/filtered_stdout.log under the log dir"),
       value_option({"--duplicate-stderr-filters", "--duplicate_stderr_filters"},
-                   "duplicate_stderr_filters", "Refused: not supported yet"),
+                   "duplicate_stderr_filters",
+                   "Also write the workers' stderr console lines that contain one of these texts "
+                   "(a,b; ,, is a comma) to attempt_N/filtered_stderr.log under the log dir"),
       value_option({"--node-rank", "--node_rank"}, "node_rank",
                    "Rank of this node (static rendezvous)"),
       value_option({"--master-addr", "--master_addr"}, "master_addr",
@@ -480,15 +511,13 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
       o.local_ranks_filter.push_back(static_cast<int>(*r));
     }
   }
-  // torchrun copies the lines of a stream that contain one of these texts to
-  // attempt_N/filtered_<stream>.log; ctrun does not yet, and ignoring them would lose output.
-  for (const char* stream : {"stdout", "stderr"}) {
-    const std::string dest = std::string("duplicate_") + stream + "_filters";
-    if (const ArgValue* v = given(dest.c_str())) {
-      return bad(source_label(*v, "--" + dest) + ": not supported yet (copying the " + stream +
-                 " lines that contain a filter to attempt_N/filtered_" + stream +
-                 ".log); use --tee and grep the per-rank logs under --log_dir");
-    }
+  // Any text is a list, as with torchrun's type: an empty value is one empty filter, which
+  // copies every line.
+  if (const ArgValue* v = given("duplicate_stdout_filters")) {
+    o.duplicate_stdout_filters = parse_comma_separated_list(v->text);
+  }
+  if (const ArgValue* v = given("duplicate_stderr_filters")) {
+    o.duplicate_stderr_filters = parse_comma_separated_list(v->text);
   }
   o.node_rank_given = given("node_rank") != nullptr;
   if (auto s = int_option("node_rank", "--node_rank", 0, (1 << 18) - 1, o.node_rank); !s)

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <string_view>
+
+#include "filtered_log.h"
 
 namespace ctrun::launcher {
 
@@ -20,8 +23,12 @@ bool write_all(int fd, const char* data, std::size_t size) {
   return true;
 }
 
-OutputSink::OutputSink(int console_fd, std::string prefix, const std::string& file_path)
-    : console_fd_(console_fd), prefix_(std::move(prefix)), file_path_(file_path) {
+OutputSink::OutputSink(int console_fd, std::string prefix, const std::string& file_path,
+                       std::shared_ptr<FilteredLog> filtered)
+    : console_fd_(console_fd),
+      prefix_(std::move(prefix)),
+      file_path_(file_path),
+      filtered_(std::move(filtered)) {
   if (!file_path.empty()) {
     file_fd_ = ::open(file_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   }
@@ -44,8 +51,10 @@ void OutputSink::write(const char* data, std::size_t size) {
   for (std::size_t i = 0; i < size; ++i) {
     if (data[i] != '\n') continue;
     out += prefix_;
+    const std::size_t line_start = out.size();
     out += partial_;
     out.append(data + start, i + 1 - start);
+    if (filtered_) filtered_->offer(prefix_, std::string_view(out).substr(line_start));
     partial_.clear();
     start = i + 1;
   }
@@ -75,6 +84,7 @@ void OutputSink::write_note(const std::string& text) {
 
 void OutputSink::finish() {
   if (console_fd_ < 0 || partial_.empty()) return;
+  if (filtered_) filtered_->offer(prefix_, partial_);
   std::string out = prefix_ + partial_ + "\n";
   partial_.clear();
   write_all(console_fd_, out.data(), out.size());

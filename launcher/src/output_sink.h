@@ -1,16 +1,22 @@
 // Where one worker stream's bytes go: whole lines to the console with a "[role<rank>]:" prefix,
 // and/or the raw bytes to a log file. Lines are written with one write() each batch, from the
 // agent's single event-loop thread, so lines of different workers never interleave mid-line.
+// Each console line may also be offered to a FilteredLog (--duplicate-std{out,err}-filters).
 #pragma once
 
+#include <memory>
 #include <string>
 
 namespace ctrun::launcher {
 
+class FilteredLog;
+
 class OutputSink {
  public:
-  // console_fd: 1, 2 or -1 for none; file_path: empty for none.
-  OutputSink(int console_fd, std::string prefix, const std::string& file_path);
+  // console_fd: 1, 2 or -1 for none; file_path: empty for none; filtered: null for none, else it
+  // is offered every worker line this sink writes to the console (not the agent's notes).
+  OutputSink(int console_fd, std::string prefix, const std::string& file_path,
+             std::shared_ptr<FilteredLog> filtered = nullptr);
   ~OutputSink();
   OutputSink(const OutputSink&) = delete;
   OutputSink& operator=(const OutputSink&) = delete;
@@ -29,6 +35,7 @@ class OutputSink {
   std::string prefix_;
   std::string file_path_;
   int file_fd_ = -1;
+  std::shared_ptr<FilteredLog> filtered_;
   std::string partial_;
   bool file_at_line_start_ = true;
 };

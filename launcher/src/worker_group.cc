@@ -111,8 +111,8 @@ struct WorkerGroup::Worker {
       : local_rank(spec.local_rank),
         out_pipe(io),
         err_pipe(io),
-        out(spec.stdout_console, spec.prefix, spec.stdout_file),
-        err(spec.stderr_console, spec.prefix, spec.stderr_file) {}
+        out(spec.stdout_console, spec.prefix, spec.stdout_file, spec.stdout_filtered),
+        err(spec.stderr_console, spec.prefix, spec.stderr_file, spec.stderr_filtered) {}
 
   int local_rank;
   std::unique_ptr<bp::process> process;
@@ -179,7 +179,8 @@ rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler
     auto w = std::make_shared<Worker>(io_, spec);
     if (!w->out.file_ok() || !w->err.file_ok()) {
       kill_groups(SIGKILL);
-      return Error{ErrorCode::kBadRequest, "cannot open log file '" + spec.stdout_file + "'"};
+      const std::string& failed = w->out.file_ok() ? spec.stderr_file : spec.stdout_file;
+      return Error{ErrorCode::kBadRequest, "cannot open log file '" + failed + "'"};
     }
     std::optional<PreparedBinding> binding;
     if (spec.binding) binding.emplace(*spec.binding);

@@ -16,6 +16,7 @@
 
 #include "ctrun/launcher/worker_env.h"
 #include "ctrun/rendezvous/error.h"
+#include "filtered_log.h"
 #include "numa_binding.h"
 
 namespace ctrun::launcher {
@@ -28,7 +29,11 @@ struct WorkerSpec {
   int stderr_console = 2;
   std::string stdout_file;  // empty: no file
   std::string stderr_file;
-  std::string prefix;                 // "[default0]:"
+  std::string prefix;  // "[default0]:"
+  // --duplicate-std{out,err}-filters: the attempt's file shared by every local rank, offered
+  // each line the stream writes to the console; null: none.
+  std::shared_ptr<FilteredLog> stdout_filtered;
+  std::shared_ptr<FilteredLog> stderr_filtered;
   std::optional<CpuBinding> binding;  // --numa-binding: set between fork and exec
 };
 

@@ -246,7 +246,17 @@ struct ValueRow {
 
 std::string join_ints(const std::vector<int>& v) {
   std::string out;
-  for (int i : v) out += (out.empty() ? "" : ",") + std::to_string(i);
+  for (int i : v) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(i);
+  }
+  return out;
+}
+
+// A list of texts as one string, items between '|' (texts that may hold commas).
+std::string join_texts(const std::vector<std::string>& v) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? "|" : "") + v[i];
   return out;
 }
 
@@ -325,6 +335,16 @@ const std::vector<ValueRow>& value_rows() {
        "PET_LOCAL_RANKS_FILTER",
        "0,2",
        [](const LaunchOptions& o) { return join_ints(o.local_ranks_filter); }},
+      {{"--duplicate-stdout-filters", "--duplicate_stdout_filters"},
+       "--duplicate-stdo",
+       "PET_DUPLICATE_STDOUT_FILTERS",
+       "loss,,x,step",
+       [](const LaunchOptions& o) { return join_texts(o.duplicate_stdout_filters); }},
+      {{"--duplicate-stderr-filters", "--duplicate_stderr_filters"},
+       "--duplicate_stde",
+       "PET_DUPLICATE_STDERR_FILTERS",
+       "Traceback,NCCL",
+       [](const LaunchOptions& o) { return join_texts(o.duplicate_stderr_filters); }},
       {{"--node-rank", "--node_rank"},
        "--node_",
        "PET_NODE_RANK",
@@ -530,21 +550,45 @@ TEST_CASE("options: --numa_binding: torchrun's four modes; no PET_ variable") {
   CHECK(parse_ok({"x"}, {{"PET_NUMA_BINDING", "node"}}).numa_binding.empty());
 }
 
-TEST_CASE("options: --duplicate_std{out,err}_filters are refused, not ignored") {
-  for (const char* stream : {"stdout", "stderr"}) {
-    const std::string dash = std::string("--duplicate-") + stream + "-filters";
-    const std::string underscore = std::string("--duplicate_") + stream + "_filters";
-    const std::string expected = underscore + ": not supported yet (copying the " + stream +
-                                 " lines that contain a filter to attempt_N/filtered_" + stream +
-                                 ".log); use --tee and grep the per-rank logs under --log_dir";
-    CHECK(parse_error({dash, "a,,b,c", "x"}) == expected);
-    CHECK(parse_error({underscore + "=", "x"}) == expected);  // [''] in torchrun: every line
-    std::string pet = "PET_DUPLICATE_" +
-                      std::string(stream == std::string("stdout") ? "STDOUT" : "STDERR") +
-                      "_FILTERS";
-    CHECK(parse_error({"x"}, {{pet, "loss"}}).rfind(pet + " (" + underscore + ")", 0) == 0);
-  }
-  CHECK(parse_error({"--duplicate-stdo", "a", "x"}).find("--duplicate_stdout_filters") == 0);
+TEST_CASE("options: comma_separated_list reads as torchrun's") {
+  using List = std::vector<std::string>;
+  CHECK(parse_comma_separated_list("apple,orange") == List{"apple", "orange"});
+  CHECK(parse_comma_separated_list("loss") == List{"loss"});
+  // ",," is a comma inside an item, taken left to right as Python's str.replace does.
+  CHECK(parse_comma_separated_list("a,,b,c") == List{"a,b", "c"});
+  CHECK(parse_comma_separated_list("a,,,b") == List{"a,", "b"});
+  CHECK(parse_comma_separated_list(",,,,") == List{",,"});
+  CHECK(parse_comma_separated_list(",,,") == List{",", ""});
+  CHECK(parse_comma_separated_list("a,,,,b,,") == List{"a,,b,"});
+  // str.split(","): one item more than there are commas, empty ones kept, nothing trimmed.
+  CHECK(parse_comma_separated_list("") == List{""});
+  CHECK(parse_comma_separated_list(",") == List{"", ""});
+  CHECK(parse_comma_separated_list(" a , b") == List{" a ", " b"});
+  // torchrun's placeholder text given literally reads as a comma, there too.
+  CHECK(parse_comma_separated_list("x<COMMA_PLACEHOLDER>y") == List{"x,y"});
+}
+
+TEST_CASE(
+    "options: --duplicate_stdout_filters and --duplicate_stderr_filters from flags and PET_") {
+  using List = std::vector<std::string>;
+  CHECK(parse_ok({"x"}).duplicate_stdout_filters.empty());
+  CHECK(parse_ok({"x"}).duplicate_stderr_filters.empty());
+  auto both = parse_ok({"--duplicate-stdout-filters", "apple,orange", "--duplicate_stderr_filters",
+                        "pear,,plum", "x"});
+  CHECK(both.duplicate_stdout_filters == List{"apple", "orange"});
+  CHECK(both.duplicate_stderr_filters == List{"pear,plum"});
+  // An empty value is one empty filter, which matches every line (torchrun: ['']).
+  CHECK(parse_ok({"--duplicate_stdout_filters=", "x"}).duplicate_stdout_filters == List{""});
+  CHECK(parse_ok({"x"}, {{"PET_DUPLICATE_STDERR_FILTERS", ""}}).duplicate_stderr_filters ==
+        List{""});
+  // The variable is the default; the command line wins; each stream reads its own.
+  auto from_env = parse_ok({"x"}, {{"PET_DUPLICATE_STDOUT_FILTERS", "loss,step"},
+                                   {"PET_DUPLICATE_STDERR_FILTERS", "pear"}});
+  CHECK(from_env.duplicate_stdout_filters == List{"loss", "step"});
+  CHECK(from_env.duplicate_stderr_filters == List{"pear"});
+  CHECK(
+      parse_ok({"--duplicate_stdout_filters=acc", "x"}, {{"PET_DUPLICATE_STDOUT_FILTERS", "loss"}})
+          .duplicate_stdout_filters == List{"acc"});
   CHECK(parse_error({"--dup", "a", "x"}).find("ambiguous option") == 0);
 }
 

@@ -33,6 +33,12 @@ struct StdSpec {
 };
 Result<StdSpec> parse_std_spec(const std::string& text, const std::string& flag);
 
+// torchrun's comma_separated_list type: items split at ',', where ",," stands for a comma inside
+// an item ("a,,b,c" -> {"a,b", "c"}); "" -> {""}, one empty item (which, as a filter, matches
+// every line). Done as torchrun does it, through the placeholder text "<COMMA_PLACEHOLDER>", so
+// that text given literally also reads as a comma.
+std::vector<std::string> parse_comma_separated_list(const std::string& text);
+
 struct RendezvousConf {
   double join_timeout = 600;  // seconds, as torchrun's --rdzv_conf
   double last_call_timeout = 30;
@@ -67,6 +73,11 @@ struct LaunchOptions {
   StdSpec redirects;
   StdSpec tee;
   std::vector<int> local_ranks_filter;  // empty: every local rank on the console
+  // --duplicate-stdout-filters / --duplicate-stderr-filters: the workers' console lines of that
+  // stream that contain any of these texts are also written, prefixed as on the console, to
+  // LOG_DIR/RUN_ID/attempt_N/filtered_stdout.log (filtered_stderr.log); empty: no such file.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   int node_rank = 0;
   bool node_rank_given = false;
   std::string master_addr = "127.0.0.1";
