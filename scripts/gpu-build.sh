@@ -12,7 +12,8 @@
 #   scripts/gpu-build.sh test [DIR]     runs the test suite of DIR (ctest)
 #
 # What travels: Boost 1.81 (Process v2 + filesystem, as on Debian 12), Catch2 2, CLI11, nlohmann
-# json and Gloo's headers (a pip torch has Gloo inside but ships no gloo/ headers). LibTorch,
+# json, Gloo's headers (a pip torch has Gloo inside but ships no gloo/ headers) and hwloc (for
+# --numa-binding; its library needs only libudev1, which Ubuntu has). LibTorch,
 # CUDA and NCCL come from the machine: torch.utils.cmake_prefix_path, /usr/local/cuda, and
 # the nvidia-nccl wheel that pip torch depends on (else /usr/local/cuda). PYTHON picks the
 # Python that holds torch (default python3); JOBS the build's parallelism (default nproc).
@@ -24,6 +25,7 @@ packages=(
   libboost1.81-dev libboost-filesystem1.81-dev libboost-filesystem1.81.0
   libboost-atomic1.81-dev libboost-atomic1.81.0 libboost-system1.81-dev
   catch2 libcli11-dev nlohmann-json3-dev libgloo-dev
+  libhwloc-dev libhwloc15
 )
 
 # cmake and ctest: on PATH, else beside the Python that holds torch (pip's cmake).
@@ -44,11 +46,14 @@ fetch() {
 unpack() {
   local root="$deps/root"
   [ -d "$deps/debs" ] || { echo "gpu-build: no $deps/debs (run 'scripts/gpu-build.sh fetch' on Debian)" >&2; exit 1; }
-  if [ ! -f "$root/.unpacked" ]; then
+  # Unpacked again whenever the set of packages changed (a fetch that brought new ones).
+  local wanted
+  wanted=$(ls "$deps/debs")
+  if [ ! -f "$root/.unpacked" ] || [ "$(cat "$root/.unpacked")" != "$wanted" ]; then
     rm -rf "$root"
     mkdir -p "$root"
     for f in "$deps"/debs/*.deb; do dpkg-deb -x "$f" "$root"; done
-    touch "$root/.unpacked"
+    echo "$wanted" > "$root/.unpacked"
   fi
 }
 

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir=build
-cmake_args=()
+# Warnings are errors here (CI runs this script); a user's own build only warns.
+cmake_args=(-DCTRUN_WERROR=ON)
 if [[ "${1:-}" == "--sanitize" ]]; then
   build_dir=build-sanitize
   cmake_args+=(-DCTRUN_SANITIZE=ON -DCTRUN_BUILD_BENCH=OFF)

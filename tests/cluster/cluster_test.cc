@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "process.h"
+#include "skip.h"
 
 using namespace ctrun::testing;
 using namespace std::chrono_literals;
@@ -132,8 +133,7 @@ int highest(const ScratchDir& s, int nodes, int (*value)(const std::string&)) {
 
 TEST_CASE("cluster: mlp trains across 2 and 3 namespace hosts, started by address") {
   if (!root()) {
-    WARN("skipped: needs root to create network namespaces (scripts/netns-cluster.sh)");
-    return;
+    CTRUN_SKIP("needs root to create network namespaces (scripts/netns-cluster.sh)");
   }
   for (int nodes : {2, 3}) {
     INFO(nodes << " nodes");
@@ -180,8 +180,7 @@ TEST_CASE("cluster: mlp trains across 2 and 3 namespace hosts, started by addres
 TEST_CASE(
     "cluster: a node's link goes down and comes back, the job shrinks, resumes, and grows again") {
   if (!root()) {
-    WARN("skipped: needs root to create network namespaces (scripts/netns-cluster.sh)");
-    return;
+    CTRUN_SKIP("needs root to create network namespaces (scripts/netns-cluster.sh)");
   }
   Cluster cluster(2);
   INFO(cluster.setup_log());
@@ -278,8 +277,7 @@ TEST_CASE(
 
 TEST_CASE("cluster: agents stopped one by one, SIGTERM then SIGKILL, until below min nodes") {
   if (!root()) {
-    WARN("skipped: needs root to create network namespaces (scripts/netns-cluster.sh)");
-    return;
+    CTRUN_SKIP("needs root to create network namespaces (scripts/netns-cluster.sh)");
   }
   constexpr int kNodes = 4;
   Cluster cluster(kNodes);

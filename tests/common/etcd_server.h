@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "process.h"
+#include "skip.h"
 
-// In a Catch2 test body: returns with a warning when etcd is not installed here.
-#define CTRUN_SKIP_WITHOUT_ETCD()                                                            \
-  if (!::ctrun::testing::EtcdCluster::installed()) {                                         \
-    WARN("skipped: /usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)"); \
-    return;                                                                                  \
+// In a Catch2 test body: the test is skipped when etcd is not installed here.
+#define CTRUN_SKIP_WITHOUT_ETCD()                                                         \
+  if (!::ctrun::testing::EtcdCluster::installed()) {                                      \
+    CTRUN_SKIP("/usr/bin/etcd is not installed (scripts/setup.sh installs etcd-server)"); \
   }
 
 namespace ctrun::testing {

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "process.h"
+#include "skip.h"
 
 using namespace ctrun::testing;
 using namespace std::chrono_literals;
@@ -83,8 +84,7 @@ void compare(const Env& torch, const Env& ours, int rank) {
 
 TEST_CASE("env: ctrun gives workers torchrun's environment") {
   if (!can_unshare_network()) {
-    WARN("skipped: needs root for a loopback-only network namespace (unshare -n)");
-    return;
+    CTRUN_SKIP("needs root for a loopback-only network namespace (unshare -n)");
   }
   const std::string dir = temp_path("envcmp");
   fs::create_directories(dir);

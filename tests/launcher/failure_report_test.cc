@@ -116,8 +116,10 @@ TEST_CASE("failure report: a hung worker: the agent's error file, Python and nat
       "Fatal Python error: Aborted", "",
       "Thread 0x00007f (most recent call first):", "  File \"h.py\", line 5 in sleeper"};
   std::string native = "PID 4242 - process\nTID 4242:\n";
-  for (int i = 0; i < 30; ++i)
-    native += "#" + std::to_string(i) + "  0x1 frame_" + std::to_string(i) + "\n";
+  for (int i = 0; i < 30; ++i) {
+    native += '#';  // appended: g++ 12 -O3 warns falsely on "literal" + std::string&&
+    native += std::to_string(i) + "  0x1 frame_" + std::to_string(i) + "\n";
+  }
   info.native_stacks = native;
   const std::string report = format_failure_report(info);
   CHECK(report.find("error_file: " + path) != std::string::npos);

@@ -13,7 +13,8 @@ std::string eu_stack_output(int threads, int frames) {
   for (int t = 0; t < threads; ++t) {
     out += "TID " + std::to_string(100 + t) + ":\n";
     for (int f = 0; f < frames; ++f) {
-      out += "#" + std::to_string(f) + "  0x00007f00000000" + std::to_string(f) + " fn_" +
+      out += '#';  // appended: g++ 12 -O3 warns falsely on "literal" + std::string&&
+      out += std::to_string(f) + "  0x00007f00000000" + std::to_string(f) + " fn_" +
              std::to_string(t) + "_" + std::to_string(f) + "\n";
     }
   }

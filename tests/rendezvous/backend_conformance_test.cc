@@ -152,7 +152,8 @@ void run_crowd_script(asio::io_context& io, const MakeBackend& make) {
   Script s(io, make, "crowd");
   s.set_nodes(kNodes, kNodes);
   std::vector<Node*> nodes;
-  for (int i = 0; i < kNodes; ++i) nodes.push_back(&s.add("n" + std::to_string(i)));
+  for (int i = 0; i < kNodes; ++i)
+    nodes.push_back(&s.add(std::string("n").append(std::to_string(i))));  // g++ 12 -O3: -Wrestrict
   for (Node* n : nodes) s.join(*n);
   REQUIRE(s.until([&] {
     return std::all_of(nodes.begin(), nodes.end(), [](Node* n) { return n->joined.has_value(); });

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "process.h"
+#include "skip.h"
 
 using namespace ctrun::testing;
 using namespace std::chrono_literals;
@@ -54,8 +55,7 @@ TEST_CASE("slurm: srun ctrun --slurm trains mlp with the node, rank and run id S
   ScratchDir s("slurm");
   LocalSlurm slurm(s);
   if (!slurm.started()) {
-    WARN("skipped: a local Slurm cluster could not start here:\n" + slurm.log());
-    return;
+    CTRUN_SKIP("a local Slurm cluster could not start here:\n" + slurm.log());
   }
   // One ctrun per node, as Slurm users launch it; ctrun starts the two workers itself.
   ChildProcess job({"/usr/bin/env", "SLURM_CONF=" + slurm.conf(), "/usr/bin/srun", "-N1", "-n1",

@@ -12,6 +12,7 @@
 #include "etcd_server.h"
 #include "process.h"
 #include "run_task.h"
+#include "skip.h"
 
 using namespace ctrun::testing;
 using namespace std::chrono_literals;
@@ -242,8 +243,7 @@ TEST_CASE("trainers: mlp and gpt train on cuda under ctrun (GPU machines)") {
     const std::string out = read_file(s.path("probe.log"));
     INFO(out);
     CHECK(out.find("--device cuda: no CUDA device") != std::string::npos);
-    WARN("skipped: no CUDA device here");
-    return;
+    CTRUN_SKIP("no CUDA device here");
   }
   REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=1"},
                         {"--device", "cuda", "--epochs", "2", "--seed", "7"}),
@@ -273,8 +273,7 @@ TEST_CASE("trainers: bad trainer flags are one-line errors") {
 
 TEST_CASE("trainers: mlp under the reference torchrun learns the same as under ctrun") {
   if (!can_unshare_network()) {
-    WARN("skipped: needs root for a loopback-only network namespace (unshare -n)");
-    return;
+    CTRUN_SKIP("needs root for a loopback-only network namespace (unshare -n)");
   }
   ScratchDir s("mlp_torchrun");
   REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2"}, kSmall), s.path("ctrun.log")) == 0);

@@ -13,16 +13,16 @@
 #include "ctrun_store.h"
 #include "loopback_daemon.h"
 #include "nccl_group.h"
+#include "skip.h"
 
 using namespace std::chrono_literals;
 using ctrun::worker::CollectiveError;
 
-#define CTRUN_SKIP_WITHOUT_GPU()                                                         \
-  do {                                                                                   \
-    if (!ctrun::worker::nccl_available() || !torch::cuda::is_available()) {              \
-      WARN("skipped: needs a CUDA device and a build with NCCL (scripts/gpu-build.sh)"); \
-      return;                                                                            \
-    }                                                                                    \
+#define CTRUN_SKIP_WITHOUT_GPU()                                                      \
+  do {                                                                                \
+    if (!ctrun::worker::nccl_available() || !torch::cuda::is_available()) {           \
+      CTRUN_SKIP("needs a CUDA device and a build with NCCL (scripts/gpu-build.sh)"); \
+    }                                                                                 \
   } while (false)
 
 namespace {
