@@ -20,4 +20,14 @@ bash scripts/setup.sh
 cmake -S . -B "$build_dir" -G Ninja "${cmake_args[@]}"
 cmake --build "$build_dir" -j "$(nproc)"
 cd "$build_dir"
-ctest --output-on-failure -j "$(nproc)" --timeout 600
+status=0
+ctest --output-on-failure -j "$(nproc)" --timeout 600 --output-junit ctest-results.xml || status=$?
+# One line saying how many ran, failed and were skipped (a test that cannot run here, e.g. with
+# no GPU, is skipped and listed above by ctest, never counted as passed).
+if [[ -f ctest-results.xml ]]; then
+  count() { grep -m1 -o "$1=\"[0-9]*\"" ctest-results.xml | grep -o '[0-9]*'; }
+  total=$(count tests) failed=$(count failures) skipped=$(count skipped)
+  echo "scripts/test.sh: $((total - skipped)) tests ran, $((total - skipped - failed)) passed," \
+    "$failed failed, $skipped skipped"
+fi
+exit "$status"
