@@ -21,6 +21,7 @@
 #include "ctrun/launcher/worker_env.h"
 #include "ctrun/rendezvous/auth.h"
 #include "ctrun/rendezvous/backend.h"
+#include "ctrun/rendezvous/endpoint.h"
 #include "ctrun/rendezvous/etcd.h"
 #include "ctrun/rendezvous/event_log.h"
 #include "ctrun/rendezvous/log.h"
@@ -278,7 +279,7 @@ class Agent::Impl {
                           {"max_nodes", o.max_nodes},
                           {"max_restarts", o.max_restarts},
                           {"entrypoint", o.entrypoint},
-                          {"rendezvous", endpoint_host_ + ":" + std::to_string(endpoint_port_)}});
+                          {"rendezvous", rdzv::format_endpoint({endpoint_host_, endpoint_port_})}});
   }
   // The assignment as the daemon sent it, and the restart it runs as.
   void announce_round() {
@@ -395,15 +396,11 @@ Task<rdzv::Status> Agent::Impl::setup() {
     log_root_ = temp_root_ = tmpl;
   }
 
-  if (!o.rdzv_conf.token_file.empty()) {
-    auto t = rdzv::read_token_file(o.rdzv_conf.token_file);
-    if (!t) co_return t.error();
-    token_ = t.value();
-  } else if (const char* env = std::getenv("CTRUN_RDZV_TOKEN")) {
-    auto t = rdzv::clean_token(env, "CTRUN_RDZV_TOKEN");
-    if (!t) co_return t.error();
-    token_ = t.value();
-  }
+  const char* env_token = std::getenv(rdzv::kTokenVariable);
+  auto token = rdzv::resolve_token(
+      o.rdzv_conf.token_file, env_token ? std::optional<std::string>(env_token) : std::nullopt);
+  if (!token) co_return token.error();
+  token_ = token.value();
 
   if (!o.numa_binding.empty()) {
     if (auto s = plan_bindings(); !s) co_return s;
@@ -720,8 +717,10 @@ Task<int> Agent::Impl::run_job() {
             std::to_string(round_.group_rank) + " of " + std::to_string(round_.group_world_size) +
             ", ranks " + std::to_string(round_.rank_offset) + ".." +
             std::to_string(round_.rank_offset + local_world_size_ - 1) + " of world size " +
-            std::to_string(round_.world_size) + ", master " + round_.master_addr + ":" +
-            std::to_string(round_.master_port) + ", restart " + std::to_string(restart_count_));
+            std::to_string(round_.world_size) + ", master " +
+            rdzv::format_endpoint(
+                {round_.master_addr, static_cast<std::uint16_t>(round_.master_port)}) +
+            ", restart " + std::to_string(restart_count_));
         if (auto s = start_workers(round_, restart_count_); !s) {
           log("error: " + s.error().message);
           const std::string message = s.error().message;
@@ -762,7 +761,7 @@ Task<int> Agent::Impl::run_job() {
         co_return e.state == "succeeded" ? 0 : kExitFailure;
       case Event::Kind::kConnectionLost: {
         if (client_->connected()) break;  // already back (a failure handler reconnected)
-        const std::string where = endpoint_host_ + ":" + std::to_string(endpoint_port_);
+        const std::string where = rdzv::format_endpoint({endpoint_host_, endpoint_port_});
         log("lost the rendezvous at " + where + " (" + e.reason + "): reconnecting for up to " +
             std::to_string(rdzv::to_millis(config_.join_timeout) / 1000) +
             " s; workers keep running");
@@ -970,7 +969,7 @@ Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
   // The restart budget is the job's, not the node's: one counter in the job's store.
   auto used = co_await client_->add(rdzv::kRestartsKey, 1);
   if (!used && used.error().code == rdzv::ErrorCode::kConnection) {
-    log("lost the rendezvous at " + endpoint_host_ + ":" + std::to_string(endpoint_port_) +
+    log("lost the rendezvous at " + rdzv::format_endpoint({endpoint_host_, endpoint_port_}) +
         " while restarting (" + used.error().message + "): reconnecting");
     if (auto s = co_await reconnect(true); s) used = co_await client_->add(rdzv::kRestartsKey, 1);
   }

@@ -1,4 +1,5 @@
 #include "ctrun/launcher/slurm.h"
+#include "ctrun/rendezvous/endpoint.h"
 
 #include <charconv>
 #include <optional>
@@ -226,8 +227,7 @@ rendezvous::Status apply_slurm(const SlurmFacts& facts, const ExplicitOptions& g
     o.node_rank_given = true;
   }
   if (!given.rdzv_endpoint) {
-    o.rdzv_endpoint = (first.find(':') != std::string::npos ? "[" + first + "]" : first) + ":" +
-                      std::to_string(port);
+    o.rdzv_endpoint = rendezvous::format_endpoint({first, static_cast<std::uint16_t>(port)});
     // Node 0 is the first host of the list: it hosts, the others only reach it.
     if (!o.rdzv_conf.is_host) o.rdzv_conf.is_host = facts.node_id == 0;
   }

@@ -7,6 +7,7 @@
 
 #include "ctrun/rendezvous/auth.h"
 #include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/endpoint.h"
 #include "ctrun/rendezvous/etcd_jobs.h"
 #include "ctrun/rendezvous/rendezvous.h"
 #include "ctrun/rendezvous/server.h"
@@ -115,16 +116,10 @@ int run_status_command(const std::vector<std::string>& args, const EnvLookup& en
   options.port = ep.value().port;
   options.job = id.empty() ? kObserverJob : id;
   options.connect_timeout = limit;
-  if (!token_file.empty()) {
-    auto t = rdzv::read_token_file(token_file);
-    if (!t) return fail(t.error().message, 2);
-    options.token = t.value();
-  } else if (auto t = env("CTRUN_RDZV_TOKEN")) {
-    auto clean = rdzv::clean_token(*t, "CTRUN_RDZV_TOKEN");
-    if (!clean) return fail(clean.error().message, 2);
-    options.token = clean.value();
-  }
-  const std::string where = ep.value().host + ":" + std::to_string(ep.value().port);
+  auto token = rdzv::resolve_token(token_file, env(rdzv::kTokenVariable));
+  if (!token) return fail(token.error().message, 2);
+  options.token = token.value();
+  const std::string where = rdzv::format_endpoint(ep.value());
   auto client = rdzv::Client::connect(options);
   if (!client)
     return fail("cannot reach the rendezvous at " + where + ": " + client.error().message, 1);

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "ctrun/rendezvous/frame.h"
+#include "ctrun/rendezvous/json.h"
 
 namespace ctrun::launcher {
 

@@ -67,6 +67,19 @@ Result<std::string> read_token_file(const std::string& path) {
   return clean_token(content.str(), "token file '" + path + "'");
 }
 
+Result<std::optional<std::string>> resolve_token(const std::string& token_file,
+                                                 const std::optional<std::string>& env_token) {
+  if (!token_file.empty()) {
+    auto token = read_token_file(token_file);
+    if (!token) return token.error();
+    return std::optional<std::string>(token.value());
+  }
+  if (!env_token) return std::optional<std::string>();
+  auto token = clean_token(*env_token, kTokenVariable);
+  if (!token) return token.error();
+  return std::optional<std::string>(token.value());
+}
+
 Result<std::string> clean_token(std::string token, const std::string& source) {
   const char* space = " \t\r\n";
   token.erase(0, token.find_first_not_of(space) == std::string::npos

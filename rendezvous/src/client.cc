@@ -1,4 +1,5 @@
 #include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/endpoint.h"
 
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -65,7 +66,7 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
   void dispatch(Json frame);
   void flush();
   void fail_pending(const Error& error);
-  std::string endpoint_text() const { return options_.host + ":" + std::to_string(options_.port); }
+  std::string endpoint_text() const { return format_endpoint({options_.host, options_.port}); }
 
   asio::io_context& io_;
   ClientOptions options_;
@@ -515,7 +516,7 @@ class Client::Impl {
  private:
   using Clock = std::chrono::steady_clock;
 
-  std::string endpoint() const { return options_.host + ":" + std::to_string(options_.port); }
+  std::string endpoint() const { return format_endpoint({options_.host, options_.port}); }
 
   void disconnect() {
     connected_ = false;

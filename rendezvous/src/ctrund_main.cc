@@ -95,21 +95,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  if (!token_file.empty()) {
-    auto token = rdzv::read_token_file(token_file);
-    if (!token) {
-      std::cerr << "ctrund: error: " << token.error().message << "\n";
-      return 2;
-    }
-    options.service.token = token.value();
-  } else if (const char* env = std::getenv("CTRUN_RDZV_TOKEN")) {
-    auto token = rdzv::clean_token(env, "CTRUN_RDZV_TOKEN");
-    if (!token) {
-      std::cerr << "ctrund: error: " << token.error().message << "\n";
-      return 2;
-    }
-    options.service.token = token.value();
+  const char* env_token = std::getenv(rdzv::kTokenVariable);
+  auto token = rdzv::resolve_token(
+      token_file, env_token ? std::optional<std::string>(env_token) : std::nullopt);
+  if (!token) {
+    std::cerr << "ctrund: error: " << token.error().message << "\n";
+    return 2;
   }
+  options.service.token = token.value();
   if (!worker_store_ports.empty()) {
     auto range = rdzv::parse_port_range(worker_store_ports);
     if (!range) {

@@ -1,5 +1,7 @@
 #include "listen.h"
 
+#include "ctrun/rendezvous/endpoint.h"
+
 #include <boost/asio.hpp>
 
 #include <vector>
@@ -34,8 +36,7 @@ void accept_loop(tcp::acceptor& acceptor, std::function<bool()> keep_going,
 }
 
 std::string endpoint_text(const tcp::endpoint& ep) {
-  const std::string host = ep.address().to_string();
-  return (ep.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(ep.port());
+  return format_endpoint({ep.address().to_string(), ep.port()});
 }
 
 Status listen_on(tcp::acceptor& acceptor, const std::string& host, std::uint16_t port) {

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "ctrun/rendezvous/endpoint.h"
 #include "ctrun/rendezvous/etcd.h"
 
 namespace ctrun::worker {
@@ -22,7 +23,7 @@ CtrunStore::CtrunStore(const rendezvous::StoreAddress& address, const std::strin
   if (address.backend == rendezvous::StoreAddress::Backend::kEtcd) {
     where_ = "etcd " + rendezvous::etcd::format_endpoints(address.etcd_endpoints);
   } else {
-    where_ = address.host + ":" + std::to_string(address.port);
+    where_ = rendezvous::format_endpoint({address.host, static_cast<std::uint16_t>(address.port)});
   }
   auto client = rendezvous::connect_store(address, job, timeout);
   if (!client) {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "ctrun/rendezvous/etcd_client.h"
-#include "ctrun/rendezvous/frame.h"
+#include "ctrun/rendezvous/json.h"
 #include "ctrun/rendezvous/rendezvous.h"
 
 namespace ctrun::rendezvous {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "ctrun/rendezvous/error.h"
-#include "ctrun/rendezvous/frame.h"
+#include "ctrun/rendezvous/json.h"
 
 namespace ctrun::rendezvous {
 

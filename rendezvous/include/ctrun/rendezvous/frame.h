@@ -7,13 +7,10 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
 #include "ctrun/rendezvous/error.h"
+#include "ctrun/rendezvous/json.h"
 
 namespace ctrun::rendezvous {
-
-using Json = nlohmann::json;
 
 inline constexpr std::uint32_t kProtocolVersion = 1;
 inline constexpr std::size_t kFrameHeaderBytes = 4;

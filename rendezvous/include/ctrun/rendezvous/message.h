@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ctrun/rendezvous/error.h"
-#include "ctrun/rendezvous/frame.h"
+#include "ctrun/rendezvous/json.h"
 
 namespace ctrun::rendezvous {
 

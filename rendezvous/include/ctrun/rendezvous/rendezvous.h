@@ -15,7 +15,7 @@
 #include "ctrun/rendezvous/clock.h"
 #include "ctrun/rendezvous/error.h"
 #include "ctrun/rendezvous/event_log.h"
-#include "ctrun/rendezvous/frame.h"
+#include "ctrun/rendezvous/json.h"
 
 namespace ctrun::rendezvous {
 
