@@ -165,7 +165,6 @@ struct Event {
     kJobEnded,
     kConnectionLost,
     kSignal,
-    kIgnored,  // pushed frames of kinds this agent does not act on
   };
 
   Kind kind;
@@ -177,29 +176,17 @@ struct Event {
   std::string reason{};
 };
 
-// A pushed frame as an Event. A frame this agent cannot read is as good as a lost daemon.
-Event event_from_daemon(const rdzv::Json& e) {
-  auto name = rdzv::get_string(e, "event");
-  auto reason = rdzv::get_string_or(e, "reason", "");
-  if (!name || !reason) {
-    return Event{.kind = Event::Kind::kConnectionLost, .reason = "malformed event from ctrund"};
+// The backend's event as the agent's own.
+Event event_from_backend(const rdzv::BackendEvent& e) {
+  switch (e.kind) {
+    case rdzv::BackendEvent::Kind::kRoundReopened:
+      return Event{.kind = Event::Kind::kRoundReopened, .round = e.round, .reason = e.reason};
+    case rdzv::BackendEvent::Kind::kJobEnded:
+      return Event{.kind = Event::Kind::kJobEnded, .state = e.state, .reason = e.reason};
+    case rdzv::BackendEvent::Kind::kConnectionLost:
+      break;
   }
-  if (name.value() == "round_reopened") {
-    auto round = rdzv::get_int(e, "round");
-    if (!round) return Event{.kind = Event::Kind::kConnectionLost, .reason = round.error().message};
-    return Event{.kind = Event::Kind::kRoundReopened,
-                 .round = static_cast<int>(round.value()),
-                 .reason = reason.value()};
-  }
-  if (name.value() == "job_ended") {
-    auto state = rdzv::get_string(e, "state");
-    if (!state) return Event{.kind = Event::Kind::kConnectionLost, .reason = state.error().message};
-    return Event{.kind = Event::Kind::kJobEnded, .state = state.value(), .reason = reason.value()};
-  }
-  if (name.value() == "connection_lost") {
-    return Event{.kind = Event::Kind::kConnectionLost, .reason = reason.value()};
-  }
-  return Event{.kind = Event::Kind::kIgnored};
+  return Event{.kind = Event::Kind::kConnectionLost, .reason = e.reason};
 }
 
 }  // namespace
@@ -352,9 +339,7 @@ class Agent::Impl {
   std::unique_ptr<rdzv::EventLog> server_event_log_;  // and its hosted rendezvous's
   std::unique_ptr<rdzv::Server> server_;              // when this agent hosts the rendezvous
   std::unique_ptr<rdzv::Backend> client_;
-  bool etcd_ = false;                 // --rdzv_backend=etcd: no daemon; the job's keys live in etcd
   std::vector<CpuBinding> bindings_;  // --numa-binding: each local rank's, else empty
-  std::vector<rdzv::Endpoint> etcd_endpoints_;
   rdzv::RendezvousConfig config_;
   int requested_rank_ = -1;
 
@@ -417,8 +402,7 @@ Task<rdzv::Status> Agent::Impl::setup() {
   // Where the rendezvous is, and whether this agent hosts it.
   bool try_host = false;
   bool must_host = false;
-  etcd_ = !o.standalone && (o.rdzv_backend == "etcd" || o.rdzv_backend == "etcd-v2");
-  if (etcd_) {
+  if (!o.standalone && (o.rdzv_backend == "etcd" || o.rdzv_backend == "etcd-v2")) {
     if (o.rdzv_endpoint.empty()) {
       co_return rdzv::Error{rdzv::ErrorCode::kBadRequest,
                             "--rdzv_endpoint is required with --rdzv_backend=" + o.rdzv_backend};
@@ -429,7 +413,6 @@ Task<rdzv::Status> Agent::Impl::setup() {
     endpoint_port_ = endpoints.value().front().port;
     if (o.node_rank_given) requested_rank_ = o.node_rank;
     rdzv::EtcdBackendOptions etcd_options;
-    etcd_endpoints_ = endpoints.value();
     etcd_options.endpoints = std::move(endpoints).value();
     etcd_options.job = run_id_;
     etcd_options.connect_timeout = config_.join_timeout;
@@ -492,7 +475,7 @@ Task<rdzv::Status> Agent::Impl::setup() {
     client_options.want_worker_store = true;
     client_ = rdzv::make_ctrund_backend(io_, client_options);
   }
-  client_->set_event_handler([this](const rdzv::Json& e) { post(event_from_daemon(e)); });
+  client_->set_event_handler([this](const rdzv::BackendEvent& e) { post(event_from_backend(e)); });
   if (auto s = co_await client_->connect(); !s) co_return s;
   client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
   host_ = !o.local_addr.empty() ? o.local_addr : client_->local_address();
@@ -588,14 +571,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
                                   round.world_size, round.master_addr,      round.master_port,
                                   restart_count};
     in.use_agent_store = use_agent_store();
-    if (etcd_) {
-      in.store = rdzv::etcd_store_address(etcd_endpoints_, round.store_prefix);
-    } else {
-      in.store.host = endpoint_host_;
-      in.store.port = endpoint_port_;
-      in.store.prefix = round.store_prefix;
-      in.store.token = token_;
-    }
+    in.store = client_->store_address(round.store_prefix);
     in.error_file = dir + "/error.json";
     in.set_omp_num_threads = set_omp;
     in.python_fault_handler = o.worker_timeout > 0 && workers_run_python_;
@@ -773,8 +749,6 @@ Task<int> Agent::Impl::run_job() {
         }
         break;
       }
-      case Event::Kind::kIgnored:
-        break;
       case Event::Kind::kSignal:
         if (e.signo == SIGUSR1 || e.signo == SIGUSR2) {
           // Slurm's warning of a coming preemption or time limit: the workers decide what to

@@ -1,14 +1,39 @@
-// The Backend over ctrund: every call is the AsyncClient's own.
+// The Backend over ctrund: every call is the AsyncClient's own; pushed frames become events.
 #include "ctrun/rendezvous/backend.h"
+#include "ctrun/rendezvous/message.h"
 
 namespace ctrun::rendezvous {
+
+std::optional<BackendEvent> backend_event_from_frame(const Json& frame) {
+  auto lost = [](std::string why) {
+    return BackendEvent{.kind = BackendEvent::Kind::kConnectionLost, .reason = std::move(why)};
+  };
+  auto name = get_string(frame, "event");
+  auto reason = get_string_or(frame, "reason", "");
+  if (!name || !reason) return lost("malformed event from ctrund");
+  if (name.value() == "round_reopened") {
+    auto round = get_int(frame, "round");
+    if (!round) return lost(round.error().message);
+    return BackendEvent{.kind = BackendEvent::Kind::kRoundReopened,
+                        .round = static_cast<int>(round.value()),
+                        .reason = reason.value()};
+  }
+  if (name.value() == "job_ended") {
+    auto state = get_string(frame, "state");
+    if (!state) return lost(state.error().message);
+    return BackendEvent{
+        .kind = BackendEvent::Kind::kJobEnded, .state = state.value(), .reason = reason.value()};
+  }
+  if (name.value() == "connection_lost") return lost(reason.value());
+  return std::nullopt;
+}
 
 namespace {
 
 class CtrundBackend final : public Backend {
  public:
   CtrundBackend(boost::asio::io_context& io, ClientOptions options)
-      : client_(io, std::move(options)) {}
+      : options_(options), client_(io, std::move(options)) {}
 
   Task<Status> connect() override { return client_.connect(); }
   bool connected() const override { return client_.connected(); }
@@ -16,8 +41,18 @@ class CtrundBackend final : public Backend {
   std::optional<std::uint16_t> worker_store_port() const override {
     return client_.worker_store_port();
   }
+  StoreAddress store_address(const std::string& prefix) const override {
+    StoreAddress a;
+    a.host = options_.host;
+    a.port = options_.port;
+    a.prefix = prefix;
+    a.token = options_.token;
+    return a;
+  }
   void set_event_handler(EventHandler handler) override {
-    client_.set_event_handler(std::move(handler));
+    client_.set_event_handler([handler = std::move(handler)](const Json& frame) {
+      if (auto event = backend_event_from_frame(frame)) handler(*event);
+    });
   }
   void start_keep_alive(Duration interval, int max_missed) override {
     client_.start_keep_alive(interval, max_missed);
@@ -49,6 +84,7 @@ class CtrundBackend final : public Backend {
   }
 
  private:
+  const ClientOptions options_;
   AsyncClient client_;
 };
 

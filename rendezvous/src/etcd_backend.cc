@@ -150,6 +150,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   void set_event_handler(Backend::EventHandler handler) { on_event_ = std::move(handler); }
   bool connected() const { return lease_ != 0 && !lost_ && !closed_; }
   const std::string& local_address() const { return local_address_; }
+  const std::vector<Endpoint>& endpoints() const { return options_.endpoints; }
 
   Task<Status> connect() {
     closed_ = false;
@@ -592,15 +593,17 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     if (r.state() != JobState::kRunning) {
       if (!end_sent_) {
         end_sent_ = true;
-        emit(Json{{"event", "job_ended"},
-                  {"state", std::string(job_state_name(r.state()))},
-                  {"reason", r.end_reason()}});
+        emit(BackendEvent{.kind = BackendEvent::Kind::kJobEnded,
+                          .state = std::string(job_state_name(r.state())),
+                          .reason = r.end_reason()});
       }
       return;
     }
     if (r.round() > reported_round_) {
       reported_round_ = r.round();
-      emit(Json{{"event", "round_reopened"}, {"round", r.round()}, {"reason", r.open_reason()}});
+      emit(BackendEvent{.kind = BackendEvent::Kind::kRoundReopened,
+                        .round = r.round(),
+                        .reason = r.open_reason()});
       return;
     }
     if (!r.has_node(node_id_) && !lost_) {
@@ -833,10 +836,10 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     if (lost_) return;
     lost_ = true;
     ++keep_alive_epoch_;
-    emit(Json{{"event", "connection_lost"}, {"reason", reason}});
+    emit(BackendEvent{.kind = BackendEvent::Kind::kConnectionLost, .reason = reason});
   }
 
-  void emit(const Json& event) {
+  void emit(const BackendEvent& event) {
     if (on_event_) on_event_(event);
   }
 
@@ -913,6 +916,9 @@ class EtcdBackend final : public Backend {
   std::string local_address() const override { return impl_->local_address(); }
   // Not served, as with torch's etcd handler.
   std::optional<std::uint16_t> worker_store_port() const override { return std::nullopt; }
+  StoreAddress store_address(const std::string& prefix) const override {
+    return etcd_store_address(impl_->endpoints(), prefix);
+  }
   void set_event_handler(EventHandler handler) override {
     impl_->set_event_handler(std::move(handler));
   }

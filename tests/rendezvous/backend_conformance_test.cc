@@ -34,7 +34,7 @@ using MakeBackend =
 struct Node {
   std::string id;
   std::unique_ptr<Backend> backend;
-  std::deque<Json> events;
+  std::deque<BackendEvent> events;
   std::optional<Result<RoundAssignment>> joined;
 };
 
@@ -53,7 +53,7 @@ class Script {
     node->id = id;
     node->backend = make_(io_, job_);
     Node* raw = node.get();
-    node->backend->set_event_handler([raw](const Json& e) { raw->events.push_back(e); });
+    node->backend->set_event_handler([raw](const BackendEvent& e) { raw->events.push_back(e); });
     REQUIRE(run_task(io_, node->backend->connect()).ok());
     node->backend->start_keep_alive(1s, 3);
     nodes_.push_back(std::move(node));
@@ -83,14 +83,14 @@ class Script {
     return done();
   }
 
-  // The next event of `node` named `name` (earlier ones of other names are dropped).
-  std::optional<Json> next_event(Node& node, const std::string& name) {
-    std::optional<Json> found;
+  // The next event of `node` of kind `kind` (earlier ones of other kinds are dropped).
+  std::optional<BackendEvent> next_event(Node& node, BackendEvent::Kind kind) {
+    std::optional<BackendEvent> found;
     until([&] {
       while (!node.events.empty() && !found) {
-        Json e = node.events.front();
+        BackendEvent e = node.events.front();
         node.events.pop_front();
-        if (e.value("event", "") == name) found = e;
+        if (e.kind == kind) found = e;
       }
       return found.has_value();
     });
@@ -171,9 +171,9 @@ void run_elastic_script(asio::io_context& io, const MakeBackend& make) {
   Node& c = s.add("c");
   s.join(c);
   for (Node* n : {&a, &b}) {
-    auto reopened = s.next_event(*n, "round_reopened");
+    auto reopened = s.next_event(*n, BackendEvent::Kind::kRoundReopened);
     REQUIRE(reopened);
-    CHECK((*reopened)["round"] == 1);
+    CHECK(reopened->round == 1);
     s.join(*n);
   }
   REQUIRE(s.until([&] { return a.joined && b.joined && c.joined; }));
@@ -200,9 +200,9 @@ void run_elastic_script(asio::io_context& io, const MakeBackend& make) {
   // A member leaves: the others are told and form the next round without it.
   REQUIRE(run_task(io, c.backend->leave()).ok());
   for (Node* n : {&a, &b}) {
-    auto reopened = s.next_event(*n, "round_reopened");
+    auto reopened = s.next_event(*n, BackendEvent::Kind::kRoundReopened);
     REQUIRE(reopened);
-    CHECK((*reopened)["round"] == 2);
+    CHECK(reopened->round == 2);
     s.join(*n);
   }
   REQUIRE(s.until([&] { return a.joined && b.joined; }));
@@ -223,9 +223,9 @@ void run_elastic_script(asio::io_context& io, const MakeBackend& make) {
     REQUIRE(reported.ok());
   }
   for (Node* n : {&a, &b}) {
-    auto ended = s.next_event(*n, "job_ended");
+    auto ended = s.next_event(*n, BackendEvent::Kind::kJobEnded);
     REQUIRE(ended);
-    CHECK((*ended)["state"] == "succeeded");
+    CHECK(ended->state == "succeeded");
   }
   for (Node* n : {&a, &b, &c}) run_task(io, n->backend->release());
 }
@@ -236,10 +236,10 @@ void run_failure_script(asio::io_context& io, const MakeBackend& make) {
   Node& b = s.add("b");
   form_first_round(s, a, b);
   REQUIRE(run_task(io, a.backend->report(false, "rank 0 on h: exit code 3")).ok());
-  auto ended = s.next_event(b, "job_ended");
+  auto ended = s.next_event(b, BackendEvent::Kind::kJobEnded);
   REQUIRE(ended);
-  CHECK((*ended)["state"] == "failed");
-  CHECK((*ended)["reason"].get<std::string>().find("exit code 3") != std::string::npos);
+  CHECK(ended->state == "failed");
+  CHECK(ended->reason.find("exit code 3") != std::string::npos);
   // A node that comes while the ended job's nodes are still there is refused, not a new job.
   Node& c = s.add("c");
   s.join(c);

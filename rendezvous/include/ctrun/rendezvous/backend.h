@@ -18,14 +18,26 @@
 #include "ctrun/rendezvous/endpoint.h"
 #include "ctrun/rendezvous/event_log.h"
 #include "ctrun/rendezvous/rendezvous.h"
+#include "ctrun/rendezvous/store_address.h"
 
 namespace ctrun::rendezvous {
 
+// What a backend tells its agent unasked.
+struct BackendEvent {
+  enum class Kind {
+    kRoundReopened,   // stop the workers and join round `round`
+    kJobEnded,        // the job is over: `state` is "succeeded", "failed" or "closed"
+    kConnectionLost,  // connect() again and resume()
+  };
+  Kind kind = Kind::kConnectionLost;
+  int round = 0;
+  std::string state{};  // (braced: designated initializers may leave it out without a warning)
+  std::string reason{};
+};
+
 class Backend {
  public:
-  // Events are the frames ctrund pushes: {"event": "round_reopened", "round", "reason"},
-  // {"event": "job_ended", "state", "reason"}, {"event": "connection_lost", "reason"}.
-  using EventHandler = AsyncClient::EventHandler;
+  using EventHandler = std::function<void(const BackendEvent&)>;
 
   virtual ~Backend() = default;
 
@@ -39,6 +51,9 @@ class Backend {
   // a port on the service's host (ctrund embedded in an agent: its own port; a ctrund with
   // --worker_store_ports: the job's own); nullopt when not served (never on etcd).
   virtual std::optional<std::uint16_t> worker_store_port() const = 0;
+  // Where this node's workers reach the job's store, under the round's `prefix`
+  // (RoundAssignment::store_prefix): what the agent passes to them in CTRUN_STORE_*.
+  virtual StoreAddress store_address(const std::string& prefix) const = 0;
   virtual void set_event_handler(EventHandler handler) = 0;
   // Proves this node alive every `interval`. When the service stops hearing it (ctrund:
   // `max_missed` keep-alives unanswered in a row; etcd: no lease renewal for the lease's TTL) or
@@ -64,6 +79,9 @@ class Backend {
 
 // ctrund, through an AsyncClient.
 std::unique_ptr<Backend> make_ctrund_backend(boost::asio::io_context& io, ClientOptions options);
+// A frame ctrund pushed, as the event it means; nullopt for a kind the agent does not act on. A
+// frame that cannot be read is as good as a lost daemon (kConnectionLost, saying why).
+std::optional<BackendEvent> backend_event_from_frame(const Json& frame);
 
 struct EtcdBackendOptions {
   std::vector<Endpoint> endpoints;
