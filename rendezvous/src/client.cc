@@ -398,19 +398,8 @@ Task<Status> AsyncClient::ping() { return then(call(proto::ping()), proto::no_pa
 
 Task<Result<RoundAssignment>> AsyncClient::join(const NodeInfo& node,
                                                 const RendezvousConfig& config) {
-  Json request{{"op", "join"},
-               {"node", node.node_id},
-               {"host", node.host},
-               {"local_world_size", node.local_world_size},
-               {"master_port", node.master_port},
-               {"requested_rank", node.requested_rank},
-               {"min_nodes", config.min_nodes},
-               {"max_nodes", config.max_nodes},
-               {"join_timeout_ms", to_millis(config.join_timeout)},
-               {"last_call_timeout_ms", to_millis(config.last_call_timeout)},
-               {"close_timeout_ms", to_millis(config.close_timeout)},
-               {"keep_alive_interval_ms", to_millis(config.keep_alive_interval)},
-               {"keep_alive_max_attempt", config.keep_alive_max_attempt}};
+  Json request = to_json(JoinRequest{node, config});
+  request["op"] = "join";
   return then(call(std::move(request)), round_assignment_from_json);
 }
 

@@ -42,52 +42,12 @@ RendezvousConfig without_keep_alives(RendezvousConfig c) {
 // kJoinsPerWrite), instead of each agent winning a compare-and-swap of its own.
 constexpr std::size_t kJoinsPerWrite = 120;  // a compare and a delete each; etcd allows 128
 
-struct JoinRequest {
-  NodeInfo node;
-  int min_nodes = 0;
-  int max_nodes = 0;
-};
-
-std::string join_request_text(const NodeInfo& node, const RendezvousConfig& config) {
-  return Json{{"host", node.host},
-              {"local_world_size", node.local_world_size},
-              {"master_port", node.master_port},
-              {"requested_rank", node.requested_rank},
-              {"min_nodes", config.min_nodes},
-              {"max_nodes", config.max_nodes}}
-      .dump();
-}
-
-// Another agent's request; nullopt for a value that is not one (it is left alone).
+// Another agent's request, as it left it under joins/<its id>; nullopt for a value that is not
+// one (it is left alone: that agent's own join says what is wrong).
 std::optional<JoinRequest> parse_join_request(const std::string& node_id, const std::string& text) {
-  const Json j = Json::parse(text, nullptr, false);
-  if (!j.is_object()) return std::nullopt;
-  auto integer = [&j](const char* name) -> std::optional<int> {
-    auto it = j.find(name);
-    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-    const auto v = it->get<std::int64_t>();
-    if (v < -1 || v > 1 << 20) return std::nullopt;
-    return static_cast<int>(v);
-  };
-  auto host = j.find("host");
-  auto local_world_size = integer("local_world_size");
-  auto master_port = integer("master_port");
-  auto requested_rank = integer("requested_rank");
-  auto min_nodes = integer("min_nodes");
-  auto max_nodes = integer("max_nodes");
-  if (host == j.end() || !host->is_string() || !local_world_size || !master_port ||
-      !requested_rank || !min_nodes || !max_nodes) {
-    return std::nullopt;
-  }
-  JoinRequest r;
-  r.node.node_id = node_id;
-  r.node.host = host->get<std::string>();
-  r.node.local_world_size = *local_world_size;
-  r.node.master_port = *master_port;
-  r.node.requested_rank = *requested_rank;
-  r.min_nodes = *min_nodes;
-  r.max_nodes = *max_nodes;
-  return r;
+  auto request = join_request_from_json(Json::parse(text, nullptr, false));
+  if (!request || request.value().node.node_id != node_id) return std::nullopt;
+  return request.value();
 }
 
 std::int64_t whole_seconds_up(Duration d) {
@@ -220,7 +180,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     end_sent_ = false;
     if (auto s = co_await put_node_key(); !s) co_return s.error();
     const RendezvousConfig wanted = without_keep_alives(config);
-    const std::string request = join_request_text(node, config);
+    const std::string request = to_json(JoinRequest{node, config}).dump();
     auto enter = [&](Edit& edit) -> Status {
       std::unique_ptr<Rendezvous>& r = edit.state;
       // Every node of an ended job is gone: the same id starts a new job, as with ctrund. Its
@@ -386,8 +346,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       if (edit.applied.size() >= kJoinsPerWrite) break;
       const etcd::KeyValue& kv = joins_.at(id);
       auto request = parse_join_request(id, kv.value);
-      if (!request || request->min_nodes != r.config().min_nodes ||
-          request->max_nodes != r.config().max_nodes) {
+      if (!request || request->config.min_nodes != r.config().min_nodes ||
+          request->config.max_nodes != r.config().max_nodes) {
         continue;
       }
       if (auto joined = r.join(request->node); !joined) {

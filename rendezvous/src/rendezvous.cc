@@ -59,6 +59,70 @@ Json to_json(const RoundAssignment& a) {
   return j;
 }
 
+Json to_json(const JoinRequest& r) {
+  return Json{{"node", r.node.node_id},
+              {"host", r.node.host},
+              {"local_world_size", r.node.local_world_size},
+              {"master_port", r.node.master_port},
+              {"requested_rank", r.node.requested_rank},
+              {"min_nodes", r.config.min_nodes},
+              {"max_nodes", r.config.max_nodes},
+              {"join_timeout_ms", to_millis(r.config.join_timeout)},
+              {"last_call_timeout_ms", to_millis(r.config.last_call_timeout)},
+              {"close_timeout_ms", to_millis(r.config.close_timeout)},
+              {"keep_alive_interval_ms", to_millis(r.config.keep_alive_interval)},
+              {"keep_alive_max_attempt", r.config.keep_alive_max_attempt}};
+}
+
+Result<JoinRequest> join_request_from_json(const Json& j) {
+  JoinRequest r;
+  auto node = get_string(j, "node");
+  if (!node) return node.error();
+  auto host = get_string(j, "host");
+  if (!host) return host.error();
+  r.node.node_id = node.value();
+  r.node.host = host.value();
+  RendezvousConfig& config = r.config;
+  struct IntField {
+    const char* name;
+    bool required;
+    std::int64_t fallback;
+    std::int64_t max;
+    std::int64_t value = 0;
+  };
+  IntField fields[] = {
+      {"local_world_size", true, 0, 4096},
+      {"master_port", false, 0, 65535},
+      {"requested_rank", false, -1, 1 << 18},
+      {"min_nodes", true, 0, 1 << 18},
+      {"max_nodes", true, 0, 1 << 18},
+      {"join_timeout_ms", false, to_millis(config.join_timeout), kMaxTimeoutMillis},
+      {"last_call_timeout_ms", false, to_millis(config.last_call_timeout), kMaxTimeoutMillis},
+      {"close_timeout_ms", false, to_millis(config.close_timeout), kMaxTimeoutMillis},
+      {"keep_alive_interval_ms", false, to_millis(config.keep_alive_interval), kMaxTimeoutMillis},
+      {"keep_alive_max_attempt", false, config.keep_alive_max_attempt, 1 << 20}};
+  for (auto& f : fields) {
+    auto v = f.required ? get_int(j, f.name) : get_int_or(j, f.name, f.fallback);
+    if (!v) return v.error();
+    if (v.value() < -1 || v.value() > f.max) {
+      return Error{ErrorCode::kBadRequest,
+                   std::string("field '") + f.name + "' is outside -1.." + std::to_string(f.max)};
+    }
+    f.value = v.value();
+  }
+  r.node.local_world_size = static_cast<int>(fields[0].value);
+  r.node.master_port = static_cast<int>(fields[1].value);
+  r.node.requested_rank = static_cast<int>(fields[2].value);
+  config.min_nodes = static_cast<int>(fields[3].value);
+  config.max_nodes = static_cast<int>(fields[4].value);
+  config.join_timeout = std::chrono::milliseconds(fields[5].value);
+  config.last_call_timeout = std::chrono::milliseconds(fields[6].value);
+  config.close_timeout = std::chrono::milliseconds(fields[7].value);
+  config.keep_alive_interval = std::chrono::milliseconds(fields[8].value);
+  config.keep_alive_max_attempt = static_cast<int>(fields[9].value);
+  return r;
+}
+
 Result<RoundAssignment> round_assignment_from_json(const Json& j) {
   RoundAssignment a;
   for (auto [name, out] :

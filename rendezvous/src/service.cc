@@ -502,57 +502,10 @@ void Service::op_multi_set(Connection& c, std::uint64_t id, const Json& req) {
 // ---- rendezvous ------------------------------------------------------------------------------
 
 void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
-  NodeInfo info;
-  RendezvousConfig config;
-  {
-    auto node = get_string(req, "node");
-    if (!node) return reject(c, id, node.error());
-    auto host = get_string(req, "host");
-    if (!host) return reject(c, id, host.error());
-    info.node_id = node.value();
-    info.host = host.value();
-    // Bounds keep every narrowing below exact and rank sums within int; validate() checks
-    // the meaning.
-    struct IntField {
-      const char* name;
-      bool required;
-      std::int64_t fallback;
-      std::int64_t max;
-      std::int64_t value = 0;
-    };
-    IntField fields[] = {
-        {"local_world_size", true, 0, 4096},
-        {"master_port", false, 0, 65535},
-        {"requested_rank", false, -1, 1 << 18},
-        {"min_nodes", true, 0, 1 << 18},
-        {"max_nodes", true, 0, 1 << 18},
-        {"join_timeout_ms", false, to_millis(config.join_timeout), kMaxTimeoutMillis},
-        {"last_call_timeout_ms", false, to_millis(config.last_call_timeout), kMaxTimeoutMillis},
-        {"close_timeout_ms", false, to_millis(config.close_timeout), kMaxTimeoutMillis},
-        {"keep_alive_interval_ms", false, to_millis(config.keep_alive_interval), kMaxTimeoutMillis},
-        {"keep_alive_max_attempt", false, config.keep_alive_max_attempt, 1 << 20}};
-    for (auto& f : fields) {
-      auto v = f.required ? get_int(req, f.name) : get_int_or(req, f.name, f.fallback);
-      if (!v) return reject(c, id, v.error());
-      if (v.value() < -1 || v.value() > f.max) {
-        return reject(
-            c, id,
-            Error{ErrorCode::kBadRequest,
-                  std::string("field '") + f.name + "' is outside -1.." + std::to_string(f.max)});
-      }
-      f.value = v.value();
-    }
-    info.local_world_size = static_cast<int>(fields[0].value);
-    info.master_port = static_cast<int>(fields[1].value);
-    info.requested_rank = static_cast<int>(fields[2].value);
-    config.min_nodes = static_cast<int>(fields[3].value);
-    config.max_nodes = static_cast<int>(fields[4].value);
-    config.join_timeout = std::chrono::milliseconds(fields[5].value);
-    config.last_call_timeout = std::chrono::milliseconds(fields[6].value);
-    config.close_timeout = std::chrono::milliseconds(fields[7].value);
-    config.keep_alive_interval = std::chrono::milliseconds(fields[8].value);
-    config.keep_alive_max_attempt = static_cast<int>(fields[9].value);
-  }
+  auto request = join_request_from_json(req);
+  if (!request) return reject(c, id, request.error());
+  const NodeInfo& info = request.value().node;
+  const RendezvousConfig& config = request.value().config;
   if (auto s = validate(config); !s) return fail(c, id, s.error());
   if (!c.node.empty() && c.node != info.node_id) {
     return fail(

@@ -341,6 +341,39 @@ TEST_CASE("rendezvous: more pending nodes than max: the rest wait") {
   CHECK(d["nodes"].size() == 3);
 }
 
+TEST_CASE("rendezvous: a join request survives a JSON round trip and its fields are bounded") {
+  JoinRequest original;
+  original.node = NodeInfo{"n1", "10.0.0.5", 8, 29500, 3};
+  original.config.min_nodes = 2;
+  original.config.max_nodes = 4;
+  original.config.join_timeout = 90s;
+  original.config.keep_alive_max_attempt = 7;
+  auto back = join_request_from_json(to_json(original));
+  REQUIRE(back);
+  CHECK(back.value().node.node_id == "n1");
+  CHECK(back.value().node.host == "10.0.0.5");
+  CHECK(back.value().node.local_world_size == 8);
+  CHECK(back.value().node.master_port == 29500);
+  CHECK(back.value().node.requested_rank == 3);
+  CHECK(back.value().config.min_nodes == 2);
+  CHECK(back.value().config.max_nodes == 4);
+  CHECK(back.value().config.join_timeout == 90s);
+  CHECK(back.value().config.keep_alive_max_attempt == 7);
+
+  Json too_many = to_json(original);
+  too_many["local_world_size"] = 4097;
+  auto refused = join_request_from_json(too_many);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().message == "field 'local_world_size' is outside -1..4096");
+  Json no_host = to_json(original);
+  no_host.erase("host");
+  CHECK_FALSE(join_request_from_json(no_host));
+  Json optional_left_out = to_json(original);
+  optional_left_out.erase("requested_rank");
+  CHECK(join_request_from_json(optional_left_out).value().node.requested_rank == -1);
+  CHECK_FALSE(join_request_from_json(Json::parse("not json", nullptr, false)));
+}
+
 TEST_CASE("rendezvous: assignment survives a JSON round trip") {
   ManualClock clock;
   Rendezvous r("job", nodes(2, 2), clock, {}, 7);

@@ -60,6 +60,17 @@ struct RoundAssignment {
   // from the job's counter, the etcd backend in the write that forms the round); -1: not known.
   int restart_count = -1;
 };
+// A node's request to join: who it is and the rendezvous settings it asks for. ctrund's join op
+// and the etcd backend's join requests carry it alike: one set of fields, one set of bounds.
+struct JoinRequest {
+  NodeInfo node;
+  RendezvousConfig config;
+};
+Json to_json(const JoinRequest& r);
+// Every field checked for type and bounds (which keep the narrowing to int exact and rank sums
+// within int); an error names the field. validate(config) is the caller's: it judges meaning.
+Result<JoinRequest> join_request_from_json(const Json& j);
+
 // "rdzv/<generation>/<round>/": where a round's workers keep their keys in the job's store.
 std::string round_store_prefix(int generation, int round);
 Json to_json(const RoundAssignment& a);
