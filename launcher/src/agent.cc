@@ -236,6 +236,8 @@ class Agent::Impl {
   Task<int> finish_success();
   // nullopt: the job restarts (join again); otherwise the agent's exit code.
   Task<std::optional<int>> handle_failure(const WorkerExit& first);
+  // What the failure report says of one failed worker (its stderr as read so far).
+  FailureInfo failure_info(const WorkerExit& exit) const;
   Task<void> stop_workers(int signo);
   Task<Event> next_event();
   Task<void> linger(rdzv::Duration d);
@@ -933,12 +935,40 @@ Task<int> Agent::Impl::finish_success() {
   }
 }
 
+FailureInfo Agent::Impl::failure_info(const WorkerExit& exit) const {
+  FailureInfo info;
+  info.entrypoint = options_.entrypoint;
+  info.host = rdzv::local_host_name();
+  info.rank = round_.rank_offset + exit.local_rank;
+  info.local_rank = exit.local_rank;
+  info.pid = exit.pid;
+  info.exit_code = exit.exit_code;
+  info.signal = exit.signal;
+  info.at = exit.at;
+  info.error_file = attempt_dir(restart_count_, exit.local_rank) + "/error.json";
+  info.stderr_tail = workers_.stderr_tail(exit.local_rank);
+  if (static_cast<std::size_t>(exit.local_rank) < stderr_files_.size()) {
+    info.stderr_log = stderr_files_[static_cast<std::size_t>(exit.local_rank)];
+  }
+  if (auto hung = hung_stacks_.find(exit.pid); hung != hung_stacks_.end()) {
+    info.hung = true;
+    info.native_stacks = hung->second;
+  }
+  return info;
+}
+
 Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
   const int rank = round_.rank_offset + first.local_rank;
   log("worker rank " + std::to_string(rank) + " (local rank " + std::to_string(first.local_rank) +
       ", pid " + std::to_string(first.pid) + ") " +
       (first.signal ? "was killed by " + signal_name(first.signal)
                     : "exited with code " + std::to_string(first.exit_code)));
+  // Ranks that fail together are all reported: the others get --monitor-interval to fail too
+  // before the group is stopped (torchrun sees them in the same poll of its monitor).
+  const auto window = std::chrono::steady_clock::now() + seconds(options_.monitor_interval);
+  while (workers_.running() > 0 && std::chrono::steady_clock::now() < window) {
+    co_await linger(std::chrono::milliseconds(5));
+  }
   co_await stop_workers(SIGTERM);
   // The restart budget is the job's, not the node's: one counter in the job's store.
   auto used = co_await client_->add(rdzv::kRestartsKey, 1);
@@ -953,33 +983,25 @@ Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
     event("restart", {{"used", used.value()}, {"max", options_.max_restarts}});
     co_return std::nullopt;
   }
-  FailureInfo info;
-  info.entrypoint = options_.entrypoint;
-  info.host = rdzv::local_host_name();
-  info.rank = rank;
-  info.local_rank = first.local_rank;
-  info.pid = first.pid;
-  info.exit_code = first.exit_code;
-  info.signal = first.signal;
-  info.at = first.at;
-  info.error_file = attempt_dir(restart_count_, first.local_rank) + "/error.json";
-  // What it wrote before it died (a traceback, faulthandler's stacks) is read to its end.
+  // Every rank that failed in this attempt, the first observed first (the root cause); what
+  // each wrote before it died (a traceback, faulthandler's stacks) is read to its end.
+  std::vector<WorkerExit> failed{first};
+  for (const WorkerExit& other : workers_.failures()) {
+    if (other.pid != first.pid) failed.push_back(other);
+  }
   const auto drained = std::chrono::steady_clock::now() + kStderrDrainTimeout;
-  while (!workers_.stderr_closed(first.local_rank) && std::chrono::steady_clock::now() < drained) {
-    co_await linger(std::chrono::milliseconds(20));
+  for (const WorkerExit& f : failed) {
+    while (!workers_.stderr_closed(f.local_rank) && std::chrono::steady_clock::now() < drained) {
+      co_await linger(std::chrono::milliseconds(20));
+    }
   }
-  info.stderr_tail = workers_.stderr_tail(first.local_rank);
-  if (static_cast<std::size_t>(first.local_rank) < stderr_files_.size()) {
-    info.stderr_log = stderr_files_[static_cast<std::size_t>(first.local_rank)];
-  }
-  if (auto hung = hung_stacks_.find(first.pid); hung != hung_stacks_.end()) {
-    info.hung = true;
-    info.native_stacks = hung->second;
-  }
-  const std::string report = format_failure_report(info);
+  std::vector<FailureInfo> infos;
+  for (const WorkerExit& f : failed) infos.push_back(failure_info(f));
+  const std::string report = format_failure_report(infos);
   std::fputs(report.c_str(), stderr);
   // Built before the co_await: g++ 12 mishandles conditional temporaries inside its operand.
-  const std::string summary = failure_summary(info);
+  std::string summary = failure_summary(infos.front());
+  if (infos.size() > 1) summary += " (and " + std::to_string(infos.size() - 1) + " more ranks)";
   event("job_end", {{"state", "failed"}, {"reason", summary}});
   (void)co_await client_->report(false, summary);
   co_await linger(std::chrono::milliseconds(200));  // let the job's end reach the other nodes

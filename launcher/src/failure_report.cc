@@ -125,18 +125,16 @@ std::optional<std::string> exception_from_stderr(const std::vector<std::string>&
   return excerpt.lines.back();
 }
 
-std::string format_failure_report(const FailureInfo& f) {
-  const std::string rule(60, '=');
-  const std::string thin(60, '-');
+namespace {
+
+// One failed rank's block, "[index]:" and its fields, as torchrun lays it out.
+void write_failure(std::ostringstream& out, std::size_t index, const FailureInfo& f) {
   const std::time_t t = std::chrono::system_clock::to_time_t(f.at);
   std::tm tm{};
   localtime_r(&t, &tm);
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%d_%H:%M:%S", &tm);
-  std::ostringstream out;
-  out << rule << "\n" << f.entrypoint << " FAILED\n" << thin << "\n";
-  out << "Failures:\n  <NO_OTHER_FAILURES>\n" << thin << "\n";
-  out << "Root Cause (first observed failure):\n[0]:\n";
+  out << "[" << index << "]:\n";
   out << "  time      : " << when << "\n";
   out << "  host      : " << f.host << "\n";
   out << "  rank      : " << f.rank << " (local_rank: " << f.local_rank << ")\n";
@@ -172,8 +170,29 @@ std::string format_failure_report(const FailureInfo& f) {
                 "stacks before the kill (eu-stack -p " + std::to_string(f.pid) + "):",
                 split_lines(summarize_native_stacks(f.native_stacks)));
   }
+}
+
+}  // namespace
+
+std::string format_failure_report(const std::vector<FailureInfo>& failures) {
+  const std::string rule(60, '=');
+  const std::string thin(60, '-');
+  std::ostringstream out;
+  out << rule << "\n"
+      << (failures.empty() ? "" : failures.front().entrypoint) << " FAILED\n"
+      << thin << "\n";
+  out << "Failures:\n";
+  if (failures.size() <= 1) out << "  <NO_OTHER_FAILURES>\n";
+  for (std::size_t i = 1; i < failures.size(); ++i) write_failure(out, i, failures[i]);
+  out << thin << "\n";
+  out << "Root Cause (first observed failure):\n";
+  if (!failures.empty()) write_failure(out, 0, failures.front());
   out << rule << "\n";
   return out.str();
+}
+
+std::string format_failure_report(const FailureInfo& failure) {
+  return format_failure_report(std::vector<FailureInfo>{failure});
 }
 
 }  // namespace ctrun::launcher

@@ -243,7 +243,8 @@ const std::vector<ArgSpec>& launch_option_table() {
       value_option({"--max-restarts", "--max_restarts"}, "max_restarts",
                    "Restarts of the job before failing (0)"),
       value_option({"--monitor-interval", "--monitor_interval"}, "monitor_interval",
-                   "Accepted (0.1); ctrun sees worker exits at once, not by polling"),
+                   "Seconds the other workers get to fail too after a failure, so ranks "
+                   "that fail together are all reported (0.1); exits are seen at once"),
       value_option({"--start-method", "--start_method"}, "start_method",
                    "spawn, fork or forkserver: accepted; workers are always new processes"),
       value_option({"--event-log-handler", "--event_log_handler"}, "event_log_handler",

@@ -124,6 +124,9 @@ struct WorkerGroup::Worker {
   OutputSink err;
   StderrTail err_tail;  // for the failure report
   bool err_closed = false;
+  std::optional<WorkerExit> outcome;
+  bool exited_before_stop = false;  // dead (not yet reaped) when stop() sent its signal
+  std::uint64_t exit_order = 0;
   std::array<char, 16384> out_buf;
   std::array<char, 16384> err_buf;
 };
@@ -210,6 +213,7 @@ rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler
 
 void WorkerGroup::on_worker_exit(Worker& w, int native_status) {
   w.exited = true;
+  w.exit_order = ++exits_seen_;
   WorkerExit e;
   e.local_rank = w.local_rank;
   e.pid = w.pid;
@@ -223,11 +227,24 @@ void WorkerGroup::on_worker_exit(Worker& w, int native_status) {
     // unknown, and unknown is not success.
     e.exit_code = 255;
   }
+  w.outcome = e;
+  if (!stopping_) w.exited_before_stop = true;
   if (stopping_) return check_stopped();
   if (on_exit_) on_exit_(e);
 }
 
 void WorkerGroup::stop(int signo, std::chrono::milliseconds grace, std::function<void()> done) {
+  // A worker that already died but whose exit is not yet read (it failed together with the one
+  // that made the agent stop the group) is a failure of its own, not of this stop: look without
+  // reaping (WNOWAIT), Boost still reaps it.
+  for (auto& w : workers_) {
+    if (w->exited || w->pid <= 0) continue;
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(w->pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == w->pid) {
+      w->exited_before_stop = true;
+    }
+  }
   stopping_ = true;
   stopped_ = std::move(done);
   kill_groups(signo);
@@ -297,6 +314,18 @@ bool WorkerGroup::stderr_closed(int local_rank) const {
 
 void WorkerGroup::write_stderr_note(int local_rank, const std::string& text) {
   if (Worker* w = find(local_rank)) w->err.write_note(text);
+}
+
+std::vector<WorkerExit> WorkerGroup::failures() const {
+  std::vector<const Worker*> failed;
+  for (const auto& w : workers_) {
+    if (w->outcome && !w->outcome->ok() && w->exited_before_stop) failed.push_back(w.get());
+  }
+  std::sort(failed.begin(), failed.end(),
+            [](const Worker* a, const Worker* b) { return a->exit_order < b->exit_order; });
+  std::vector<WorkerExit> out;
+  for (const Worker* w : failed) out.push_back(*w->outcome);
+  return out;
 }
 
 std::size_t WorkerGroup::running() const {

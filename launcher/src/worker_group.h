@@ -75,6 +75,10 @@ class WorkerGroup {
   // The agent's text about the worker into the worker's stderr destinations (console, file);
   // not into its tail.
   void write_stderr_note(int local_rank, const std::string& text);
+  // Every worker of this group that failed on its own, in the order their exits were seen: a
+  // non-zero exit or a signal before stop(), or an exit that had already happened (not yet
+  // reaped) when stop() signalled. Exits caused by stop() are not failures.
+  std::vector<WorkerExit> failures() const;
   std::size_t running() const;
   std::vector<int> pids() const;
 
@@ -89,6 +93,7 @@ class WorkerGroup {
   std::vector<std::shared_ptr<Worker>> workers_;
   ExitHandler on_exit_;
   bool stopping_ = false;
+  std::uint64_t exits_seen_ = 0;
   std::function<void()> stopped_;
   boost::asio::steady_timer grace_timer_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);

@@ -208,3 +208,51 @@ TEST_CASE("diagnosis: no eu-stack, a refused attach, a stuck eu-stack: said, and
   log = run_with_eu_stack("stuck", "echo 'PID 1 - process'\nexec /bin/sleep 60");
   CHECK(log.find("eu-stack did not finish within 5000 ms: stopped") != std::string::npos);
 }
+
+TEST_CASE("diagnosis: ranks that fail together are all in the report with their last lines") {
+  // Both workers write a line of their own to stderr and exit 3 within a few milliseconds;
+  // whichever exit the agent sees first is the root cause, the other is listed under
+  // "Failures:" (the others get --monitor-interval to fail too). Repeated: the order of two
+  // exits so close varies from run to run.
+  Scratch s;
+  const std::string script = s.path("fail_together.sh");
+  {
+    std::ofstream out(script);
+    // Each rank waits until both have started (a file each), so that they really fail together.
+    out << "#!/bin/sh\ntouch \"$1/started.$RANK\"\n"
+        << "while [ \"$(ls \"$1\" | grep -c started)\" -lt 2 ]; do sleep 0.005; done\n"
+        << "echo \"rank $RANK gives up: disk $LOCAL_RANK is gone\" >&2\nexit 3\n";
+  }
+  fs::permissions(script, fs::perms::owner_all);
+  for (int run = 0; run < 20; ++run) {
+    INFO("run " << run);
+    const std::string log_path = s.path("agent" + std::to_string(run) + ".log");
+    const std::string barrier = s.path("barrier" + std::to_string(run));
+    fs::create_directories(barrier);
+    ChildProcess agent(
+        ctrun_args({"--standalone", "--nproc_per_node=2", "--no-python", script, barrier}),
+        log_path);
+    REQUIRE(agent.wait(60s) == std::optional<int>(1));
+    const std::string log = read_file(log_path);
+    INFO(log);
+    const auto failures = log.find("Failures:\n");
+    const auto root = log.find("Root Cause (first observed failure):");
+    REQUIRE(failures != std::string::npos);
+    REQUIRE(root != std::string::npos);
+    CHECK(log.find("<NO_OTHER_FAILURES>") == std::string::npos);
+    // One rank above the root cause, the other below it; each with its own last line.
+    const std::string others = log.substr(failures, root - failures);
+    const std::string cause = report_in(log);
+    for (int rank : {0, 1}) {
+      const std::string line =
+          "rank " + std::to_string(rank) + " gives up: disk " + std::to_string(rank) + " is gone";
+      const bool listed = others.find("  rank      : " + std::to_string(rank)) != std::string::npos;
+      const bool root_cause =
+          cause.find("  rank      : " + std::to_string(rank)) != std::string::npos;
+      CHECK(listed != root_cause);
+      CHECK((listed ? others : cause).find(line) != std::string::npos);
+    }
+    CHECK(others.find("[1]:") != std::string::npos);
+    CHECK(cause.find("[0]:") != std::string::npos);
+  }
+}

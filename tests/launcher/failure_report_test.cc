@@ -144,3 +144,40 @@ TEST_CASE("failure report: a hung worker: the agent's error file, Python and nat
   CHECK(recorded.find("Fatal Python error") == std::string::npos);
   std::remove(path.c_str());
 }
+
+TEST_CASE("failure report: every failed rank is listed, the first observed as the root cause") {
+  FailureInfo first;
+  first.entrypoint = "train.py";
+  first.host = "node1";
+  first.rank = 3;
+  first.local_rank = 1;
+  first.pid = 111;
+  first.exit_code = 2;
+  first.stderr_tail = {"first rank's last words"};
+  FailureInfo second = first;
+  second.rank = 2;
+  second.local_rank = 0;
+  second.pid = 222;
+  second.exit_code = 0;
+  second.signal = 6;
+  second.stderr_tail = {"second rank's last words"};
+  const std::string report = format_failure_report(std::vector<FailureInfo>{first, second});
+  INFO(report);
+  const auto failures = report.find("Failures:\n[1]:\n");
+  const auto root = report.find("Root Cause (first observed failure):\n[0]:\n");
+  REQUIRE(failures != std::string::npos);
+  REQUIRE(root != std::string::npos);
+  CHECK(failures < root);
+  CHECK(report.find("<NO_OTHER_FAILURES>") == std::string::npos);
+  const std::string others = report.substr(failures, root - failures);
+  const std::string cause = report.substr(root);
+  CHECK(others.find("  rank      : 2 (local_rank: 0)") != std::string::npos);
+  CHECK(others.find("  exitcode  : -6 (pid: 222)") != std::string::npos);
+  CHECK(others.find("second rank's last words") != std::string::npos);
+  CHECK(cause.find("  rank      : 3 (local_rank: 1)") != std::string::npos);
+  CHECK(cause.find("first rank's last words") != std::string::npos);
+  CHECK(cause.find("second rank's last words") == std::string::npos);
+  // One failure: torchrun's placeholder.
+  CHECK(format_failure_report(first).find("Failures:\n  <NO_OTHER_FAILURES>\n") !=
+        std::string::npos);
+}

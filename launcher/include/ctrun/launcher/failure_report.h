@@ -46,6 +46,9 @@ StderrExcerpt stderr_excerpt(const std::vector<std::string>& tail);
 // a traceback.
 std::optional<std::string> exception_from_stderr(const std::vector<std::string>& tail);
 
+// Every rank that failed in the attempt, the first observed first: it is the root cause, the
+// others are listed above it ("Failures:"), as torchrun does.
+std::string format_failure_report(const std::vector<FailureInfo>& failures);
 std::string format_failure_report(const FailureInfo& failure);
 
 }  // namespace ctrun::launcher
