@@ -89,6 +89,8 @@ asio::awaitable<NativeStacks> capture_native_stacks(asio::any_io_executor execut
         executor, exe, std::vector<std::string>{"-p", std::to_string(pid)},
         bp::process_stdio{nullptr, child_output.native_handle(), child_output.native_handle()},
         ProbeSetup{});
+  } catch (const boost::system::system_error& e) {
+    co_return NativeStacks{"cannot run eu-stack: " + e.code().message(), false};
   } catch (const std::exception& e) {
     co_return NativeStacks{"cannot run eu-stack: " + std::string(e.what()), false};
   }

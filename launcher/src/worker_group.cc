@@ -106,6 +106,21 @@ struct ChildSetup {
 
 }  // namespace
 
+namespace {
+
+// Why exec failed, in our words (not Boost's "default_launcher: ... [system:2]").
+std::string start_error(const std::string& exe, const boost::system::error_code& ec) {
+  std::string why = "cannot start '" + exe + "': " + ec.message();
+  if (ec == boost::system::errc::executable_format_error) {
+    why += " (not a program this machine runs; a Python script needs no --no-python)";
+  } else if (ec == boost::system::errc::permission_denied) {
+    why += " (not executable: chmod +x, or run it through its interpreter)";
+  }
+  return why;
+}
+
+}  // namespace
+
 struct WorkerGroup::Worker {
   Worker(asio::io_context& io, const WorkerSpec& spec)
       : local_rank(spec.local_rank),
@@ -192,6 +207,9 @@ rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler
                                                  bp::process_environment(spec.env),
                                                  bp::process_stdio{{}, w->out_pipe, w->err_pipe},
                                                  ChildSetup{agent, binding ? &*binding : nullptr});
+    } catch (const boost::system::system_error& e) {
+      kill_groups(SIGKILL);
+      return Error{ErrorCode::kBadRequest, start_error(exe.string(), e.code())};
     } catch (const std::exception& e) {
       kill_groups(SIGKILL);
       return Error{ErrorCode::kBadRequest, "cannot start '" + exe.string() + "': " + e.what()};

@@ -304,7 +304,7 @@ void AsyncClient::Impl::start_keep_alive(Duration interval, int max_missed) {
       if (ec || !self->connected_ || mine != self->connection_) co_return;
       if (*missed >= max_missed) {
         // A daemon that is stopped or cut off without a reset never closes the socket.
-        self->close("ctrund at " + self->endpoint_text() + " answered none of the last " +
+        self->close("the rendezvous at " + self->endpoint_text() + " answered none of the last " +
                     std::to_string(*missed) + " keep-alives");
         co_return;
       }

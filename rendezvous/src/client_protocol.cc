@@ -31,12 +31,12 @@ Result<Hello> answer_challenge(const Json& challenge, const ClientOptions& optio
   const bool auth_required = auth->get<bool>();
   if (auth_required && !options.token) {
     return Error{ErrorCode::kAuthFailed,
-                 "ctrund at " + endpoint + " requires a token and none was given"};
+                 "the rendezvous at " + endpoint + " requires a token and none was given"};
   }
   if (!auth_required && options.token) {
     // A daemon without the token cannot prove itself: it may not be ours.
     return Error{ErrorCode::kAuthFailed,
-                 "ctrund at " + endpoint + " holds no token but this client has one"};
+                 "the rendezvous at " + endpoint + " holds no token but this client has one"};
   }
   Hello hello;
   hello.server_nonce = server_nonce.value();
@@ -65,7 +65,8 @@ ConnectRetry::ConnectRetry(const ClientOptions& options)
 Result<Duration> ConnectRetry::next(const Error& failure, const std::string& endpoint) {
   if (!retryable(failure)) return failure;
   if (std::chrono::steady_clock::now() + backoff_ > deadline_) {
-    return Error{ErrorCode::kConnection, "could not reach ctrund at " + endpoint + " within " +
+    return Error{ErrorCode::kConnection, "could not reach the rendezvous at " + endpoint +
+                                             " within " +
                                              std::to_string(to_millis(options_.connect_timeout)) +
                                              " ms: " + failure.message};
   }
@@ -84,7 +85,7 @@ Result<Welcome> check_welcome(Json answer, const ClientOptions& options, const H
         !constant_time_equal(
             proof.value(), server_proof(*options.token, hello.client_nonce, hello.server_nonce))) {
       return Error{ErrorCode::kAuthFailed,
-                   "ctrund at " + endpoint + " could not prove it holds the token"};
+                   "the rendezvous at " + endpoint + " could not prove it holds the token"};
     }
   }
   Welcome welcome;
@@ -94,8 +95,8 @@ Result<Welcome> check_welcome(Json answer, const ClientOptions& options, const H
   if (welcome.worker_store && port != payload.value().end()) {
     if (!port->is_number_integer() || port->get<std::int64_t>() < 1 ||
         port->get<std::int64_t>() > 65535) {
-      return Error{ErrorCode::kBadRequest,
-                   "ctrund at " + endpoint + " named a bad worker store port: " + port->dump()};
+      return Error{ErrorCode::kBadRequest, "the rendezvous at " + endpoint +
+                                               " named a bad worker store port: " + port->dump()};
     }
     welcome.worker_store_port = static_cast<std::uint16_t>(port->get<std::int64_t>());
   }

@@ -10,7 +10,7 @@ std::optional<BackendEvent> backend_event_from_frame(const Json& frame) {
   };
   auto name = get_string(frame, "event");
   auto reason = get_string_or(frame, "reason", "");
-  if (!name || !reason) return lost("malformed event from ctrund");
+  if (!name || !reason) return lost("malformed event from the rendezvous");
   if (name.value() == "round_reopened") {
     auto round = get_int(frame, "round");
     if (!round) return lost(round.error().message);

@@ -604,6 +604,29 @@ TEST_CASE("agent: bad flags and a missing program are clear one-line errors") {
   CHECK(read_file(s.path("missing.log")).find("/nonexistent/trainer") != std::string::npos);
 }
 
+TEST_CASE("agent: a worker program that cannot start is told in plain words") {
+  Scratch s;
+  const std::string not_executable = s.path("not_executable.sh");
+  { std::ofstream(not_executable) << "#!/bin/sh\necho hi\n"; }
+  const std::string not_a_program = s.path("data.txt");
+  { std::ofstream(not_a_program) << "just text\n"; }
+  std::filesystem::permissions(not_a_program, std::filesystem::perms::owner_all);
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"/nonexistent/trainer", "No such file or directory"},
+      {not_executable, "Permission denied (not executable: chmod +x"},
+      {not_a_program, "Exec format error (not a program this machine runs"}};
+  for (const auto& [program, why] : cases) {
+    INFO(program);
+    ChildProcess p(ctrun_args({"--standalone", "--no-python", program}), s.path("start.log"));
+    REQUIRE(p.wait(20s) == std::optional<int>(1));
+    const std::string out = read_file(s.path("start.log"));
+    INFO(out);
+    CHECK(out.find("ctrun: error: cannot start '" + program + "': " + why) != std::string::npos);
+    CHECK(out.find("default_launcher") == std::string::npos);  // no library internals
+    CHECK(out.find("[system:") == std::string::npos);
+  }
+}
+
 TEST_CASE("agent: a real PyTorch DDP script (gloo, env://) trains to the end") {
   Scratch s;
   ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
