@@ -14,6 +14,9 @@
 #include <boost/process/v2/environment.hpp>
 #include <boost/process/v2/process.hpp>
 #include <boost/process/v2/stdio.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 #include "output_sink.h"
 #include "stderr_tail.h"
@@ -83,6 +86,7 @@ class PreparedBinding {
 struct ChildSetup {
   pid_t agent;
   const PreparedBinding* binding;
+  const rlimit* open_files;  // the user's RLIMIT_NOFILE, where the agent raised its own; or null
   template <typename Launcher>
   bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*&) {
     setpgid(0, 0);
@@ -100,9 +104,26 @@ struct ChildSetup {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     if (binding) binding->apply();
+    if (open_files) setrlimit(RLIMIT_NOFILE, open_files);
     return {};
   }
 };
+
+// The descriptors the agent holds per worker: a pipe end per stream, the exit's pidfd, and the
+// worker's log files.
+std::size_t descriptors_for(const WorkerSpec& spec) {
+  return 3 + (spec.stdout_file.empty() ? 0 : 1) + (spec.stderr_file.empty() ? 0 : 1);
+}
+
+std::size_t open_descriptors() {
+  std::error_code ec;
+  std::size_t n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
 
 }  // namespace
 
@@ -178,11 +199,41 @@ WorkerGroup::~WorkerGroup() {
   // stays the only one that waits for our children.
 }
 
+rendezvous::Status WorkerGroup::ensure_descriptors(const std::vector<WorkerSpec>& specs) {
+  // Room for what the agent opens meanwhile (connections, a failure's eu-stack, files).
+  constexpr std::size_t kHeadroom = 32;
+  std::size_t needed = open_descriptors() + kHeadroom;
+  for (const auto& spec : specs) needed += descriptors_for(spec);
+  rlimit now{};
+  if (getrlimit(RLIMIT_NOFILE, &now) != 0 || now.rlim_cur == RLIM_INFINITY ||
+      now.rlim_cur >= needed) {
+    return rendezvous::ok_status();
+  }
+  if (now.rlim_max != RLIM_INFINITY && now.rlim_max < needed) {
+    return Error{ErrorCode::kLimit,
+                 std::to_string(specs.size()) + " workers need about " + std::to_string(needed) +
+                     " open files in the agent (pipes, log files), and ulimit -n allows " +
+                     std::to_string(now.rlim_cur) + " (hard limit " + std::to_string(now.rlim_max) +
+                     "): raise it, e.g. ulimit -n " + std::to_string(needed)};
+  }
+  // Within the hard limit: the agent raises its own, and its workers get the user's back.
+  if (!user_open_files_) user_open_files_ = now;
+  rlimit raised = now;
+  raised.rlim_cur = needed;
+  if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+    return Error{ErrorCode::kLimit, "cannot raise the open-file limit (ulimit -n " +
+                                        std::to_string(now.rlim_cur) + ") to " +
+                                        std::to_string(needed) + ": " + std::strerror(errno)};
+  }
+  return rendezvous::ok_status();
+}
+
 rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler on_exit) {
   on_exit_ = std::move(on_exit);
   stopping_ = false;
   kill_groups(SIGKILL);  // whatever the last group left behind goes before its pgids are forgotten
   workers_.clear();
+  if (auto s = ensure_descriptors(specs); !s) return s;
   const pid_t agent = getpid();
   for (const auto& spec : specs) {
     bp::filesystem::path exe = spec.command.executable;
@@ -203,10 +254,11 @@ rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler
     std::optional<PreparedBinding> binding;
     if (spec.binding) binding.emplace(*spec.binding);
     try {
-      w->process = std::make_unique<bp::process>(io_.get_executor(), exe, spec.command.args,
-                                                 bp::process_environment(spec.env),
-                                                 bp::process_stdio{{}, w->out_pipe, w->err_pipe},
-                                                 ChildSetup{agent, binding ? &*binding : nullptr});
+      w->process = std::make_unique<bp::process>(
+          io_.get_executor(), exe, spec.command.args, bp::process_environment(spec.env),
+          bp::process_stdio{{}, w->out_pipe, w->err_pipe},
+          ChildSetup{agent, binding ? &*binding : nullptr,
+                     user_open_files_ ? &*user_open_files_ : nullptr});
     } catch (const boost::system::system_error& e) {
       kill_groups(SIGKILL);
       return Error{ErrorCode::kBadRequest, start_error(exe.string(), e.code())};

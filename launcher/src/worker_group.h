@@ -4,6 +4,8 @@
 // SIGKILL to every process group.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -84,6 +86,9 @@ class WorkerGroup {
 
  private:
   struct Worker;
+  // Fails with the numbers when RLIMIT_NOFILE cannot cover the workers' descriptors; raises the
+  // agent's soft limit (up to the hard one) when that is enough.
+  rendezvous::Status ensure_descriptors(const std::vector<WorkerSpec>& specs);
   Worker* find(int local_rank) const;
   void on_worker_exit(Worker& w, int native_status);
   void check_stopped();
@@ -93,6 +98,7 @@ class WorkerGroup {
   std::vector<std::shared_ptr<Worker>> workers_;
   ExitHandler on_exit_;
   bool stopping_ = false;
+  std::optional<rlimit> user_open_files_;  // set once the agent raised its own limit
   std::uint64_t exits_seen_ = 0;
   std::function<void()> stopped_;
   boost::asio::steady_timer grace_timer_;

@@ -627,6 +627,34 @@ TEST_CASE("agent: a worker program that cannot start is told in plain words") {
   }
 }
 
+TEST_CASE("agent: the open-file limit is raised within the hard limit or named when too low") {
+  Scratch s;
+  const std::string script = s.path("limit.sh");
+  { std::ofstream(script) << "#!/bin/sh\necho \"soft limit $(ulimit -Sn)\"\n"; }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  const std::string ctrun_line = std::string(CTRUN_PATH) +
+                                 " --standalone --nproc_per_node=8 --tee 3 --log_dir " +
+                                 s.path("logs") + " --no-python " + script;
+  // Soft 48, hard 4096: the agent raises its own and its workers keep the user's 48.
+  ChildProcess raised({"/bin/sh", "-c", "ulimit -Sn 48 && ulimit -Hn 4096 && exec " + ctrun_line},
+                      s.path("raised.log"));
+  REQUIRE(raised.wait(60s) == std::optional<int>(0));
+  const std::string ok = read_file(s.path("raised.log"));
+  INFO(ok);
+  for (int rank = 0; rank < 8; ++rank) {
+    CHECK(ok.find("[default" + std::to_string(rank) + "]:soft limit 48") != std::string::npos);
+  }
+  // Hard 48: not enough for 8 workers with two log files each; said with the numbers.
+  ChildProcess refused({"/bin/sh", "-c", "ulimit -n 48 && exec " + ctrun_line},
+                       s.path("refused.log"));
+  REQUIRE(refused.wait(60s) == std::optional<int>(1));
+  const std::string out = read_file(s.path("refused.log"));
+  INFO(out);
+  CHECK(out.find("ctrun: error: 8 workers need about ") != std::string::npos);
+  CHECK(out.find("ulimit -n allows 48 (hard limit 48): raise it, e.g. ulimit -n ") !=
+        std::string::npos);
+}
+
 TEST_CASE("agent: a real PyTorch DDP script (gloo, env://) trains to the end") {
   Scratch s;
   ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
