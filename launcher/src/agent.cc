@@ -10,6 +10,7 @@
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -236,6 +237,8 @@ class Agent::Impl {
   Task<int> finish_success();
   // nullopt: the job restarts (join again); otherwise the agent's exit code.
   Task<std::optional<int>> handle_failure(const WorkerExit& first);
+  // At the job's end: a line naming the log files that were cut short, if any.
+  void say_lost_logs() const;
   // What the failure report says of one failed worker (its stderr as read so far).
   FailureInfo failure_info(const WorkerExit& exit) const;
   Task<void> stop_workers(int signo);
@@ -324,6 +327,7 @@ class Agent::Impl {
   std::vector<std::string> heartbeat_files_;  // by local rank; empty without --worker_timeout
   std::vector<std::string> stderr_files_;     // by local rank; empty: no stderr.log
   std::vector<std::string> stderr_places_;    // by local rank: where its stderr goes, in words
+  std::vector<std::string> lost_logs_;        // log files a write to failed, in this run
   bool workers_run_python_ = false;           // the entrypoint runs under $PYTHON_EXEC
   std::map<int, std::string> hung_stacks_;    // by pid, this group's workers killed as hung
   WorkerGroup workers_;
@@ -614,6 +618,17 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   }
   exited_ok_ = 0;
   heartbeats_.reset(initial_stamps, std::chrono::steady_clock::now());
+  workers_.set_log_error_handler([this](int local_rank, const std::string& path, int error) {
+    const int rank = round_.rank_offset + local_rank;
+    log("error: worker rank " + std::to_string(rank) + " (local rank " +
+        std::to_string(local_rank) + "): writing its log file '" + path +
+        "' failed: " + std::strerror(error) + "; the file is cut short from here on");
+    event("log_lost", {{"rank", rank},
+                       {"local_rank", local_rank},
+                       {"path", path},
+                       {"error", std::string(std::strerror(error))}});
+    lost_logs_.push_back(path);
+  });
   auto started = workers_.start(std::move(specs), [this](const WorkerExit& e) {
     post(Event{.kind = Event::Kind::kWorkerExit, .exit = e});
   });
@@ -913,7 +928,16 @@ Task<void> Agent::Impl::kill_hung_worker(int local_rank, int pid) {
   if (workers_.running_pid(local_rank) == pid) workers_.kill(local_rank, SIGKILL);
 }
 
+void Agent::Impl::say_lost_logs() const {
+  if (lost_logs_.empty()) return;
+  std::string paths;
+  for (const auto& p : lost_logs_) paths += (paths.empty() ? "" : ", ") + p;
+  log("warning: " + std::to_string(lost_logs_.size()) +
+      " log files are cut short (a write failed, see above): " + paths);
+}
+
 Task<int> Agent::Impl::finish_success() {
+  say_lost_logs();
   (void)co_await client_->report(true, "");
   // Wait for the job's end (every node done) so that a hosted rendezvous outlives its users;
   // bounded like torchrun's exit barrier.
@@ -999,6 +1023,7 @@ Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
   for (const WorkerExit& f : failed) infos.push_back(failure_info(f));
   const std::string report = format_failure_report(infos);
   std::fputs(report.c_str(), stderr);
+  say_lost_logs();
   // Built before the co_await: g++ 12 mishandles conditional temporaries inside its operand.
   std::string summary = failure_summary(infos.front());
   if (infos.size() > 1) summary += " (and " + std::to_string(infos.size() - 1) + " more ranks)";

@@ -41,7 +41,7 @@ OutputSink::~OutputSink() {
 
 void OutputSink::write(const char* data, std::size_t size) {
   if (file_fd_ >= 0 && size > 0) {
-    write_all(file_fd_, data, size);
+    write_file(data, size);
     file_at_line_start_ = data[size - 1] == '\n';
   }
   if (console_fd_ < 0) return;
@@ -66,8 +66,8 @@ void OutputSink::write_note(const std::string& text) {
   std::string body = text;
   if (!body.empty() && body.back() != '\n') body += '\n';
   if (file_fd_ >= 0) {
-    if (!file_at_line_start_) write_all(file_fd_, "\n", 1);
-    write_all(file_fd_, body.data(), body.size());
+    if (!file_at_line_start_) write_file("\n", 1);
+    write_file(body.data(), body.size());
     file_at_line_start_ = true;
   }
   if (console_fd_ < 0) return;
@@ -80,6 +80,14 @@ void OutputSink::write_note(const std::string& text) {
     start = i + 1;
   }
   write_all(console_fd_, out.data(), out.size());
+}
+
+void OutputSink::write_file(const char* data, std::size_t size) {
+  if (file_fd_ < 0 || write_all(file_fd_, data, size)) return;
+  const int error = errno;
+  ::close(file_fd_);
+  file_fd_ = -1;
+  if (on_file_error_) on_file_error_(file_path_, error);
 }
 
 void OutputSink::finish() {

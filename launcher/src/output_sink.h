@@ -4,6 +4,7 @@
 // Each console line may also be offered to a FilteredLog (--duplicate-std{out,err}-filters).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,10 @@ class OutputSink {
   // console stays pending.
   void write_note(const std::string& text);
   bool file_ok() const { return file_fd_ >= 0 || file_path_.empty(); }
+  // Told once, with the file and errno, when a write to the log file fails (a full disk, a
+  // quota): the file is given up, the console goes on.
+  using FileErrorHandler = std::function<void(const std::string& path, int error)>;
+  void set_file_error_handler(FileErrorHandler handler) { on_file_error_ = std::move(handler); }
 
  private:
   int console_fd_;
@@ -38,6 +43,9 @@ class OutputSink {
   std::shared_ptr<FilteredLog> filtered_;
   std::string partial_;
   bool file_at_line_start_ = true;
+  FileErrorHandler on_file_error_;
+
+  void write_file(const char* data, std::size_t size);
 };
 
 // Writes all of `data` to `fd`, retrying short writes and EINTR; false on error.

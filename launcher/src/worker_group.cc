@@ -246,6 +246,13 @@ rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler
       }
     }
     auto w = std::make_shared<Worker>(io_, spec);
+    for (OutputSink* sink : {&w->out, &w->err}) {
+      sink->set_file_error_handler(
+          [this, rank = spec.local_rank, alive = std::weak_ptr<int>(alive_)](
+              const std::string& path, int error) {
+            if (!alive.expired() && on_log_error_) on_log_error_(rank, path, error);
+          });
+    }
     if (!w->out.file_ok() || !w->err.file_ok()) {
       kill_groups(SIGKILL);
       const std::string& failed = w->out.file_ok() ? spec.stderr_file : spec.stdout_file;

@@ -77,6 +77,10 @@ class WorkerGroup {
   // The agent's text about the worker into the worker's stderr destinations (console, file);
   // not into its tail.
   void write_stderr_note(int local_rank, const std::string& text);
+  // Told once per worker and stream when writing its log file fails (the file is given up; the
+  // console goes on).
+  using LogErrorHandler = std::function<void(int local_rank, const std::string& path, int error)>;
+  void set_log_error_handler(LogErrorHandler handler) { on_log_error_ = std::move(handler); }
   // Every worker of this group that failed on its own, in the order their exits were seen: a
   // non-zero exit or a signal before stop(), or an exit that had already happened (not yet
   // reaped) when stop() signalled. Exits caused by stop() are not failures.
@@ -97,6 +101,7 @@ class WorkerGroup {
   boost::asio::io_context& io_;
   std::vector<std::shared_ptr<Worker>> workers_;
   ExitHandler on_exit_;
+  LogErrorHandler on_log_error_;
   bool stopping_ = false;
   std::optional<rlimit> user_open_files_;  // set once the agent raised its own limit
   std::uint64_t exits_seen_ = 0;

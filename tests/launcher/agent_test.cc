@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "process.h"
+#include "skip.h"
 
 using namespace ctrun::testing;
 using namespace std::chrono_literals;
@@ -653,6 +654,41 @@ TEST_CASE("agent: the open-file limit is raised within the hard limit or named w
   CHECK(out.find("ctrun: error: 8 workers need about ") != std::string::npos);
   CHECK(out.find("ulimit -n allows 48 (hard limit 48): raise it, e.g. ulimit -n ") !=
         std::string::npos);
+}
+
+TEST_CASE("agent: a log file that cannot be written is named once and the console keeps it all") {
+  Scratch s;
+  // A 16 KiB tmpfs as --log_dir, in a mount namespace of the agent's own (root only).
+  ChildProcess probe({"/usr/bin/unshare", "-m", "/bin/true"}, "/dev/null");
+  if (probe.wait(10s) != std::optional<int>(0)) {
+    CTRUN_SKIP("needs root for a mount namespace with a small tmpfs (unshare -m)");
+  }
+  const std::string logs = s.path("small");
+  std::filesystem::create_directories(logs);
+  const std::string script = s.path("writer.sh");
+  {
+    std::ofstream(script) << "#!/bin/sh\ni=0\nwhile [ $i -lt 2000 ]; do\n"
+                          << "  echo \"line $i of a worker that fills the disk with its output\"\n"
+                          << "  i=$((i+1))\ndone\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  ChildProcess agent({"/usr/bin/unshare", "-m", "/bin/sh", "-c",
+                      "mount -t tmpfs -o size=16k tmpfs " + logs + " && exec " + CTRUN_PATH +
+                          " --standalone --log_dir " + logs + " --tee 3 --no-python " + script},
+                     s.path("agent.log"));
+  REQUIRE(agent.wait(60s) == std::optional<int>(0));
+  const std::string out = read_file(s.path("agent.log"));
+  // Every line still reached the console.
+  CHECK(out.find("[default0]:line 0 of a worker") != std::string::npos);
+  CHECK(out.find("[default0]:line 1999 of a worker") != std::string::npos);
+  // The cut-short file is named once, with the cause, and again at the job's end.
+  const std::string said = "ctrun: error: worker rank 0 (local rank 0): writing its log file '";
+  const auto first = out.find(said);
+  REQUIRE(first != std::string::npos);
+  CHECK(out.find(said, first + 1) == std::string::npos);
+  CHECK(out.find("/attempt_0/0/stdout.log' failed: No space left on device", first) !=
+        std::string::npos);
+  CHECK(out.find("ctrun: warning: 1 log files are cut short") != std::string::npos);
 }
 
 TEST_CASE("agent: a real PyTorch DDP script (gloo, env://) trains to the end") {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -119,4 +120,25 @@ TEST_CASE("filtered log: open truncates and an unopenable path is an error namin
   auto failed = FilteredLog::open(missing, {"x"});
   REQUIRE_FALSE(failed.ok());
   CHECK(failed.error().message.find("'" + missing + "'") != std::string::npos);
+}
+
+TEST_CASE("output sink: a log file write that fails is told once and the file given up") {
+  // /dev/full: every write fails with ENOSPC, as on a full disk.
+  OutputSink sink(-1, "[default0]:", "/dev/full");
+  REQUIRE(sink.file_ok());
+  int told = 0;
+  std::string path;
+  int error = 0;
+  sink.set_file_error_handler([&](const std::string& p, int e) {
+    ++told;
+    path = p;
+    error = e;
+  });
+  const std::string line = "a line for the log\n";
+  sink.write(line.data(), line.size());
+  sink.write(line.data(), line.size());
+  sink.write_note("ctrun: a note");
+  CHECK(told == 1);
+  CHECK(path == "/dev/full");
+  CHECK(error == ENOSPC);
 }
