@@ -125,10 +125,6 @@ std::size_t open_descriptors() {
   return n;
 }
 
-}  // namespace
-
-namespace {
-
 // Why exec failed, in our words (not Boost's "default_launcher: ... [system:2]").
 std::string start_error(const std::string& exe, const boost::system::error_code& ec) {
   std::string why = "cannot start '" + exe + "': " + ec.message();
