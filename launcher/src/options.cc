@@ -111,14 +111,10 @@ Result<StdSpec> parse_std_spec(const std::string& text, const std::string& flag)
 std::vector<std::string> parse_comma_separated_list(const std::string& text) {
   const std::string placeholder = "<COMMA_PLACEHOLDER>";
   std::vector<std::string> items;
-  std::size_t start = 0;
-  const std::string escaped = replace_all(text, ",,", placeholder);
-  // str.split(","): always one item more than there are commas.
-  for (std::size_t comma; (comma = escaped.find(',', start)) != std::string::npos;
-       start = comma + 1) {
-    items.push_back(replace_all(escaped.substr(start, comma - start), placeholder, ","));
+  // split() drops a last empty item; the extra comma makes it str.split(","), which keeps it.
+  for (const auto& item : split(replace_all(text, ",,", placeholder) + ",", ',')) {
+    items.push_back(replace_all(item, placeholder, ","));
   }
-  items.push_back(replace_all(escaped.substr(start), placeholder, ","));
   return items;
 }
 
