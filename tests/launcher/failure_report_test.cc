@@ -146,9 +146,7 @@ TEST_CASE("failure report: a hung worker: the agent's error file, Python and nat
 }
 
 TEST_CASE("failure report: every failed rank is listed, the first observed as the root cause") {
-  FailureInfo first;
-  first.entrypoint = "train.py";
-  first.host = "node1";
+  FailureInfo first = failed_worker();
   first.rank = 3;
   first.local_rank = 1;
   first.pid = 111;
