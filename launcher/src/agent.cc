@@ -315,7 +315,11 @@ class Agent::Impl {
   // --duplicate-std{out,err}-filters: LOG_DIR/RUN_ID/attempt_N/filtered_<stream>.log, opened
   // (truncated) once per start and shared by every local rank; null when `filters` is empty.
   rdzv::Result<std::shared_ptr<FilteredLog>> open_filtered_log(
-      int restart_count, const std::string& stream, const std::vector<std::string>& filters) const;
+      int restart_count, const std::string& stream, const std::vector<std::string>& filters);
+  // A log file a write to failed (told once by its sink): said with the cause, recorded as a
+  // log_lost event with `fields`, and named again at the job's end.
+  void report_lost_log(const std::string& whose, const std::string& path, int error,
+                       rdzv::Json fields);
 
   asio::io_context& io_;
   LaunchOptions options_;
@@ -531,14 +535,31 @@ bool Agent::Impl::use_agent_store() const {
 }
 
 rdzv::Result<std::shared_ptr<FilteredLog>> Agent::Impl::open_filtered_log(
-    int restart_count, const std::string& stream, const std::vector<std::string>& filters) const {
+    int restart_count, const std::string& stream, const std::vector<std::string>& filters) {
   if (filters.empty()) return std::shared_ptr<FilteredLog>();
   const std::string dir = attempt_root(restart_count);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
     return rdzv::Error{rdzv::ErrorCode::kInternal, "cannot create '" + dir + "': " + ec.message()};
-  return FilteredLog::open(dir + "/filtered_" + stream + ".log", filters);
+  auto opened = FilteredLog::open(dir + "/filtered_" + stream + ".log", filters);
+  if (opened) {
+    opened.value()->set_file_error_handler([this, stream](const std::string& path, int error) {
+      report_lost_log("the workers' filtered " + stream, path, error, {{"stream", stream}});
+    });
+  }
+  return opened;
+}
+
+void Agent::Impl::report_lost_log(const std::string& whose, const std::string& path, int error,
+                                  rdzv::Json fields) {
+  const std::string why = std::strerror(error);
+  log("error: " + whose + ": writing its log file '" + path + "' failed: " + why +
+      "; the file is cut short from here on");
+  fields["path"] = path;
+  fields["error"] = why;
+  event("log_lost", std::move(fields));
+  lost_logs_.push_back(path);
 }
 
 rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int restart_count) {
@@ -620,14 +641,9 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   heartbeats_.reset(initial_stamps, std::chrono::steady_clock::now());
   workers_.set_log_error_handler([this](int local_rank, const std::string& path, int error) {
     const int rank = round_.rank_offset + local_rank;
-    log("error: worker rank " + std::to_string(rank) + " (local rank " +
-        std::to_string(local_rank) + "): writing its log file '" + path +
-        "' failed: " + std::strerror(error) + "; the file is cut short from here on");
-    event("log_lost", {{"rank", rank},
-                       {"local_rank", local_rank},
-                       {"path", path},
-                       {"error", std::string(std::strerror(error))}});
-    lost_logs_.push_back(path);
+    report_lost_log(
+        "worker rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) + ")",
+        path, error, {{"rank", rank}, {"local_rank", local_rank}});
   });
   auto started = workers_.start(std::move(specs), [this](const WorkerExit& e) {
     post(Event{.kind = Event::Kind::kWorkerExit, .exit = e});

@@ -27,7 +27,9 @@ rendezvous::Result<std::shared_ptr<FilteredLog>> FilteredLog::open(
 FilteredLog::FilteredLog(int fd, std::string path, std::vector<std::string> filters)
     : fd_(fd), path_(std::move(path)), filters_(std::move(filters)) {}
 
-FilteredLog::~FilteredLog() { ::close(fd_); }
+FilteredLog::~FilteredLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 bool FilteredLog::matches(std::string_view line) const {
   return std::any_of(filters_.begin(), filters_.end(), [line](const std::string& filter) {
@@ -36,7 +38,7 @@ bool FilteredLog::matches(std::string_view line) const {
 }
 
 void FilteredLog::offer(std::string_view prefix, std::string_view line) {
-  if (!matches(line)) return;
+  if (fd_ < 0 || !matches(line)) return;
   std::string out;
   out.reserve(prefix.size() + line.size() + 1);
   out.append(prefix);
@@ -44,7 +46,11 @@ void FilteredLog::offer(std::string_view prefix, std::string_view line) {
   if (out.empty() || out.back() != '\n') out += '\n';
   // A full disk or a removed directory costs this copy only; the console and the per-rank
   // files go on, as they do when their own writes fail.
-  (void)write_all(fd_, out.data(), out.size());
+  if (write_all(fd_, out.data(), out.size())) return;
+  const int error = errno;
+  ::close(fd_);
+  fd_ = -1;
+  if (on_file_error_) on_file_error_(path_, error);
 }
 
 }  // namespace ctrun::launcher

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ctrun/rendezvous/error.h"
+#include "output_sink.h"
 
 namespace ctrun::launcher {
 
@@ -30,14 +31,19 @@ class FilteredLog {
   // filter; a line without its newline gets one.
   void offer(std::string_view prefix, std::string_view line);
   const std::string& path() const { return path_; }
+  // As OutputSink's: told once when a write fails; the copy is given up, the console goes on.
+  void set_file_error_handler(OutputSink::FileErrorHandler handler) {
+    on_file_error_ = std::move(handler);
+  }
 
  private:
   FilteredLog(int fd, std::string path, std::vector<std::string> filters);
   bool matches(std::string_view line) const;
 
-  int fd_;
+  int fd_;  // -1 once a write failed
   std::string path_;
   std::vector<std::string> filters_;
+  OutputSink::FileErrorHandler on_file_error_;
 };
 
 }  // namespace ctrun::launcher

@@ -142,3 +142,20 @@ TEST_CASE("output sink: a log file write that fails is told once and the file gi
   CHECK(path == "/dev/full");
   CHECK(error == ENOSPC);
 }
+
+TEST_CASE("filtered log: a write that fails is told once and the copy given up") {
+  auto log = FilteredLog::open("/dev/full", {"apple"});  // every write fails with ENOSPC
+  REQUIRE(log.ok());
+  int told = 0;
+  int error = 0;
+  log.value()->set_file_error_handler([&](const std::string& path, int e) {
+    ++told;
+    error = e;
+    CHECK(path == "/dev/full");
+  });
+  log.value()->offer("[default0]:", "an apple\n");
+  log.value()->offer("[default1]:", "another apple\n");
+  log.value()->offer("[default1]:", "a pear\n");
+  CHECK(told == 1);
+  CHECK(error == ENOSPC);
+}
