@@ -719,7 +719,8 @@ Task<int> Agent::Impl::run_job() {
           restart_count_ = round_.restart_count;
         } else {  // a daemon from before restart counts in answers: read now (may run ahead)
           auto restarts = co_await client_->get(rdzv::kRestartsKey, std::chrono::milliseconds(0));
-          restart_count_ = restarts ? std::atoi(restarts.value().c_str()) : 0;
+          restart_count_ =
+              restarts ? static_cast<int>(rdzv::counter_value(restarts.value(), 0)) : 0;
         }
         announce_round();
         log("round " + std::to_string(round_.round) + ": group rank " +

@@ -682,14 +682,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
           auto counter = co_await client_.range(store_prefix_ + kRestartsKey);
           if (!counter) co_return counter.error();
           const auto& kvs = counter.value().kvs;
-          long long used = 0;
-          if (!kvs.empty()) {
-            try {
-              used = std::stoll(kvs.front().value);
-            } catch (const std::exception&) {
-              used = 0;  // not ours to judge here; status shows the key as it is
-            }
-          }
+          const long long used = kvs.empty() ? 0 : counter_value(kvs.front().value, 0);
           state->set_round_restart_count(static_cast<int>(std::max(0LL, used)));
           checks.push_back(etcd::unchanged_since(store_prefix_ + kRestartsKey,
                                                  kvs.empty() ? 0 : kvs.front().mod_revision));

@@ -9,14 +9,6 @@ namespace {
 
 constexpr const char* kRoot = "/ctrun/";
 
-long long number_text(const std::string& text, long long otherwise) {
-  try {
-    return std::stoll(text);
-  } catch (const std::exception&) {
-    return otherwise;
-  }
-}
-
 // One job's keys, sorted out by kind. Keys are listed without values (a job's store holds the
 // workers' keys too, and there may be many jobs); the few values status shows are read after.
 struct JobKeys {
@@ -49,8 +41,8 @@ etcd::Task<Status> read_values(etcd::Client& client, std::string prefix, JobKeys
                                               std::to_string(ranges.size()) + " ranges"};
   }
   if (!ranges[0].kvs.empty()) keys.state = ranges[0].kvs.front();
-  if (!ranges[1].kvs.empty()) keys.restarts = number_text(ranges[1].kvs.front().value, 0);
-  if (!ranges[2].kvs.empty()) keys.max_restarts = number_text(ranges[2].kvs.front().value, -1);
+  if (!ranges[1].kvs.empty()) keys.restarts = counter_value(ranges[1].kvs.front().value, 0);
+  if (!ranges[2].kvs.empty()) keys.max_restarts = counter_value(ranges[2].kvs.front().value, -1);
   co_return ok_status();
 }
 

@@ -59,6 +59,14 @@ Json to_json(const RoundAssignment& a) {
   return j;
 }
 
+long long counter_value(const std::string& text, long long otherwise) {
+  try {
+    return std::stoll(text);
+  } catch (const std::exception&) {
+    return otherwise;
+  }
+}
+
 Json to_json(const JoinRequest& r) {
   return Json{{"node", r.node.node_id},
               {"host", r.node.host},

@@ -85,7 +85,7 @@ std::string shorten(const std::string& key) {
 // The restarts a job has used, as its agents count them in its store.
 std::int64_t restarts_used(const KeyValueStore& store) {
   const std::string* used = store.find(kRestartsKey);
-  return used ? std::strtoll(used->c_str(), nullptr, 10) : 0;
+  return used ? counter_value(*used, 0) : 0;
 }
 
 }  // namespace

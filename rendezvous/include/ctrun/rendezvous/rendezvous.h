@@ -23,6 +23,9 @@ namespace ctrun::rendezvous {
 // per restart it takes) and the budget (--max_restarts, set by every agent alike).
 inline constexpr const char* kRestartsKey = "ctrun/restarts";
 inline constexpr const char* kMaxRestartsKey = "ctrun/max_restarts";
+// A counter's value as the stores keep it (decimal text, as c10d's add writes it); `otherwise`
+// when the text is not a number.
+long long counter_value(const std::string& text, long long otherwise);
 
 // Defaults are torchrun's --rdzv_conf defaults.
 struct RendezvousConfig {
