@@ -333,10 +333,6 @@ bool endpoint_has_port(const std::string& endpoint) {
   return std::count(t.begin(), t.end(), ':') == 1;
 }
 
-// torchrun's default port of a c10d rendezvous (rendezvous::kDefaultPort, which lives with the
-// server, outside this pure library).
-constexpr std::uint16_t kC10dDefaultPort = 29400;
-
 }  // namespace
 
 Result<Endpoint> parse_rdzv_endpoint(const std::string& text, std::uint16_t default_port) {
@@ -624,7 +620,7 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
   }
   if (o.rdzv_backend == "c10d" || o.rdzv_backend == "ctrund") {
     if (!o.rdzv_endpoint.empty()) {
-      auto ep = parse_rdzv_endpoint(o.rdzv_endpoint, kC10dDefaultPort);
+      auto ep = parse_rdzv_endpoint(o.rdzv_endpoint, rendezvous::kDefaultPort);
       if (!ep) return ep.error();
       if (ep.value().port == 0 && o.max_nodes > 1) {
         return bad(

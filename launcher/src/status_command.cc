@@ -5,12 +5,10 @@
 #include <boost/asio.hpp>
 #include <cstdio>
 
-#include "ctrun/rendezvous/auth.h"
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/endpoint.h"
-#include "ctrun/rendezvous/etcd_jobs.h"
-#include "ctrun/rendezvous/rendezvous.h"
-#include "ctrun/rendezvous/server.h"
+#include "rendezvous/base/token.h"
+#include "rendezvous/etcd/etcd_jobs.h"
 #include "status_view.h"
 
 namespace ctrun::launcher {

@@ -3,7 +3,7 @@
 #include <map>
 #include <optional>
 
-#include "ctrun/rendezvous/etcd.h"
+#include "rendezvous/etcd/etcd.h"
 
 namespace ctrun::launcher {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <thread>
 
-#include "ctrun/rendezvous/server.h"
 #include "ctrun/rendezvous/store_address.h"
+#include "rendezvous/daemon/server.h"
 
 namespace ctrun::testing {
 

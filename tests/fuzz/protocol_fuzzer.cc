@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <string>
 
-#include "../rendezvous/fake_transport.h"
-#include "ctrun/rendezvous/auth.h"
-#include "ctrun/rendezvous/message.h"
-#include "ctrun/rendezvous/service.h"
-#include "tcpstore_wire.h"
+#include "../rendezvous/service/fake_transport.h"
+#include "rendezvous/protocol/auth.h"
+#include "rendezvous/protocol/message.h"
+#include "rendezvous/protocol/tcpstore_wire.h"
+#include "rendezvous/service/service.h"
 
 using namespace ctrun::rendezvous;
 

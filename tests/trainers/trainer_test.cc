@@ -6,11 +6,11 @@
 #include <iostream>
 #include <regex>
 
-#include "ctrun/rendezvous/etcd.h"
-#include "ctrun/rendezvous/etcd_client.h"
-#include "ctrun/rendezvous/etcd_jobs.h"
 #include "etcd_server.h"
 #include "process.h"
+#include "rendezvous/etcd/etcd.h"
+#include "rendezvous/etcd/etcd_client.h"
+#include "rendezvous/etcd/etcd_jobs.h"
 #include "run_task.h"
 #include "skip.h"
 

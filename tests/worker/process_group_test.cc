@@ -7,11 +7,11 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 
-#include "ctrun/rendezvous/etcd.h"
 #include "etcd_server.h"
 #include "gloo_ranks.h"
 #include "loopback_daemon.h"
 #include "process.h"
+#include "rendezvous/etcd/etcd.h"
 
 using namespace std::chrono_literals;
 using ctrun::testing::free_port;

@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "ctrun/rendezvous/durable_file.h"
 #include "error_text.h"
+#include "rendezvous/base/durable_file.h"
 
 namespace ctrun::worker {
 namespace {

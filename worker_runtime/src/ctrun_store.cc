@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "ctrun/rendezvous/endpoint.h"
-#include "ctrun/rendezvous/etcd.h"
+#include "rendezvous/etcd/etcd.h"
 
 namespace ctrun::worker {
 namespace {

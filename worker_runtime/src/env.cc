@@ -3,7 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "ctrun/rendezvous/etcd.h"
+#include "rendezvous/etcd/etcd.h"
 
 namespace ctrun::worker {
 namespace {

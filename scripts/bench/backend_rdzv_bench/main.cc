@@ -19,8 +19,8 @@
 #include <set>
 
 #include "../common/process.h"
-#include "ctrun/rendezvous/backend.h"
-#include "ctrun/rendezvous/etcd.h"
+#include "rendezvous/backend/backend.h"
+#include "rendezvous/etcd/etcd.h"
 
 namespace {
 

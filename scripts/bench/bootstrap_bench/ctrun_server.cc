@@ -5,7 +5,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "ctrun/rendezvous/server.h"
+#include "rendezvous/daemon/server.h"
 #include "servers.h"
 
 namespace bootstrap_bench {

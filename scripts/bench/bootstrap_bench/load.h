@@ -6,7 +6,7 @@
 #include <chrono>
 #include <string>
 
-#include "tcpstore_wire.h"
+#include "rendezvous/protocol/tcpstore_wire.h"
 
 namespace bootstrap_bench {
 

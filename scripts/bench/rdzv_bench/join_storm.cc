@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ctrun/rendezvous/frame.h"
-#include "ctrun/rendezvous/rendezvous.h"
+#include "rendezvous/core/rendezvous.h"
 
 namespace rdzv_bench {
 namespace {

@@ -12,7 +12,7 @@
 #include <stdexcept>
 
 #include "ctrun/rendezvous/frame.h"
-#include "ctrun/rendezvous/message.h"
+#include "rendezvous/protocol/message.h"
 #include "store_client.h"
 
 namespace store_bench {

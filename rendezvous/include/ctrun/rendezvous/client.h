@@ -19,9 +19,10 @@
 #include <boost/asio/io_context.hpp>
 
 #include "ctrun/rendezvous/clock.h"
+#include "ctrun/rendezvous/endpoint.h"
 #include "ctrun/rendezvous/error.h"
 #include "ctrun/rendezvous/frame.h"
-#include "ctrun/rendezvous/rendezvous.h"
+#include "ctrun/rendezvous/round.h"
 #include "ctrun/rendezvous/store_client.h"
 
 namespace ctrun::rendezvous {
@@ -31,7 +32,7 @@ using Task = boost::asio::awaitable<T>;
 
 struct ClientOptions {
   std::string host = "127.0.0.1";
-  std::uint16_t port = 29400;
+  std::uint16_t port = kDefaultPort;
   std::string job = "default";       // the job (rdzv_id) whose store and rendezvous to use
   std::optional<std::string> token;  // proves the daemon's shared token
   Duration connect_timeout = std::chrono::seconds(60);  // keep retrying this long

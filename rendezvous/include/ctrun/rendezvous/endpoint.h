@@ -9,6 +9,9 @@
 
 namespace ctrun::rendezvous {
 
+// ctrund's port when an endpoint names none: torchrun's for a c10d rendezvous.
+inline constexpr std::uint16_t kDefaultPort = 29400;
+
 struct Endpoint {
   std::string host;
   std::uint16_t port = 0;

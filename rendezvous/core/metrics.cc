@@ -1,0 +1,97 @@
+#include "rendezvous/core/metrics.h"
+
+namespace ctrun::rendezvous {
+namespace {
+
+// A label value as the exposition format wants it: backslash, quote and newline escaped.
+std::string label(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+class Writer {
+ public:
+  void family(const char* name, const char* type, const char* help) {
+    out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  template <typename T>
+  void sample(const char* name, T value, const std::string& labels = "") {
+    out_ += std::string(name) + (labels.empty() ? "" : "{" + labels + "}") + " " +
+            std::to_string(value) + "\n";
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+}  // namespace
+
+std::string prometheus_text(const ServiceMetrics& m) {
+  Writer w;
+  w.family("ctrund_requests_total", "counter", "Requests handled, by operation.");
+  for (const auto& [op, n] : m.requests)
+    w.sample("ctrund_requests_total", n, "op=\"" + label(op) + "\"");
+  w.family("ctrund_connections_accepted_total", "counter", "Client connections accepted.");
+  w.sample("ctrund_connections_accepted_total", m.connections_accepted);
+  w.family("ctrund_connections_refused_total", "counter",
+           "Client connections refused at a connection limit.");
+  w.sample("ctrund_connections_refused_total", m.connections_refused);
+  w.family("ctrund_frame_errors_total", "counter",
+           "Connections closed for a malformed, oversized or late frame or request.");
+  w.sample("ctrund_frame_errors_total", m.frame_errors);
+  w.family("ctrund_auth_failures_total", "counter", "Hellos refused for a missing or wrong token.");
+  w.sample("ctrund_auth_failures_total", m.auth_failures);
+  w.family("ctrund_rounds_formed_total", "counter", "Rendezvous rounds formed, over every job.");
+  w.sample("ctrund_rounds_formed_total", m.rounds_formed);
+  w.family("ctrund_restarts_total", "counter", "Job restarts taken by agents, over every job.");
+  w.sample("ctrund_restarts_total", m.restarts);
+  w.family("ctrund_connections", "gauge", "Client connections open now.");
+  w.sample("ctrund_connections", m.connections);
+
+  std::map<std::string, int> by_state{
+      {"running", 0}, {"succeeded", 0}, {"failed", 0}, {"closed", 0}, {"store", 0}};
+  std::size_t nodes = 0;
+  std::size_t keys = 0;
+  for (const auto& j : m.jobs) {
+    ++by_state[j.state];
+    nodes += j.nodes;
+    keys += j.keys;
+  }
+  w.family("ctrund_jobs", "gauge", "Jobs known to the daemon, by state.");
+  for (const auto& [state, n] : by_state)
+    w.sample("ctrund_jobs", n, "state=\"" + label(state) + "\"");
+  w.family("ctrund_nodes", "gauge", "Nodes in every job's rendezvous.");
+  w.sample("ctrund_nodes", nodes);
+  w.family("ctrund_store_keys", "gauge", "Keys in every job's store.");
+  w.sample("ctrund_store_keys", keys);
+
+  w.family("ctrund_job_round", "gauge", "The job's current rendezvous round.");
+  for (const auto& j : m.jobs)
+    w.sample("ctrund_job_round", j.round, "job=\"" + label(j.job) + "\"");
+  w.family("ctrund_job_nodes", "gauge", "Nodes in the job's rendezvous.");
+  for (const auto& j : m.jobs)
+    w.sample("ctrund_job_nodes", j.nodes, "job=\"" + label(j.job) + "\"");
+  w.family("ctrund_job_restarts", "gauge", "Restarts the job has used.");
+  for (const auto& j : m.jobs) {
+    w.sample("ctrund_job_restarts", j.restarts, "job=\"" + label(j.job) + "\"");
+  }
+  w.family("ctrund_job_store_keys", "gauge", "Keys in the job's store.");
+  for (const auto& j : m.jobs) {
+    w.sample("ctrund_job_store_keys", j.keys, "job=\"" + label(j.job) + "\"");
+  }
+  return w.take();
+}
+
+}  // namespace ctrun::rendezvous

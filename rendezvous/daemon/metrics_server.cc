@@ -1,0 +1,156 @@
+#include "rendezvous/daemon/metrics_server.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <chrono>
+#include <map>
+
+#include "rendezvous/daemon/listen.h"
+
+namespace ctrun::rendezvous {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+
+namespace {
+
+constexpr std::size_t kMaxSessions = 64;
+constexpr std::uint32_t kMaxHeaderBytes = 8 * 1024;
+constexpr auto kSessionTimeout = std::chrono::seconds(10);  // per request, first byte to last
+
+http::response<http::string_body> answer(const http::request<http::empty_body>& req,
+                                         const MetricsServer::Render& render) {
+  http::response<http::string_body> res;
+  res.version(req.version());
+  res.keep_alive(req.keep_alive());
+  res.set(http::field::server, "ctrund");
+  const bool head = req.method() == http::verb::head;
+  if (req.method() != http::verb::get && !head) {
+    res.result(http::status::method_not_allowed);
+    res.set(http::field::allow, "GET, HEAD");
+    res.set(http::field::content_type, "text/plain; charset=utf-8");
+    res.body() = "only GET and HEAD\n";
+  } else if (req.target() == "/metrics" || req.target().starts_with("/metrics?")) {
+    res.result(http::status::ok);
+    res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    res.body() = render();
+  } else if (req.target() == "/") {
+    res.result(http::status::ok);
+    res.set(http::field::content_type, "text/html; charset=utf-8");
+    res.body() = "<html><body><a href=\"/metrics\">ctrund metrics</a></body></html>\n";
+  } else {
+    res.result(http::status::not_found);
+    res.set(http::field::content_type, "text/plain; charset=utf-8");
+    res.body() = "not found: try /metrics\n";
+  }
+  res.prepare_payload();
+  if (head) res.body().clear();  // Content-Length stays that of the GET answer
+  return res;
+}
+
+}  // namespace
+
+class MetricsServer::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(asio::io_context& io, Render render) : io_(io), acceptor_(io), render_(std::move(render)) {}
+
+  Status bind(const std::string& host, std::uint16_t port) {
+    if (auto s = listen_on(acceptor_, host, port); !s) return s;
+    port_ = acceptor_.local_endpoint().port();
+    endpoint_ = endpoint_text(acceptor_.local_endpoint());
+    return ok_status();
+  }
+
+  void accept() {
+    std::weak_ptr<Impl> weak = shared_from_this();
+    accept_loop(
+        acceptor_,
+        [weak] {
+          auto self = weak.lock();
+          return self && !self->stopped_;
+        },
+        [weak](tcp::socket socket) {
+          auto self = weak.lock();
+          boost::system::error_code ignored;
+          // A scraper needs few connections; the daemon's clients come first.
+          if (self->sessions_.size() >= kMaxSessions) {
+            socket.close(ignored);
+          } else {
+            self->serve(std::move(socket));
+          }
+        },
+        [](const std::string&) {});
+  }
+
+  void serve(tcp::socket socket) {
+    const std::uint64_t id = next_id_++;
+    auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
+    sessions_.emplace(id, stream);
+    asio::co_spawn(io_, session(stream), [self = shared_from_this(), id](std::exception_ptr) {
+      self->sessions_.erase(id);
+    });
+  }
+
+  asio::awaitable<void> session(std::shared_ptr<beast::tcp_stream> stream) {
+    beast::flat_buffer buffer;
+    while (!stopped_) {
+      http::request_parser<http::empty_body> parser;
+      parser.header_limit(kMaxHeaderBytes);
+      stream->expires_after(kSessionTimeout);
+      auto [read_error, n] =
+          co_await http::async_read(*stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+      (void)n;
+      if (read_error) break;  // closed, timed out or not HTTP: nothing to answer
+      const auto& req = parser.get();
+      auto res = answer(req, render_);
+      const bool keep = res.keep_alive();
+      auto [write_error, m] =
+          co_await http::async_write(*stream, res, asio::as_tuple(asio::use_awaitable));
+      (void)m;
+      if (write_error || !keep) break;
+    }
+    boost::system::error_code ignored;
+    stream->socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream->close();
+  }
+
+  void stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    for (auto& [id, stream] : sessions_) stream->close();
+  }
+
+  asio::io_context& io_;
+  tcp::acceptor acceptor_;
+  Render render_;
+  std::uint16_t port_ = 0;
+  std::string endpoint_;
+  std::map<std::uint64_t, std::shared_ptr<beast::tcp_stream>> sessions_;
+  std::uint64_t next_id_ = 0;
+  bool stopped_ = false;
+};
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::create(asio::io_context& io,
+                                                             const std::string& host,
+                                                             std::uint16_t port, Render render) {
+  auto impl = std::make_shared<Impl>(io, std::move(render));
+  if (auto s = impl->bind(host, port); !s) {
+    return Error{s.error().code, "--metrics_port: " + s.error().message};
+  }
+  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl)));
+}
+
+MetricsServer::MetricsServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MetricsServer::~MetricsServer() { impl_->stop(); }
+std::uint16_t MetricsServer::port() const { return impl_->port_; }
+const std::string& MetricsServer::endpoint() const { return impl_->endpoint_; }
+void MetricsServer::start() { impl_->accept(); }
+void MetricsServer::stop() { impl_->stop(); }
+
+}  // namespace ctrun::rendezvous

@@ -1,0 +1,952 @@
+#include "rendezvous/service/service.h"
+
+#include <cstdlib>
+#include <unordered_set>
+#include <utility>
+
+#include "rendezvous/protocol/auth.h"
+#include "rendezvous/protocol/message.h"
+#include "rendezvous/service/service_state.h"
+
+namespace ctrun::rendezvous {
+
+const std::unordered_map<std::string_view, Service::Handler> Service::kHandlers = {
+    {"hello", &Service::op_hello},
+    {"ping", &Service::op_ping},
+    {"set", &Service::op_set},
+    {"get", &Service::op_get},
+    {"add", &Service::op_add},
+    {"compare_set", &Service::op_compare_set},
+    {"check", &Service::op_check},
+    {"wait", &Service::op_wait},
+    {"delete", &Service::op_delete},
+    {"num_keys", &Service::op_num_keys},
+    {"multi_get", &Service::op_multi_get},
+    {"multi_set", &Service::op_multi_set},
+    {"join", &Service::op_join},
+    {"leave", &Service::op_leave},
+    {"keep_alive", &Service::op_keep_alive},
+    {"report", &Service::op_report},
+    {"close", &Service::op_close},
+    {"resume", &Service::op_resume},
+    {"status", &Service::op_status},
+    {"jobs", &Service::op_jobs},
+};
+
+namespace {
+
+// "10.0.0.5:41608" -> "10.0.0.5", "[::1]:41608" -> "[::1]": what a per-host limit counts.
+std::string host_of(const std::string& peer) {
+  const auto colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
+// Well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool valid_utf8(const std::string& s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int extra = 0;
+    unsigned cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xe0) == 0xc0) {
+      extra = 1;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      extra = 2;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + extra >= s.size()) return false;  // truncated sequence
+    for (int k = 1; k <= extra; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    static constexpr unsigned kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+// Keys quoted in error messages are cut short, so an error frame stays small.
+std::string shorten(const std::string& key) {
+  return key.size() <= 128 ? key : key.substr(0, 128) + "...";
+}
+
+// The restarts a job has used, as its agents count them in its store.
+std::int64_t restarts_used(const KeyValueStore& store) {
+  const std::string* used = store.find(kRestartsKey);
+  return used ? counter_value(*used, 0) : 0;
+}
+
+}  // namespace
+
+Service::Service(ServiceOptions options, const Clock& clock, Transport& transport)
+    : options_(std::move(options)), clock_(clock), transport_(transport) {
+  if (!options_.random) options_.random = random_bytes;
+}
+
+Service::~Service() = default;
+
+void Service::log(const std::string& line) const {
+  if (options_.log) options_.log(line);
+}
+
+void Service::on_connect(ConnectionId id, std::string peer,
+                         std::optional<std::string> worker_store_job) {
+  if (connections_.size() >= options_.max_connections) {
+    log(peer + " refused: " + std::to_string(connections_.size()) + " connections already open");
+    transport_.send(id, encode_frame(error_response(
+                            0, Error{ErrorCode::kLimit, "daemon is at its connection limit"})));
+    transport_.close(id);
+    ++counters_.connections_refused;
+    return;
+  }
+  std::size_t& from_host = connections_per_host_[host_of(peer)];
+  if (from_host >= options_.max_connections_per_host) {
+    log(peer + " refused: " + std::to_string(from_host) + " connections already open from " +
+        host_of(peer));
+    transport_.send(id, encode_frame(error_response(
+                            0, Error{ErrorCode::kLimit, "too many connections from this host"})));
+    transport_.close(id);
+    ++counters_.connections_refused;
+    return;
+  }
+  ++from_host;
+  ++counters_.connections_accepted;
+  auto c = std::make_unique<Connection>();
+  c->id = id;
+  c->peer = std::move(peer);
+  c->decoder = FrameDecoder(options_.max_frame_bytes);
+  c->opened_at = clock_.now();
+  c->nonce = options_.random(kNonceBytes);
+  // A listener that serves the worker store too waits for the first bytes to know the
+  // protocol; a job's own worker-store port speaks only TCPStore; otherwise the daemon speaks
+  // first, and a preamble from the client is simply passed over.
+  if (worker_store_job) {
+    c->opened = true;
+    start_tcpstore(*c, *worker_store_job);
+  } else if (!options_.worker_store_job) {
+    c->wire = Wire::kCtrund;
+    send_challenge(*c);
+  }
+  connections_.emplace(id, std::move(c));
+}
+
+void Service::send_challenge(const Connection& c) {
+  transport_.send(c.id, encode_frame(Json{{"event", "challenge"},
+                                          {"version", kProtocolVersion},
+                                          {"nonce", to_binary(c.nonce)},
+                                          {"auth", options_.token.has_value()}}));
+}
+
+void Service::on_data(ConnectionId id, const char* data, std::size_t size) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  Connection& first = *it->second;
+  std::string_view bytes(data, size);
+  std::string joined;  // the opening bytes held back so far, and these
+  if (!first.opened) {
+    joined = first.opening;
+    joined.append(data, size);
+    const std::size_t n = std::min(joined.size(), kClientPreamble.size());
+    if (joined.compare(0, n, kClientPreamble.data(), n) == 0) {
+      if (joined.size() < kClientPreamble.size()) {  // the preamble may come in pieces
+        first.opening = std::move(joined);
+        return;
+      }
+      bytes = std::string_view(joined).substr(kClientPreamble.size());
+      first.opened = true;
+      first.opening.clear();
+      if (first.wire == Wire::kUndecided) {
+        first.wire = Wire::kCtrund;
+        send_challenge(first);
+      }
+    } else {
+      bytes = joined;
+      first.opened = true;
+      first.opening.clear();
+      if (first.wire == Wire::kUndecided) start_tcpstore(first, *options_.worker_store_job);
+    }
+  }
+  if (first.wire == Wire::kTcpStore) return on_tcpstore_data(first, bytes.data(), bytes.size());
+  first.decoder.feed(bytes.data(), bytes.size());
+  while (true) {
+    it = connections_.find(id);  // a handler may have closed it
+    if (it == connections_.end()) return;
+    Connection& c = *it->second;
+    auto frame = c.decoder.next();
+    if (!frame) return reject(c, 0, frame.error());
+    if (!frame.value()) break;
+    handle_frame(c, std::move(*frame.value()));
+  }
+  Connection& c = *it->second;
+  if (!c.decoder.mid_frame()) {
+    c.mid_frame_since.reset();
+  } else if (!c.mid_frame_since) {
+    c.mid_frame_since = clock_.now();
+  }
+}
+
+void Service::on_disconnect(ConnectionId id) {
+  if (connections_.count(id)) drop(id, "connection closed by peer");
+}
+
+void Service::drop(ConnectionId id, const std::string& why) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  std::unique_ptr<Connection> c = std::move(it->second);
+  connections_.erase(it);
+  if (auto host = connections_per_host_.find(host_of(c->peer));
+      host != connections_per_host_.end() && --host->second == 0) {
+    connections_per_host_.erase(host);
+  }
+  if (!c->job.empty()) {  // past hello, or a TCPStore connection
+    Job& job = *jobs_.at(c->job);
+    if (c->wire == Wire::kTcpStore) end_tcpstore(*c, /*keep_watches=*/false);
+    for (auto w : c->waiters) job.store.cancel(w);
+    if (--job.connections == 0) job.idle_since = clock_.now();
+    auto bound = c->node.empty() ? job.node_connections.end() : job.node_connections.find(c->node);
+    if (bound != job.node_connections.end() && bound->second == id) {
+      job.node_connections.erase(bound);
+      if (job.rendezvous && !shutting_down_) {
+        deliver(job, job.rendezvous->remove_node(c->node, why));
+      }
+    }
+  }
+}
+
+void Service::reply(const Connection& c, std::uint64_t id, Json body) {
+  body["id"] = id;
+  body["ok"] = true;
+  std::string frame = encode_frame(body);
+  if (frame.size() - kFrameHeaderBytes > options_.max_frame_bytes) {
+    // The client could not accept it (e.g. a multi_get of many large values): say so instead.
+    return fail(
+        c, id,
+        Error{ErrorCode::kLimit, "answer of " + std::to_string(frame.size() - kFrameHeaderBytes) +
+                                     " bytes exceeds the frame limit of " +
+                                     std::to_string(options_.max_frame_bytes)});
+  }
+  transport_.send(c.id, std::move(frame));
+}
+
+void Service::fail(const Connection& c, std::uint64_t id, const Error& e) {
+  transport_.send(c.id, encode_frame(error_response(id, e)));
+}
+
+void Service::reject(Connection& c, std::uint64_t id, const Error& e) {
+  ++(e.code == ErrorCode::kAuthFailed ? counters_.auth_failures : counters_.frame_errors);
+  log(c.peer + " closed: " + std::string(error_code_name(e.code)) + ": " + e.message);
+  if (c.wire != Wire::kTcpStore) fail(c, id, e);  // TCPStore's wire has no error answer
+  const ConnectionId cid = c.id;
+  drop(cid, std::string(error_code_name(e.code)));
+  transport_.close(cid);
+}
+
+Service::Job& Service::job_of(Connection& c) { return *jobs_.at(c.job); }
+
+void Service::handle_frame(Connection& c, Json frame) {
+  // Any non-negative integer encoding is accepted: MessagePack libraries differ in which
+  // integer format they pick for small positive numbers.
+  auto id_field = frame.find("id");
+  if (id_field == frame.end() || !id_field->is_number_integer() ||
+      (!id_field->is_number_unsigned() && id_field->get<std::int64_t>() < 0)) {
+    return reject(c, 0, Error{ErrorCode::kBadRequest, "request has no non-negative integer 'id'"});
+  }
+  const auto id = id_field->get<std::uint64_t>();
+  auto op = frame.find("op");
+  if (op == frame.end() || !op->is_string()) {
+    return reject(c, id, Error{ErrorCode::kBadRequest, "request has no string 'op'"});
+  }
+  const auto& name = op->get_ref<const std::string&>();
+  auto handler = kHandlers.find(name);
+  if (handler == kHandlers.end()) {
+    return reject(c, id, Error{ErrorCode::kUnknownOp, "unknown op '" + name.substr(0, 64) + "'"});
+  }
+  if (!c.authenticated && name != "hello") {
+    return reject(c, id, Error{ErrorCode::kNotAuthenticated, "'" + name + "' before hello"});
+  }
+  if (c.authenticated && !c.node.empty()) {
+    Job& job = job_of(c);
+    if (job.rendezvous) job.rendezvous->keep_alive(c.node);
+  }
+  ++request_counts_[handler->first];
+  (this->*handler->second)(c, id, frame);
+}
+
+// ---- handshake -------------------------------------------------------------------------------
+
+void Service::op_hello(Connection& c, std::uint64_t id, const Json& req) {
+  if (c.authenticated) return fail(c, id, Error{ErrorCode::kBadRequest, "hello was already said"});
+  auto version = get_int(req, "version");
+  if (!version) return reject(c, id, version.error());
+  if (version.value() != kProtocolVersion) {
+    return reject(
+        c, id,
+        Error{ErrorCode::kBadVersion, "protocol version " + std::to_string(version.value()) +
+                                          " is not supported; this daemon speaks version " +
+                                          std::to_string(kProtocolVersion)});
+  }
+  auto job = get_string(req, "job");
+  if (!job) return reject(c, id, job.error());
+  if (job.value().empty() || job.value().size() > options_.max_job_bytes) {
+    return reject(c, id,
+                  Error{ErrorCode::kBadRequest,
+                        "job id must be 1.." + std::to_string(options_.max_job_bytes) + " bytes"});
+  }
+  // It is shown in logs, metrics labels, event logs and `ctrun status` JSON.
+  if (!valid_utf8(job.value())) {
+    return reject(c, id, Error{ErrorCode::kBadRequest, "job id is not valid UTF-8"});
+  }
+  Json body = Json::object();
+  if (options_.token) {
+    auto proof = get_bytes(req, "proof");
+    if (!proof) {
+      return reject(c, id, Error{ErrorCode::kAuthFailed, "this daemon requires a token"});
+    }
+    if (!constant_time_equal(proof.value(), client_proof(*options_.token, c.nonce, job.value()))) {
+      return reject(c, id, Error{ErrorCode::kAuthFailed, "token proof does not match"});
+    }
+    if (auto client_nonce = get_bytes(req, "nonce")) {
+      body["proof"] = to_binary(server_proof(*options_.token, client_nonce.value(), c.nonce));
+    }
+  }
+  c.authenticated = true;
+  c.job = job.value();
+  auto [it, created] = jobs_.try_emplace(c.job, nullptr);
+  if (created) it->second = std::make_unique<Job>(c.job, options_.store_limits);
+  Job& joined = *it->second;
+  ++joined.connections;
+  body["version"] = kProtocolVersion;
+  if (options_.worker_store_job == c.job) {
+    body["worker_store"] = true;
+  } else if (auto asked = req.find("worker_store");
+             options_.worker_store_per_job && asked != req.end() && *asked == true) {
+    if (joined.worker_store_port == 0) {
+      auto opened = transport_.open_worker_store(c.job);
+      if (opened) {
+        joined.worker_store_port = opened.value();
+        log("job '" + c.job + "': worker store on port " + std::to_string(opened.value()));
+      } else {  // the agent's workers then host their own TCPStore, as without the option
+        log("job '" + c.job + "': no worker store port: " + opened.error().message);
+      }
+    }
+    if (joined.worker_store_port != 0) {
+      body["worker_store"] = true;
+      body["worker_store_port"] = joined.worker_store_port;
+    }
+  }
+  reply(c, id, std::move(body));
+}
+
+void Service::op_ping(Connection& c, std::uint64_t id, const Json&) {
+  reply(c, id, Json::object());
+}
+
+// ---- store -----------------------------------------------------------------------------------
+
+void Service::op_set(Connection& c, std::uint64_t id, const Json& req) {
+  auto key = get_string(req, "key");
+  if (!key) return reject(c, id, key.error());
+  auto value = get_bytes(req, "value");
+  if (!value) return reject(c, id, value.error());
+  auto s = job_of(c).store.set(key.value(), std::move(value).value());
+  if (!s) return fail(c, id, s.error());
+  record_key(c.job, key.value());
+  reply(c, id, Json::object());
+}
+
+void Service::op_get(Connection& c, std::uint64_t id, const Json& req) {
+  wait_for_keys(c, id, req, /*with_values=*/true);
+}
+
+void Service::op_wait(Connection& c, std::uint64_t id, const Json& req) {
+  wait_for_keys(c, id, req, /*with_values=*/false);
+}
+
+void Service::op_multi_get(Connection& c, std::uint64_t id, const Json& req) {
+  wait_for_keys(c, id, req, /*with_values=*/true);
+}
+
+void Service::wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bool with_values) {
+  // get names one "key" and answers "value"; wait and multi_get name "keys".
+  const bool single = req.contains("key");
+  std::vector<std::string> keys;
+  if (single) {
+    auto key = get_string(req, "key");
+    if (!key) return reject(c, id, key.error());
+    keys.push_back(std::move(key).value());
+  } else {
+    auto list = get_string_list(req, "keys");
+    if (!list) return reject(c, id, list.error());
+    keys = std::move(list).value();
+  }
+  // timeout_ms: absent = wait as long as the connection lives, 0 = do not wait, > 0 = deadline.
+  auto timeout = get_int_or(req, "timeout_ms", -1);
+  if (!timeout) return reject(c, id, timeout.error());
+  if (req.contains("timeout_ms") && (timeout.value() < 0 || timeout.value() > kMaxTimeoutMillis)) {
+    return reject(c, id,
+                  Error{ErrorCode::kBadRequest,
+                        "field 'timeout_ms' is outside 0.." + std::to_string(kMaxTimeoutMillis)});
+  }
+  Job& job = job_of(c);
+  const bool ready = job.store.check(keys);
+  if (timeout.value() == 0 && !ready) {
+    for (const auto& k : keys) {
+      if (!job.store.find(k)) {
+        return fail(c, id, Error{ErrorCode::kNotFound, "key '" + shorten(k) + "' not found"});
+      }
+    }
+  }
+  if (!ready && c.waiters.size() >= options_.max_waiters_per_connection) {
+    return fail(c, id, Error{ErrorCode::kLimit, "too many waits outstanding on this connection"});
+  }
+  const TimePoint deadline = timeout.value() < 0
+                                 ? TimePoint::max()
+                                 : clock_.now() + std::chrono::milliseconds(timeout.value());
+  auto slot = std::make_shared<KeyValueStore::WaiterId>(0);
+  const ConnectionId cid = c.id;
+  const std::string job_name = c.job;
+  auto done = [this, cid, id, job_name, keys, single, with_values, slot](Status s) {
+    auto it = connections_.find(cid);
+    if (it == connections_.end()) return;
+    Connection& conn = *it->second;
+    conn.waiters.erase(*slot);
+    if (!s) {
+      return fail(
+          conn, id,
+          Error{ErrorCode::kTimeout, "timed out waiting for " + std::to_string(keys.size()) +
+                                         " key(s), first '" + shorten(keys.front()) + "'"});
+    }
+    Json body = Json::object();
+    if (with_values) {
+      const KeyValueStore& store = jobs_.at(job_name)->store;
+      if (single) {
+        body["value"] = to_binary(*store.find(keys.front()));
+      } else {
+        Json values = Json::array();
+        for (const auto& k : keys) values.push_back(to_binary(*store.find(k)));
+        body["values"] = std::move(values);
+      }
+    }
+    reply(conn, id, std::move(body));
+  };
+  *slot = job.store.wait(keys, deadline, std::move(done));
+  if (*slot != 0) c.waiters.insert(*slot);
+}
+
+void Service::op_add(Connection& c, std::uint64_t id, const Json& req) {
+  auto key = get_string(req, "key");
+  if (!key) return reject(c, id, key.error());
+  auto delta = get_int(req, "delta");
+  if (!delta) return reject(c, id, delta.error());
+  auto v = job_of(c).store.add(key.value(), delta.value());
+  if (!v) return fail(c, id, v.error());
+  if (key.value() == kRestartsKey && delta.value() > 0) counters_.restarts += delta.value();
+  record_key(c.job, key.value());
+  reply(c, id, Json{{"value", v.value()}});
+}
+
+void Service::op_compare_set(Connection& c, std::uint64_t id, const Json& req) {
+  auto key = get_string(req, "key");
+  if (!key) return reject(c, id, key.error());
+  auto expected = get_bytes(req, "expected");
+  if (!expected) return reject(c, id, expected.error());
+  auto desired = get_bytes(req, "desired");
+  if (!desired) return reject(c, id, desired.error());
+  auto v = job_of(c).store.compare_set(key.value(), expected.value(), std::move(desired).value());
+  if (!v) return fail(c, id, v.error());
+  record_key(c.job, key.value());
+  reply(c, id, Json{{"value", to_binary(v.value())}});
+}
+
+void Service::op_check(Connection& c, std::uint64_t id, const Json& req) {
+  auto keys = get_string_list(req, "keys");
+  if (!keys) return reject(c, id, keys.error());
+  reply(c, id, Json{{"ready", job_of(c).store.check(keys.value())}});
+}
+
+void Service::op_delete(Connection& c, std::uint64_t id, const Json& req) {
+  auto key = get_string(req, "key");
+  if (!key) return reject(c, id, key.error());
+  const bool deleted = job_of(c).store.erase(key.value());
+  if (deleted) record_key(c.job, key.value());
+  reply(c, id, Json{{"deleted", deleted}});
+}
+
+void Service::op_num_keys(Connection& c, std::uint64_t id, const Json&) {
+  reply(c, id, Json{{"count", job_of(c).store.num_keys()}});
+}
+
+void Service::op_multi_set(Connection& c, std::uint64_t id, const Json& req) {
+  auto keys = get_string_list(req, "keys");
+  if (!keys) return reject(c, id, keys.error());
+  auto values = get_bytes_list(req, "values");
+  if (!values) return reject(c, id, values.error());
+  auto s = job_of(c).store.multi_set(keys.value(), std::move(values).value());
+  if (!s) return fail(c, id, s.error());
+  for (const auto& k : keys.value()) record_key(c.job, k);
+  reply(c, id, Json::object());
+}
+
+// ---- rendezvous ------------------------------------------------------------------------------
+
+void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
+  auto request = join_request_from_json(req);
+  if (!request) return reject(c, id, request.error());
+  const NodeInfo& info = request.value().node;
+  const RendezvousConfig& config = request.value().config;
+  if (auto s = validate(config); !s) return fail(c, id, s.error());
+  if (!c.node.empty() && c.node != info.node_id) {
+    return fail(
+        c, id,
+        Error{ErrorCode::kConflict, "this connection already speaks for node '" + c.node + "'"});
+  }
+  if (info.node_id.size() > options_.max_job_bytes || info.host.size() > options_.max_job_bytes) {
+    return reject(
+        c, id,
+        Error{ErrorCode::kBadRequest, "node and host must be at most " +
+                                          std::to_string(options_.max_job_bytes) + " bytes"});
+  }
+  Job& job = job_of(c);
+  // Every node of an ended job is gone: the same id starts a new job (torchrun's default run id
+  // is "none", so a long-lived daemon sees the same id again and again). The new rendezvous is
+  // kept only if this join is accepted, so a refused join leaves the job as it was.
+  const bool replace = job.rendezvous && job.rendezvous->state() != JobState::kRunning &&
+                       job.node_connections.empty();
+  std::unique_ptr<Rendezvous> fresh;
+  if (!job.rendezvous || replace) {
+    fresh = std::make_unique<Rendezvous>(c.job, config, clock_, options_.log,
+                                         job.generation + (replace ? 1 : 0));
+    fresh->set_event_sink(options_.events);
+  } else if (job.rendezvous->config().min_nodes != config.min_nodes ||
+             job.rendezvous->config().max_nodes != config.max_nodes) {
+    const auto& have = job.rendezvous->config();
+    return fail(
+        c, id,
+        Error{ErrorCode::kConflict,
+              "job '" + c.job + "' runs with nnodes " + std::to_string(have.min_nodes) + ":" +
+                  std::to_string(have.max_nodes) + ", this node asked for " +
+                  std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes)});
+  }
+  Rendezvous& rendezvous = fresh ? *fresh : *job.rendezvous;
+  auto notices = rendezvous.join(info);
+  if (!notices) return fail(c, id, notices.error());  // refused: nothing changes
+  if (fresh) {
+    if (replace) {
+      log("job '" + c.job + "': ended job replaced by a new one");
+      ++job.generation;
+    }
+    job.rendezvous = std::move(fresh);
+  }
+  bind_node(c, job, info.node_id);
+  if (c.join_request) {
+    fail(c, *c.join_request, Error{ErrorCode::kConflict, "superseded by a newer join"});
+  }
+  c.join_request = id;
+  deliver(job, std::move(notices).value());
+}
+
+// A node that reconnects on a new connection takes its binding along.
+void Service::bind_node(Connection& c, Job& job, const std::string& node) {
+  if (auto bound = job.node_connections.find(node);
+      bound != job.node_connections.end() && bound->second != c.id) {
+    auto old = connections_.find(bound->second);
+    if (old != connections_.end()) {
+      Connection& o = *old->second;
+      if (o.join_request) {
+        fail(o, *o.join_request,
+             Error{ErrorCode::kConflict, "superseded by a join on another connection"});
+      }
+      o.join_request.reset();
+      o.node.clear();
+    }
+  }
+  c.node = node;
+  job.node_connections[node] = c.id;
+}
+
+// A node coming back on a new connection (its agent lost the old one, or the daemon restarted
+// from --state_dir) takes up its place without asking for a new round.
+void Service::op_resume(Connection& c, std::uint64_t id, const Json& req) {
+  auto node = get_string(req, "node");
+  if (!node) return reject(c, id, node.error());
+  Job& job = job_of(c);
+  if (!job.rendezvous || !job.rendezvous->has_node(node.value())) {
+    return fail(c, id,
+                Error{ErrorCode::kNotFound, "node '" + node.value() + "' is not in job '" + c.job +
+                                                "' (it was dropped, or the daemon forgot it)"});
+  }
+  if (!c.node.empty() && c.node != node.value()) {
+    return fail(
+        c, id,
+        Error{ErrorCode::kConflict, "this connection already speaks for node '" + c.node + "'"});
+  }
+  bind_node(c, job, node.value());
+  job.rendezvous->keep_alive(node.value());
+  const Rendezvous& r = *job.rendezvous;
+  reply(c, id,
+        Json{{"round", r.round()}, {"formed", r.formed()}, {"state", job_state_name(r.state())}});
+}
+
+void Service::deliver(Job& job, std::vector<Notice> notices) {
+  // Every member of a round learns the job's restart count as the round formed: read after
+  // the join, a peer's restart for a failure in this very round could already be in it (its
+  // workers would then think this round a later attempt than the others' do).
+  if (job.rendezvous->round_restart_count_unset()) {
+    job.rendezvous->set_round_restart_count(static_cast<int>(restarts_used(job.store)));
+  }
+  record_rendezvous(job);  // before anyone hears of the change
+  for (auto& n : notices) {
+    if (n.kind == Notice::Kind::kRoundFormed && n.assignment.group_rank == 0) {
+      ++counters_.rounds_formed;
+    }
+    auto bound = job.node_connections.find(n.node_id);
+    if (bound == job.node_connections.end()) continue;
+    auto it = connections_.find(bound->second);
+    if (it == connections_.end()) continue;
+    Connection& c = *it->second;
+    switch (n.kind) {
+      case Notice::Kind::kRoundFormed:
+        if (auto told = job.rendezvous->assignment(n.node_id);
+            told && told->round == n.assignment.round) {
+          n.assignment.restart_count = told->restart_count;
+        } else {  // formed and reopened at once: this answer is moot, the count now will do
+          n.assignment.restart_count = static_cast<int>(restarts_used(job.store));
+        }
+        if (c.join_request) reply(c, *c.join_request, to_json(n.assignment));
+        c.join_request.reset();
+        break;
+      case Notice::Kind::kJoinFailed:
+        if (c.join_request) fail(c, *c.join_request, n.error);
+        c.join_request.reset();
+        break;
+      case Notice::Kind::kRoundReopened:
+        transport_.send(c.id, encode_frame(Json{{"event", "round_reopened"},
+                                                {"job", c.job},
+                                                {"round", n.round},
+                                                {"reason", n.reason}}));
+        break;
+      case Notice::Kind::kJobEnded:
+        transport_.send(c.id, encode_frame(Json{{"event", "job_ended"},
+                                                {"job", c.job},
+                                                {"state", job_state_name(n.state)},
+                                                {"reason", n.reason}}));
+        break;
+    }
+  }
+}
+
+void Service::op_leave(Connection& c, std::uint64_t id, const Json&) {
+  Job& job = job_of(c);
+  if (c.node.empty() || !job.rendezvous) {
+    return fail(c, id, Error{ErrorCode::kConflict, "this connection has not joined"});
+  }
+  const std::string node = c.node;
+  if (c.join_request)
+    fail(c, *c.join_request, Error{ErrorCode::kClosed, "left before the round formed"});
+  c.join_request.reset();
+  c.node.clear();
+  job.node_connections.erase(node);
+  deliver(job, job.rendezvous->remove_node(node, "left"));
+  reply(c, id, Json::object());
+}
+
+void Service::op_keep_alive(Connection& c, std::uint64_t id, const Json&) {
+  reply(c, id, Json::object());  // handle_frame already refreshed the node
+}
+
+void Service::op_report(Connection& c, std::uint64_t id, const Json& req) {
+  Job& job = job_of(c);
+  if (c.node.empty() || !job.rendezvous) {
+    return fail(c, id, Error{ErrorCode::kConflict, "this connection has not joined"});
+  }
+  auto result = get_string(req, "result");
+  if (!result) return reject(c, id, result.error());
+  if (result.value() != "succeeded" && result.value() != "failed") {
+    return reject(c, id, Error{ErrorCode::kBadRequest, "result must be 'succeeded' or 'failed'"});
+  }
+  auto message = get_string_or(req, "message", "");
+  if (!message) return reject(c, id, message.error());
+  auto notices = job.rendezvous->report(c.node, result.value() == "succeeded", message.value());
+  if (!notices) return fail(c, id, notices.error());
+  reply(c, id, Json::object());
+  deliver(job, std::move(notices).value());
+}
+
+void Service::op_close(Connection& c, std::uint64_t id, const Json&) {
+  Job& job = job_of(c);
+  if (job.rendezvous) {
+    const std::string by = c.node.empty() ? c.peer : "node '" + c.node + "'";
+    deliver(job, job.rendezvous->close("closed by " + by));
+  }
+  reply(c, id, Json::object());
+}
+
+void Service::op_status(Connection& c, std::uint64_t id, const Json&) {
+  Job& job = job_of(c);
+  Json body{{"job", c.job},
+            {"keys", job.store.num_keys()},
+            {"restarts", restarts_used(job.store)},
+            {"connections", job.connections},
+            {"rendezvous", job.rendezvous ? job.rendezvous->describe() : Json()}};
+  reply(c, id, std::move(body));
+}
+
+ServiceMetrics Service::metrics() const {
+  ServiceMetrics m = counters_;
+  for (const auto& [op, n] : request_counts_) m.requests[std::string(op)] = n;
+  for (const auto& [op, n] : tcpstore_counts_) m.requests["tcpstore_" + std::string(op)] = n;
+  m.connections = connections_.size();
+  for (const auto& [name, job] : jobs_) {
+    JobMetrics j;
+    j.job = name;
+    j.state = job->rendezvous ? std::string(job_state_name(job->rendezvous->state())) : "store";
+    j.round = job->rendezvous ? job->rendezvous->round() : 0;
+    j.nodes = job->rendezvous ? job->rendezvous->num_nodes() : 0;
+    j.keys = job->store.num_keys();
+    j.connections = job->connections;
+    j.restarts = restarts_used(job->store);
+    m.jobs.push_back(std::move(j));
+  }
+  return m;
+}
+
+void Service::op_jobs(Connection& c, std::uint64_t id, const Json&) {
+  Json list = Json::array();
+  for (const auto& [name, job] : jobs_) {
+    // The asker's own job, when it holds nothing, only exists because it asked (ctrun status).
+    if (name == c.job && !job->rendezvous && job->store.num_keys() == 0) continue;
+    list.push_back({{"job", name},
+                    {"restarts", restarts_used(job->store)},
+                    {"keys", job->store.num_keys()},
+                    {"connections", job->connections},
+                    {"state", job->rendezvous ? job_state_name(job->rendezvous->state()) : "store"},
+                    {"round", job->rendezvous ? job->rendezvous->round() : 0},
+                    {"nodes", job->rendezvous ? job->rendezvous->num_nodes() : 0}});
+  }
+  reply(c, id, Json{{"jobs", std::move(list)}});
+}
+
+// ---- time ------------------------------------------------------------------------------------
+
+void Service::tick() {
+  const TimePoint now = clock_.now();
+  std::vector<std::pair<ConnectionId, std::string>> late;
+  for (const auto& [id, c] : connections_) {
+    // Only ctrun's clients owe a hello. A connection that has said nothing yet on a listener
+    // serving the worker store may be torch 1.13's second TCPStore connection, which stays
+    // silent until a watch: it is bounded by the connection limits, not by time.
+    if (c->wire == Wire::kCtrund && !c->authenticated &&
+        now - c->opened_at >= options_.hello_timeout) {
+      late.emplace_back(
+          id, "no hello within " + std::to_string(to_millis(options_.hello_timeout)) + " ms");
+    } else if (c->mid_frame_since && now - *c->mid_frame_since >= options_.frame_timeout) {
+      late.emplace_back(id, "frame incomplete after " +
+                                std::to_string(to_millis(options_.frame_timeout)) + " ms");
+    }
+  }
+  for (const auto& [id, why] : late) {
+    auto it = connections_.find(id);
+    if (it != connections_.end()) reject(*it->second, 0, Error{ErrorCode::kTimeout, why});
+  }
+  for (auto& [name, job] : jobs_) {
+    job->store.expire(now);
+    if (job->rendezvous) {
+      deliver(*job, job->rendezvous->tick());
+      close_dropped_nodes(*job);
+    }
+  }
+  gc_jobs();
+  if (options_.state) {
+    const StateLog& state = *options_.state;
+    if (state_broken_ || (state.journal_bytes() > options_.compact_bytes &&
+                          state.journal_bytes() > state.snapshot_bytes())) {
+      compact();
+    }
+    if (auto s = options_.state->sync(); !s) log("state: " + s.error().message);
+  }
+}
+
+// A node the rendezvous dropped on its timers (keep-alives missed, join timed out) whose
+// connection is still open, say across a network partition that healed, must not go on as if it
+// were a member: closing the connection sends its agent back through resume, which tells it.
+void Service::close_dropped_nodes(Job& job) {
+  std::vector<std::pair<std::string, ConnectionId>> dropped;
+  for (const auto& [node, cid] : job.node_connections) {
+    if (!job.rendezvous->has_node(node)) dropped.emplace_back(node, cid);
+  }
+  for (const auto& [node, cid] : dropped) {
+    job.node_connections.erase(node);
+    auto it = connections_.find(cid);
+    if (it == connections_.end()) continue;
+    Connection& c = *it->second;
+    c.node.clear();
+    c.join_request.reset();
+    reject(c, 0,
+           Error{ErrorCode::kClosed,
+                 "node '" + node + "' was dropped from job '" + job.name + "'; join again"});
+  }
+}
+
+// ---- state (--state_dir) ---------------------------------------------------------------------
+
+void Service::record(const Json& r) {
+  if (!options_.state || state_broken_) return;
+  if (auto s = options_.state->append(r); !s) {
+    // Later records would not add up without this one: rewrite the whole state instead.
+    log("state: " + s.error().message + "; the whole state is rewritten at the next tick");
+    state_broken_ = true;
+  }
+}
+
+void Service::record_key(const std::string& job, const std::string& key) {
+  if (!options_.state) return;
+  const std::string* value = jobs_.at(job)->store.find(key);
+  if (value) {
+    record(Json{{"t", "set"}, {"job", job}, {"key", key}, {"value", to_binary(*value)}});
+  } else {
+    record(Json{{"t", "del"}, {"job", job}, {"key", key}});
+  }
+}
+
+void Service::record_rendezvous(Job& job) {
+  if (!options_.state) return;
+  const Rendezvous* r = job.rendezvous.get();
+  if (r == job.saved_rendezvous && (!r || r->revision() == job.saved_revision)) return;
+  job.saved_rendezvous = r;
+  job.saved_revision = r ? r->revision() : 0;
+  record(Json{{"t", "rdzv"},
+              {"job", job.name},
+              {"generation", job.generation},
+              {"state", r ? r->save() : Json()}});
+}
+
+void Service::compact() {
+  std::vector<Json> records;
+  for (const auto& [name, job] : jobs_) {
+    for (const auto& [key, value] : job->store.entries()) {
+      records.push_back(
+          Json{{"t", "set"}, {"job", name}, {"key", key}, {"value", to_binary(value)}});
+    }
+    records.push_back(Json{{"t", "rdzv"},
+                           {"job", name},
+                           {"generation", job->generation},
+                           {"state", job->rendezvous ? job->rendezvous->save() : Json()}});
+  }
+  if (auto s = options_.state->rewrite(records); !s) {
+    log("state: cannot write a snapshot: " + s.error().message);
+    state_broken_ = true;
+    return;
+  }
+  state_broken_ = false;
+}
+
+Status Service::apply_record(const Json& r) {
+  auto type = get_string(r, "t");
+  if (!type) return type.error();
+  auto name = get_string(r, "job");
+  if (!name) return name.error();
+  if (type.value() == "drop") {
+    jobs_.erase(name.value());
+    return ok_status();
+  }
+  auto [it, created] = jobs_.try_emplace(name.value(), nullptr);
+  if (created) {
+    it->second = std::make_unique<Job>(name.value(), options_.store_limits);
+    it->second->idle_since = clock_.now();
+  }
+  Job& job = *it->second;
+  if (type.value() == "set" || type.value() == "del") {
+    auto key = get_string(r, "key");
+    if (!key) return key.error();
+    if (type.value() == "del") {
+      job.store.erase(key.value());
+      return ok_status();
+    }
+    auto value = get_bytes(r, "value");
+    if (!value) return value.error();
+    return job.store.set(key.value(), std::move(value).value());
+  }
+  if (type.value() == "rdzv") {
+    auto generation = get_int(r, "generation");
+    if (!generation) return generation.error();
+    job.generation = static_cast<int>(generation.value());
+    auto state = r.find("state");
+    if (state == r.end() || state->is_null()) {
+      job.rendezvous.reset();
+    } else {
+      auto restored = Rendezvous::restore(*state, clock_, options_.log);
+      if (!restored) return restored.error();
+      job.rendezvous = std::move(restored).value();
+      job.rendezvous->set_event_sink(options_.events);
+    }
+    job.saved_rendezvous = job.rendezvous.get();
+    job.saved_revision = job.rendezvous ? job.rendezvous->revision() : 0;
+    return ok_status();
+  }
+  return Error{ErrorCode::kBadRequest, "unknown record type '" + type.value() + "'"};
+}
+
+Status Service::restore() {
+  if (!options_.state) return ok_status();
+  auto records = options_.state->load();
+  if (!records) return records.error();
+  std::size_t applied = 0;
+  for (const auto& r : records.value()) {
+    if (auto s = apply_record(r); !s) {
+      return Error{ErrorCode::kInternal, "state record " + std::to_string(applied + 1) +
+                                             " cannot be applied: " + s.error().message};
+    }
+    ++applied;
+  }
+  if (!options_.state->load_note().empty()) log("state: " + options_.state->load_note());
+  std::size_t keys = 0;
+  std::size_t nodes = 0;
+  for (const auto& [name, job] : jobs_) {
+    keys += job->store.num_keys();
+    nodes += job->rendezvous ? job->rendezvous->num_nodes() : 0;
+  }
+  log("state: restored " + std::to_string(jobs_.size()) + " job(s), " + std::to_string(keys) +
+      " key(s), " + std::to_string(nodes) + " node(s) from " + std::to_string(applied) +
+      " record(s)");
+  // One compact file to start from; it also drops what the replay superseded.
+  compact();
+  return state_broken_ ? Error{ErrorCode::kInternal, "cannot write the state snapshot"}
+                       : ok_status();
+}
+
+void Service::gc_jobs() {
+  const TimePoint now = clock_.now();
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const Job& job = *it->second;
+    Duration keep = options_.idle_job_timeout;
+    if (job.rendezvous && job.rendezvous->state() != JobState::kRunning) {
+      keep = job.rendezvous->config().close_timeout;
+    } else if (!job.rendezvous && job.store.num_keys() == 0) {
+      keep = Duration::zero();  // nothing to keep (a `ctrun status` that looked and left)
+    }
+    if (job.connections == 0 && now - job.idle_since >= keep) {
+      log("job '" + it->first + "' dropped: no connections for " + std::to_string(to_millis(keep)) +
+          " ms");
+      record(Json{{"t", "drop"}, {"job", it->first}});
+      if (options_.events) options_.events("job_dropped", Json{{"job", it->first}});
+      if (job.worker_store_port != 0) transport_.close_worker_store(it->first);
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace ctrun::rendezvous

@@ -1,0 +1,182 @@
+// Everything the daemon does, without sockets: it is fed the bytes each connection receives and
+// answers through a Transport. The Asio server is a thin shell that moves bytes in and out.
+// Single-threaded: call it from one thread (the server's event loop).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ctrun/rendezvous/clock.h"
+#include "ctrun/rendezvous/frame.h"
+#include "rendezvous/core/metrics.h"
+#include "rendezvous/core/rendezvous.h"
+#include "rendezvous/core/state_log.h"
+#include "rendezvous/core/store.h"
+
+namespace ctrun::rendezvous {
+
+using ConnectionId = std::uint64_t;
+
+namespace tcpstore {
+struct Request;
+}
+
+// What the service needs from the network: queue bytes for a connection, close it (after what
+// is queued is sent). The service never calls either for a connection it has closed.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual void send(ConnectionId id, std::string bytes) = 0;
+  virtual void close(ConnectionId id) = 0;
+  // ServiceOptions::worker_store_per_job: listens on a port of `job`'s own, whose connections
+  // the service is given with that job (on_connect's worker_store_job); returns the port.
+  virtual Result<std::uint16_t> open_worker_store(const std::string& job) {
+    return Error{ErrorCode::kInternal,
+                 "this transport has no worker store listeners (" + job + ")"};
+  }
+  // Stops listening on the job's port (the job was dropped); its open connections stay.
+  virtual void close_worker_store(const std::string& /*job*/) {}
+};
+
+struct ServiceOptions {
+  std::optional<std::string> token;  // when set, every hello must prove it
+  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  std::size_t max_connections = 16384;
+  // From one address: a flood from one host cannot take every slot from the others' agents.
+  std::size_t max_connections_per_host = 1024;
+  std::size_t max_waiters_per_connection = 4096;
+  std::size_t max_job_bytes = 256;  // length of a job id
+  StoreLimits store_limits;
+  Duration hello_timeout = std::chrono::seconds(10);         // connect to hello
+  Duration frame_timeout = std::chrono::seconds(10);         // first to last byte of a frame
+  Duration idle_job_timeout = std::chrono::minutes(5);       // a job with no connections is dropped
+  std::function<std::string(std::size_t)> random = nullptr;  // nonce source; OpenSSL when null
+  std::function<void(const std::string&)> log = nullptr;
+  EventSink events = nullptr;  // --event_log: each job's rendezvous events, and dropped jobs
+  // --state_dir: where every change is recorded before it is acknowledged (not owned; null:
+  // state lives in memory only). The journal is rewritten as a snapshot once it passes
+  // compact_bytes and is larger than the last snapshot.
+  StateLog* state = nullptr;
+  std::uint64_t compact_bytes = 64u << 20;
+  // The job whose store this daemon also serves to torch's TCPStore clients, on the same port
+  // (an agent that hosts the rendezvous names its own job: TORCHELASTIC_USE_AGENT_STORE=True).
+  // Connections are then told apart by their first bytes, and each TCPStore connection keeps its
+  // keys under the prefix of the job's round at the time it connected (docs/protocol.md).
+  std::optional<std::string> worker_store_job;
+  // ctrund --worker_store_ports: every job whose agent asks for it (hello's "worker_store") has
+  // its store served to torch's TCPStore clients on a port of its own, opened by the Transport
+  // at the first such hello and closed when the job is dropped; the hello answer names it.
+  bool worker_store_per_job = false;
+};
+
+class Service {
+ public:
+  Service(ServiceOptions options, const Clock& clock, Transport& transport);
+  ~Service();
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  // Rebuilds the jobs recorded in options.state (call once, before the first connection). Each
+  // restored node gets a fresh keep-alive window to come back and `resume` on a new connection.
+  Status restore();
+
+  // The daemon is going away (SIGTERM, Server::stop): the connections it closes now do not
+  // take their nodes out of the rendezvous, so a daemon restarted from --state_dir finds them.
+  void shutdown() { shutting_down_ = true; }
+
+  // `worker_store_job`: the connection came to that job's own worker-store port and speaks
+  // torch's TCPStore wire from its first byte.
+  void on_connect(ConnectionId id, std::string peer,
+                  std::optional<std::string> worker_store_job = std::nullopt);
+  void on_data(ConnectionId id, const char* data, std::size_t size);
+  void on_disconnect(ConnectionId id);
+  // Applies every deadline: store waits, rendezvous timers, slow or silent connections.
+  void tick();
+
+  std::size_t num_connections() const { return connections_.size(); }
+  std::size_t num_jobs() const { return jobs_.size(); }
+  // Counters since start and the jobs as they are now (ctrund --metrics_port).
+  ServiceMetrics metrics() const;
+
+ private:
+  struct Connection;
+  struct Job;
+  using Handler = void (Service::*)(Connection&, std::uint64_t, const Json&);
+
+  void log(const std::string& line) const;
+  void handle_frame(Connection& c, Json frame);
+  void reply(const Connection& c, std::uint64_t id, Json body);
+  void fail(const Connection& c, std::uint64_t id, const Error& e);
+  // Sends an error and closes: for protocol violations.
+  void reject(Connection& c, std::uint64_t id, const Error& e);
+  void drop(ConnectionId id, const std::string& why);
+  void deliver(Job& job, std::vector<Notice> notices);
+  void close_dropped_nodes(Job& job);
+  Job& job_of(Connection& c);
+  void gc_jobs();
+
+  void op_hello(Connection& c, std::uint64_t id, const Json& req);
+  void op_ping(Connection& c, std::uint64_t id, const Json& req);
+  void op_set(Connection& c, std::uint64_t id, const Json& req);
+  void op_get(Connection& c, std::uint64_t id, const Json& req);
+  void op_add(Connection& c, std::uint64_t id, const Json& req);
+  void op_compare_set(Connection& c, std::uint64_t id, const Json& req);
+  void op_check(Connection& c, std::uint64_t id, const Json& req);
+  void op_wait(Connection& c, std::uint64_t id, const Json& req);
+  void op_delete(Connection& c, std::uint64_t id, const Json& req);
+  void op_num_keys(Connection& c, std::uint64_t id, const Json& req);
+  void op_multi_get(Connection& c, std::uint64_t id, const Json& req);
+  void op_multi_set(Connection& c, std::uint64_t id, const Json& req);
+  void op_join(Connection& c, std::uint64_t id, const Json& req);
+  void op_leave(Connection& c, std::uint64_t id, const Json& req);
+  void op_keep_alive(Connection& c, std::uint64_t id, const Json& req);
+  void op_report(Connection& c, std::uint64_t id, const Json& req);
+  void op_close(Connection& c, std::uint64_t id, const Json& req);
+  void op_resume(Connection& c, std::uint64_t id, const Json& req);
+  void op_status(Connection& c, std::uint64_t id, const Json& req);
+  void op_jobs(Connection& c, std::uint64_t id, const Json& req);
+  // --state_dir: a record per change, written before the change is acknowledged.
+  void record(const Json& r);
+  void record_key(const std::string& job, const std::string& key);
+  void record_rendezvous(Job& job);
+  Status apply_record(const Json& r);
+  void compact();
+  // Binds a node to the connection that now speaks for it, superseding an older binding.
+  void bind_node(Connection& c, Job& job, const std::string& node);
+  // get, wait and multi_get: answer when every key exists, or time out.
+  void wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bool with_values);
+  void send_challenge(const Connection& c);
+
+  // torch's TCPStore wire (service_tcpstore.cc).
+  void start_tcpstore(Connection& c, const std::string& job);
+  void on_tcpstore_data(Connection& c, const char* data, std::size_t size);
+  void handle_tcpstore(Connection& c, tcpstore::Request& req);
+  void tcpstore_wait(Connection& c, std::vector<std::string> keys);
+  void tcpstore_barrier(Connection& c, const std::string& key, std::int64_t world_size);
+  void tcpstore_watch(Connection& c, const std::string& key);
+  // Drops what the connection waits for (waits, barriers) and, unless kept, its watches.
+  void end_tcpstore(Connection& c, bool keep_watches);
+
+  ServiceOptions options_;
+  const Clock& clock_;
+  Transport& transport_;
+  std::unordered_map<ConnectionId, std::unique_ptr<Connection>> connections_;
+  std::unordered_map<std::string, std::size_t> connections_per_host_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;
+  ServiceMetrics counters_;  // the counter fields only; requests are counted apart
+  std::unordered_map<std::string_view, std::uint64_t> request_counts_;   // keys: kHandlers'
+  std::unordered_map<std::string_view, std::uint64_t> tcpstore_counts_;  // keys: op_name()
+  bool state_broken_ = false;
+  bool shutting_down_ = false;  // an append failed: rewrite everything at the next tick
+  static const std::unordered_map<std::string_view, Handler> kHandlers;
+};
+
+}  // namespace ctrun::rendezvous
