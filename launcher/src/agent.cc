@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "agent_machine.h"
 #include "ctrun/launcher/failure_report.h"
 #include "ctrun/launcher/worker_env.h"
 #include "ctrun/rendezvous/endpoint.h"
@@ -45,7 +46,6 @@ using rdzv::Task;
 
 namespace {
 
-constexpr int kExitFailure = 1;
 // A hung worker's last moments: eu-stack's time to take its native stacks, and a Python
 // worker's time to write faulthandler's stacks and die of the SIGABRT.
 constexpr std::chrono::milliseconds kNativeStacksTimeout{5000};
@@ -159,36 +159,17 @@ std::vector<std::string> current_environment() {
   return env;
 }
 
-struct Event {
-  enum class Kind {
-    kJoined,
-    kWorkerExit,
-    kRoundReopened,
-    kJobEnded,
-    kConnectionLost,
-    kSignal,
-  };
-
-  Kind kind;
-  std::optional<rdzv::Result<rdzv::RoundAssignment>> joined{};
-  WorkerExit exit{};
-  int round = 0;
-  int signo = 0;
-  std::string state{};
-  std::string reason{};
-};
-
-// The backend's event as the agent's own.
-Event event_from_backend(const rdzv::BackendEvent& e) {
+// The backend's news as the agent's input.
+AgentInput input_from_backend(const rdzv::BackendEvent& e) {
   switch (e.kind) {
     case rdzv::BackendEvent::Kind::kRoundReopened:
-      return Event{.kind = Event::Kind::kRoundReopened, .round = e.round, .reason = e.reason};
+      return {.kind = AgentInput::Kind::kRoundReopened, .round = e.round, .reason = e.reason};
     case rdzv::BackendEvent::Kind::kJobEnded:
-      return Event{.kind = Event::Kind::kJobEnded, .state = e.state, .reason = e.reason};
+      return {.kind = AgentInput::Kind::kJobEnded, .state = e.state, .reason = e.reason};
     case rdzv::BackendEvent::Kind::kConnectionLost:
       break;
   }
-  return Event{.kind = Event::Kind::kConnectionLost, .reason = e.reason};
+  return {.kind = AgentInput::Kind::kConnectionLost, .reason = e.reason};
 }
 
 }  // namespace
@@ -204,14 +185,15 @@ class Agent::Impl {
         heartbeat_timer_(io),
         heartbeats_(std::chrono::duration_cast<std::chrono::milliseconds>(
             seconds(options_.worker_timeout))),
-        workers_(io) {}
+        workers_(io),
+        barrier_(io) {}
 
   int run() {
     if (auto s = open_event_logs(); !s) {
       log("error: " + s.error().message);
-      return kExitFailure;
+      return kAgentExitFailure;
     }
-    int code = kExitFailure;
+    int code = kAgentExitFailure;
     asio::co_spawn(io_, main(), [&](std::exception_ptr e, int result) {
       if (e) {
         try {
@@ -219,7 +201,7 @@ class Agent::Impl {
         } catch (const std::exception& ex) {
           log("error: " + std::string(ex.what()));
         }
-        result = kExitFailure;
+        result = kAgentExitFailure;
       }
       code = result;
       io_.stop();
@@ -233,23 +215,27 @@ class Agent::Impl {
  private:
   // The job, then a goodbye to the rendezvous so that it lets this node go at once.
   Task<int> main();
+  // Feeds the machine what happens and carries out what it decides, until it says exit.
   Task<int> run_job();
-  Task<rdzv::Status> setup();
-  Task<int> finish_success();
-  // nullopt: the job restarts (join again); otherwise the agent's exit code.
-  Task<std::optional<int>> handle_failure(const WorkerExit& first);
+  // What needs no waiting: directories, token, bindings, the backend (and the rendezvous this
+  // agent hosts). Then connect(): the backend reached and the job's budget set, as a task.
+  rdzv::Status setup();
+  Task<void> connect();
+  // One action of the machine; the agent's exit code when it is kExit.
+  Task<std::optional<int>> perform(AgentAction action);
+  // The failure report of every rank that failed in this attempt, told to the rendezvous.
+  Task<void> report_failure(const WorkerExit& first);
   // At the job's end: a line naming the log files that were cut short, if any.
   void say_lost_logs() const;
   // What the failure report says of one failed worker (its stderr as read so far).
   FailureInfo failure_info(const WorkerExit& exit) const;
   Task<void> stop_workers(int signo);
-  Task<Event> next_event();
+  Task<AgentInput> next_input();
   Task<void> linger(rdzv::Duration d);
   // After a lost connection: connect again (retrying up to join_timeout) and take this node's
-  // place up again. Unless the caller is about to join anyway, act on what changed while away:
-  // a forgotten node joins again, a round reopened meanwhile restarts the workers, an ended job
-  // ends.
-  Task<rdzv::Status> reconnect(bool about_to_join);
+  // place up again; where it finds the node is the machine's to judge.
+  Task<void> reconnect();
+  Task<void> await_failure_window();
   void begin_join();
   rdzv::Status open_event_logs() {
     if (options_.event_log.empty()) return rdzv::ok_status();
@@ -274,12 +260,6 @@ class Agent::Impl {
                           {"entrypoint", o.entrypoint},
                           {"rendezvous", rdzv::format_endpoint({endpoint_host_, endpoint_port_})}});
   }
-  // The assignment as the daemon sent it, and the restart it runs as.
-  void announce_round() {
-    rdzv::Json fields = rdzv::to_json(round_);
-    fields["restart"] = restart_count_;
-    event("round", std::move(fields));
-  }
   void arm_signals();
   void arm_heartbeat_check();
   void check_heartbeats();
@@ -297,9 +277,16 @@ class Agent::Impl {
     fields["node"] = node_id_;
     event_log_->write(name, std::move(fields));
   }
-  void post(Event e) {
-    events_.push_back(std::move(e));
+  void post(AgentInput input) {
+    inputs_.push_back(std::move(input));
     wake_.cancel();
+  }
+  // Spawned on the loop; its outcome comes back as an input. A lambda is passed uncalled:
+  // co_spawn keeps it, and so its captures, alive while the coroutine runs.
+  void spawn(Task<void> task) { asio::co_spawn(io_, std::move(task), asio::detached); }
+  template <typename Coroutine>
+  void spawn(Coroutine coroutine) {
+    asio::co_spawn(io_, std::move(coroutine), asio::detached);
   }
   void cleanup() {
     if (!temp_root_.empty()) {
@@ -336,7 +323,9 @@ class Agent::Impl {
   bool workers_run_python_ = false;           // the entrypoint runs under $PYTHON_EXEC
   std::map<int, std::string> hung_stacks_;    // by pid, this group's workers killed as hung
   WorkerGroup workers_;
-  std::deque<Event> events_;
+  std::deque<AgentInput> inputs_;
+  std::optional<AgentMachine> machine_;
+  asio::steady_timer barrier_;  // after success, the wait for the job's end
 
   std::string run_id_;
   std::string log_root_;
@@ -353,23 +342,17 @@ class Agent::Impl {
   std::vector<CpuBinding> bindings_;  // --numa-binding: each local rank's, else empty
   rdzv::RendezvousConfig config_;
   int requested_rank_ = -1;
-
-  enum class Phase { kJoining, kRunning };
-  Phase phase_ = Phase::kJoining;
-  bool join_in_flight_ = false;  // a join was sent and its answer has not been handled
-  rdzv::RoundAssignment round_;
-  int restart_count_ = 0;
-  int exited_ok_ = 0;
 };
 
-Task<Event> Agent::Impl::next_event() {
-  while (events_.empty()) {
+Task<AgentInput> Agent::Impl::next_input() {
+  while (inputs_.empty()) {
     wake_.expires_at(asio::steady_timer::time_point::max());
     co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
   }
-  Event e = std::move(events_.front());
-  events_.pop_front();
-  co_return e;
+  AgentInput input = std::move(inputs_.front());
+  inputs_.pop_front();
+  input.connected = client_ && client_->connected();
+  co_return input;
 }
 
 Task<void> Agent::Impl::linger(rdzv::Duration d) {
@@ -377,7 +360,7 @@ Task<void> Agent::Impl::linger(rdzv::Duration d) {
   co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
-Task<rdzv::Status> Agent::Impl::setup() {
+rdzv::Status Agent::Impl::setup() {
   const LaunchOptions& o = options_;
   run_id_ = o.standalone ? random_uuid() : o.rdzv_id;
   node_id_ = rdzv::local_host_name() + ":" + std::to_string(getpid()) + ":" + rdzv::random_hex(4);
@@ -386,20 +369,25 @@ Task<rdzv::Status> Agent::Impl::setup() {
   if (!o.log_dir.empty()) {
     log_root_ = o.log_dir;
   } else {
-    char tmpl[] = "/tmp/ctrun_XXXXXX";
-    if (!mkdtemp(tmpl))
-      co_return rdzv::Error{rdzv::ErrorCode::kInternal, "cannot create a temporary directory"};
+    // Under $TMPDIR when set, as torchrun's tempfile.mkdtemp.
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ctrun_XXXXXX";
+    if (!mkdtemp(tmpl.data())) {
+      return rdzv::Error{rdzv::ErrorCode::kInternal, "cannot create a temporary directory in " +
+                                                         tmpl.substr(0, tmpl.rfind('/')) + ": " +
+                                                         std::strerror(errno)};
+    }
     log_root_ = temp_root_ = tmpl;
   }
 
   const char* env_token = std::getenv(rdzv::kTokenVariable);
   auto token = rdzv::resolve_token(
       o.rdzv_conf.token_file, env_token ? std::optional<std::string>(env_token) : std::nullopt);
-  if (!token) co_return token.error();
+  if (!token) return token.error();
   token_ = token.value();
 
   if (!o.numa_binding.empty()) {
-    if (auto s = plan_bindings(); !s) co_return s;
+    if (auto s = plan_bindings(); !s) return s;
   }
 
   config_.min_nodes = o.min_nodes;
@@ -415,11 +403,11 @@ Task<rdzv::Status> Agent::Impl::setup() {
   bool must_host = false;
   if (!o.standalone && (o.rdzv_backend == "etcd" || o.rdzv_backend == "etcd-v2")) {
     if (o.rdzv_endpoint.empty()) {
-      co_return rdzv::Error{rdzv::ErrorCode::kBadRequest,
-                            "--rdzv_endpoint is required with --rdzv_backend=" + o.rdzv_backend};
+      return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                         "--rdzv_endpoint is required with --rdzv_backend=" + o.rdzv_backend};
     }
     auto endpoints = rdzv::etcd::parse_endpoints(o.rdzv_endpoint);
-    if (!endpoints) co_return endpoints.error();
+    if (!endpoints) return endpoints.error();
     endpoint_host_ = endpoints.value().front().host;
     endpoint_port_ = endpoints.value().front().port;
     if (o.node_rank_given) requested_rank_ = o.node_rank;
@@ -442,11 +430,11 @@ Task<rdzv::Status> Agent::Impl::setup() {
     requested_rank_ = o.node_rank;
   } else {
     if (o.rdzv_endpoint.empty()) {
-      co_return rdzv::Error{rdzv::ErrorCode::kBadRequest,
-                            "--rdzv_endpoint is required with --rdzv_backend=" + o.rdzv_backend};
+      return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                         "--rdzv_endpoint is required with --rdzv_backend=" + o.rdzv_backend};
     }
     auto ep = parse_rdzv_endpoint(o.rdzv_endpoint, rdzv::kDefaultPort);
-    if (!ep) co_return ep.error();
+    if (!ep) return ep.error();
     endpoint_host_ = ep.value().host;
     endpoint_port_ = ep.value().port;
     must_host = o.rdzv_conf.is_host.value_or(false);
@@ -471,7 +459,7 @@ Task<rdzv::Status> Agent::Impl::setup() {
       endpoint_port_ = server_->port();
       log("hosting the rendezvous on " + server_->endpoint());
     } else if (must_host) {
-      co_return server.error();
+      return server.error();
     }
     // Otherwise another agent on this machine hosts it: join as a client.
   }
@@ -486,20 +474,35 @@ Task<rdzv::Status> Agent::Impl::setup() {
     client_options.want_worker_store = true;
     client_ = rdzv::make_ctrund_backend(io_, client_options);
   }
-  client_->set_event_handler([this](const rdzv::BackendEvent& e) { post(event_from_backend(e)); });
-  if (auto s = co_await client_->connect(); !s) co_return s;
-  client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
-  host_ = !o.local_addr.empty() ? o.local_addr : client_->local_address();
-  announce_start();
-  // For `ctrun status`: the budget beside the count of restarts used.
-  const std::string budget = std::to_string(o.max_restarts);
-  if (auto s = co_await client_->set(rdzv::kMaxRestartsKey, budget); !s) co_return s;
-  if (!o.rdzv_conf.ignored_keys.empty()) {
-    std::string keys;
-    for (const auto& k : o.rdzv_conf.ignored_keys) keys += (keys.empty() ? "" : ", ") + k;
-    log("--rdzv_conf keys not used by ctrun, ignored: " + keys);
+  client_->set_event_handler([this](const rdzv::BackendEvent& e) { post(input_from_backend(e)); });
+  return rdzv::ok_status();
+}
+
+Task<void> Agent::Impl::connect() {
+  const LaunchOptions& o = options_;
+  AgentInput connected{.kind = AgentInput::Kind::kConnected};
+  connected.status = co_await client_->connect();
+  if (connected.status) {
+    client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
+    host_ = !o.local_addr.empty() ? o.local_addr : client_->local_address();
+    announce_start();
+    // For `ctrun status`: the budget beside the count of restarts used.
+    const std::string budget = std::to_string(o.max_restarts);
+    connected.status = co_await client_->set(rdzv::kMaxRestartsKey, budget);
   }
-  co_return rdzv::ok_status();
+  if (connected.status) {
+    if (!o.rdzv_conf.ignored_keys.empty()) {
+      std::string keys;
+      for (const auto& k : o.rdzv_conf.ignored_keys) keys += (keys.empty() ? "" : ", ") + k;
+      log("--rdzv_conf keys not used by ctrun, ignored: " + keys);
+    }
+    if (local_world_size_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
+      log("Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "
+          "avoid your system being overloaded, please further tune the variable for optimal "
+          "performance in your application as needed.");
+    }
+  }
+  post(std::move(connected));
 }
 
 // The machine does not change while the agent runs, nor does its worker count: one plan.
@@ -638,16 +641,16 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     if (!bindings_.empty()) spec.binding = bindings_[local_rank];
     specs.push_back(std::move(spec));
   }
-  exited_ok_ = 0;
   heartbeats_.reset(initial_stamps, std::chrono::steady_clock::now());
-  workers_.set_log_error_handler([this](int local_rank, const std::string& path, int error) {
-    const int rank = round_.rank_offset + local_rank;
+  workers_.set_log_error_handler([this, offset = round.rank_offset](
+                                     int local_rank, const std::string& path, int error) {
+    const int rank = offset + local_rank;
     report_lost_log(
         "worker rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) + ")",
         path, error, {{"rank", rank}, {"local_rank", local_rank}});
   });
   auto started = workers_.start(std::move(specs), [this](const WorkerExit& e) {
-    post(Event{.kind = Event::Kind::kWorkerExit, .exit = e});
+    post({.kind = AgentInput::Kind::kWorkerExit, .exit = e});
   });
   if (started) {
     event("workers_started",
@@ -685,189 +688,159 @@ Task<int> Agent::Impl::run_job() {
   arm_signals();
   if (options_.worker_timeout > 0) arm_heartbeat_check();
 
-  if (auto s = co_await setup(); !s) {
+  if (auto s = setup(); !s) {
     log("error: " + s.error().message);
-    co_return kExitFailure;
+    co_return kAgentExitFailure;
   }
-  if (local_world_size_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
-    log("Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "
-        "avoid your system being overloaded, please further tune the variable for optimal "
-        "performance in your application as needed.");
-  }
-
-  begin_join();
+  machine_.emplace(
+      AgentMachineConfig{.local_world_size = local_world_size_,
+                         .max_restarts = options_.max_restarts,
+                         .endpoint = rdzv::format_endpoint({endpoint_host_, endpoint_port_}),
+                         .join_timeout_s = rdzv::to_millis(config_.join_timeout) / 1000});
+  std::vector<AgentAction> actions = machine_->start();
   while (true) {
-    Event e = co_await next_event();
-    switch (e.kind) {
-      case Event::Kind::kJoined: {
-        join_in_flight_ = false;
-        if (!e.joined->ok() && e.joined->error().code == rdzv::ErrorCode::kConnection) {
-          // The connection went while the join waited; once it is back, join again.
-          if (client_->connected() && phase_ == Phase::kJoining) begin_join();
-          break;
-        }
-        if (!e.joined->ok()) {
-          log("error: rendezvous failed: " + e.joined->error().message);
-          event("join_failed", {{"reason", e.joined->error().message}});
-          co_return kExitFailure;
-        }
-        round_ = e.joined->value();
-        if (use_agent_store()) {  // workers meet in the job's store, on the daemon's host
-          round_.master_addr = endpoint_host_;
-          round_.master_port = *client_->worker_store_port();
-        }
-        if (round_.restart_count >= 0) {  // the count as the round formed, the same for all
-          restart_count_ = round_.restart_count;
-        } else {  // a daemon from before restart counts in answers: read now (may run ahead)
-          auto restarts = co_await client_->get(rdzv::kRestartsKey, std::chrono::milliseconds(0));
-          restart_count_ =
-              restarts ? static_cast<int>(rdzv::counter_value(restarts.value(), 0)) : 0;
-        }
-        announce_round();
-        log("round " + std::to_string(round_.round) + ": group rank " +
-            std::to_string(round_.group_rank) + " of " + std::to_string(round_.group_world_size) +
-            ", ranks " + std::to_string(round_.rank_offset) + ".." +
-            std::to_string(round_.rank_offset + local_world_size_ - 1) + " of world size " +
-            std::to_string(round_.world_size) + ", master " +
-            rdzv::format_endpoint(
-                {round_.master_addr, static_cast<std::uint16_t>(round_.master_port)}) +
-            ", restart " + std::to_string(restart_count_));
-        if (auto s = start_workers(round_, restart_count_); !s) {
-          log("error: " + s.error().message);
-          const std::string message = s.error().message;
-          (void)co_await client_->report(false, message);
-          co_await linger(std::chrono::milliseconds(200));
-          co_return kExitFailure;
-        }
-        phase_ = Phase::kRunning;
-        break;
-      }
-      case Event::Kind::kWorkerExit:
-        if (phase_ != Phase::kRunning) break;  // from a group already stopped
-        event("worker_exit", {{"rank", round_.rank_offset + e.exit.local_rank},
-                              {"local_rank", e.exit.local_rank},
-                              {"worker_pid", e.exit.pid},
-                              {"exit_code", e.exit.exit_code},
-                              {"signal", e.exit.signal ? signal_name(e.exit.signal) : ""},
-                              {"ok", e.exit.ok()}});
-        if (e.exit.ok()) {
-          if (++exited_ok_ == local_world_size_) co_return co_await finish_success();
-          break;
-        }
-        if (auto code = co_await handle_failure(e.exit)) co_return *code;
-        begin_join();  // joining again opens the next round for every node
-        break;
-      case Event::Kind::kRoundReopened:
-        // While joining there is nothing to stop; an old round's news is stale.
-        if (phase_ != Phase::kRunning || e.round <= round_.round) break;
-        log("round " + std::to_string(e.round) + " opened (" + e.reason + "): restarting workers");
-        event("round_reopened", {{"round", e.round}, {"reason", e.reason}});
-        co_await stop_workers(SIGTERM);
-        begin_join();
-        break;
-      case Event::Kind::kJobEnded:
-        log("job ended (" + e.state + "): " + e.reason);
-        event("job_end", {{"state", e.state}, {"reason", e.reason}});
-        co_await stop_workers(SIGTERM);
-        co_return e.state == "succeeded" ? 0 : kExitFailure;
-      case Event::Kind::kConnectionLost: {
-        if (client_->connected()) break;  // already back (a failure handler reconnected)
-        const std::string where = rdzv::format_endpoint({endpoint_host_, endpoint_port_});
-        log("lost the rendezvous at " + where + " (" + e.reason + "): reconnecting for up to " +
-            std::to_string(rdzv::to_millis(config_.join_timeout) / 1000) +
-            " s; workers keep running");
-        event("rendezvous_lost", {{"endpoint", where}, {"reason", e.reason}});
-        if (auto s = co_await reconnect(false); !s) {
-          log("error: lost the rendezvous at " + where + ": " + s.error().message);
-          co_await stop_workers(SIGTERM);
-          co_return kExitFailure;
-        }
-        break;
-      }
-      case Event::Kind::kSignal:
-        if (e.signo == SIGUSR1 || e.signo == SIGUSR2) {
-          // Slurm's warning of a coming preemption or time limit: the workers decide what to
-          // do (checkpoint, then exit or go on); the job is not stopped for it.
-          const bool running = phase_ == Phase::kRunning;
-          log("received " + signal_name(e.signo) +
-              (running ? ": forwarded to the workers" : ": no workers running, not forwarded"));
-          event("signal",
-                {{"signal", signal_name(e.signo)}, {"action", running ? "forwarded" : "none"}});
-          if (running) {
-            for (int r = 0; r < local_world_size_; ++r) workers_.kill(r, e.signo);
-          }
-          break;
-        }
-        log("received " + signal_name(e.signo) + ": stopping workers");
-        event("signal", {{"signal", signal_name(e.signo)}, {"action", "stop"}});
-        co_await stop_workers(e.signo);
-        (void)co_await client_->leave();
-        co_return kExitFailure;
+    for (AgentAction& action : actions) {
+      if (auto code = co_await perform(std::move(action))) co_return *code;
     }
+    AgentInput input = co_await next_input();
+    actions = machine_->handle(input);
   }
 }
 
-Task<rdzv::Status> Agent::Impl::reconnect(bool about_to_join) {
-  if (auto s = co_await client_->connect(); !s) co_return s;
+Task<std::optional<int>> Agent::Impl::perform(AgentAction a) {
+  using K = AgentAction::Kind;
+  switch (a.kind) {
+    case K::kLog:
+      log(a.text);
+      break;
+    case K::kRecord:
+      event(a.name, std::move(a.fields));
+      break;
+    case K::kConnect:
+      spawn(connect());
+      break;
+    case K::kJoin:
+      begin_join();
+      break;
+    case K::kStartWorkers: {
+      AgentInput started{.kind = AgentInput::Kind::kWorkersStarted};
+      started.status = start_workers(a.round, a.restart_count);
+      post(std::move(started));
+      break;
+    }
+    case K::kForwardSignal:
+      for (int r = 0; r < local_world_size_; ++r) workers_.kill(r, a.signo);
+      break;
+    case K::kAwaitFailureWindow:
+      spawn(await_failure_window());
+      break;
+    case K::kStopWorkers:
+      spawn([this, signo = a.signo]() -> Task<void> {
+        co_await stop_workers(signo);
+        post({.kind = AgentInput::Kind::kWorkersStopped});
+      });
+      break;
+    case K::kCountRestart:
+      // The restart budget is the job's, not the node's: one counter in the job's store.
+      spawn([this]() -> Task<void> {
+        AgentInput counted{.kind = AgentInput::Kind::kRestartCounted};
+        counted.count = co_await client_->add(rdzv::kRestartsKey, 1);
+        post(std::move(counted));
+      });
+      break;
+    case K::kReconnect:
+      spawn(reconnect());
+      break;
+    case K::kReportResult:
+      if (a.ok) say_lost_logs();
+      (void)co_await client_->report(a.ok, a.text);
+      // A failure: let the job's end reach the other nodes before this one goes.
+      if (!a.ok) co_await linger(std::chrono::milliseconds(200));
+      break;
+    case K::kFailureReport:
+      co_await report_failure(a.exit);
+      break;
+    case K::kAwaitBarrier:
+      // Wait for the job's end (every node done) so that a hosted rendezvous outlives its
+      // users; bounded like torchrun's exit barrier.
+      barrier_.expires_after(std::chrono::seconds(300));
+      barrier_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) post({.kind = AgentInput::Kind::kBarrierExpired});
+      });
+      break;
+    case K::kLeave:
+      (void)co_await client_->leave();
+      break;
+    case K::kExit:
+      co_return a.code;
+  }
+  co_return std::nullopt;
+}
+
+Task<void> Agent::Impl::await_failure_window() {
+  const auto window = std::chrono::steady_clock::now() + seconds(options_.monitor_interval);
+  while (workers_.running() > 0 && std::chrono::steady_clock::now() < window) {
+    co_await linger(std::chrono::milliseconds(5));
+  }
+  post({.kind = AgentInput::Kind::kFailureWindowOver});
+}
+
+Task<void> Agent::Impl::reconnect() {
+  AgentInput reconnected{.kind = AgentInput::Kind::kReconnected};
+  reconnected.status = co_await client_->connect();
+  if (!reconnected.status) {
+    post(std::move(reconnected));
+    co_return;
+  }
   client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
   auto resumed = co_await client_->resume(node_id_);
-  if (!resumed && resumed.error().code != rdzv::ErrorCode::kNotFound) co_return resumed.error();
-  if (about_to_join) {
-    log("reconnected to the rendezvous");
-    co_return rdzv::ok_status();
+  if (resumed) {
+    reconnected.place.round = resumed.value().value("round", 0);
+    reconnected.place.state = resumed.value().value("state", "running");
+  } else if (resumed.error().code == rdzv::ErrorCode::kNotFound) {
+    reconnected.place.known = false;
+    reconnected.place.why = resumed.error().message;
+  } else {
+    reconnected.status = resumed.error();
   }
-  if (!resumed) {
-    // Dropped while away (its keep-alives stopped), or the daemon restarted without its state.
-    log("reconnected, but the rendezvous no longer knows this node (" + resumed.error().message +
-        "): joining again");
-    event("reconnected", {{"known", false}, {"reason", resumed.error().message}});
-    if (phase_ == Phase::kRunning) co_await stop_workers(SIGTERM);
-    if (!join_in_flight_) begin_join();
-    co_return rdzv::ok_status();
-  }
-  const rdzv::Json& at = resumed.value();
-  const int round = at.value("round", 0);
-  const std::string state = at.value("state", "running");
-  log("reconnected to the rendezvous: round " + std::to_string(round) + ", job " + state);
-  event("reconnected", {{"round", round}, {"state", state}});
-  if (state != "running") {
-    post(Event{.kind = Event::Kind::kJobEnded, .state = state, .reason = "ended while away"});
-  } else if (phase_ == Phase::kRunning && round > round_.round) {
-    post(Event{
-        .kind = Event::Kind::kRoundReopened, .round = round, .reason = "reopened while away"});
-  } else if (phase_ == Phase::kJoining && !join_in_flight_) {
-    begin_join();  // the answer to the last join was lost with the connection
-  }
-  co_return rdzv::ok_status();
+  post(std::move(reconnected));
 }
 
 void Agent::Impl::begin_join() {
-  phase_ = Phase::kJoining;
-  join_in_flight_ = true;
   // Exits of the group just stopped must not be read as news about the next one.
-  std::erase_if(events_, [](const Event& e) { return e.kind == Event::Kind::kWorkerExit; });
+  std::erase_if(inputs_,
+                [](const AgentInput& in) { return in.kind == AgentInput::Kind::kWorkerExit; });
   rdzv::NodeInfo node{node_id_, host_, local_world_size_, free_port(io_, host_), requested_rank_};
   event("join", {{"node_host", host_}, {"local_world_size", local_world_size_}});
-  // Not awaited here: the answer arrives as an event, so nothing (a signal, an old event) can
-  // cancel a join that the daemon has already taken.
-  asio::co_spawn(
-      io_,
-      [this, node]() -> Task<void> {
-        auto result = co_await client_->join(node, config_);
-        if (result) {
-          // Again for each round: a join that started a new job under an ended one's id took
-          // the old job's store, and the budget set at start with it.
-          (void)co_await client_->set(rdzv::kMaxRestartsKey, std::to_string(options_.max_restarts));
-        }
-        post(Event{.kind = Event::Kind::kJoined, .joined = std::move(result)});
-      },
-      asio::detached);
+  // The answer arrives as an input, so nothing (a signal, an old event) cancels a join that
+  // the daemon has already taken.
+  spawn([this, node]() -> Task<void> {
+    auto result = co_await client_->join(node, config_);
+    if (result) {
+      // Again for each round: a join that started a new job under an ended one's id took the
+      // old job's store, and the budget set at start with it.
+      const std::string budget = std::to_string(options_.max_restarts);
+      (void)co_await client_->set(rdzv::kMaxRestartsKey, budget);
+      rdzv::RoundAssignment& round = result.value();
+      if (use_agent_store()) {  // workers meet in the job's store, on the daemon's host
+        round.master_addr = endpoint_host_;
+        round.master_port = *client_->worker_store_port();
+      }
+      if (round.restart_count < 0) {
+        // A daemon from before restart counts in answers: read now (may run ahead).
+        auto restarts = co_await client_->get(rdzv::kRestartsKey, std::chrono::milliseconds(0));
+        round.restart_count =
+            restarts ? static_cast<int>(rdzv::counter_value(restarts.value(), 0)) : 0;
+      }
+    }
+    post({.kind = AgentInput::Kind::kJoined, .joined = std::move(result)});
+  });
 }
 
 void Agent::Impl::arm_signals() {
   signals_.async_wait([this](boost::system::error_code ec, int signo) {
     if (ec) return;
-    post(Event{.kind = Event::Kind::kSignal, .signo = signo});
+    post({.kind = AgentInput::Kind::kSignal, .signo = signo});
     arm_signals();
   });
 }
@@ -885,7 +858,8 @@ void Agent::Impl::arm_heartbeat_check() {
 }
 
 void Agent::Impl::check_heartbeats() {
-  if (phase_ != Phase::kRunning) return;
+  if (!machine_ || !machine_->workers_running()) return;
+  const rdzv::RoundAssignment& round = machine_->round();
   const auto now = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < heartbeat_files_.size(); ++i) {
     heartbeats_.observe(static_cast<int>(i), modification_stamp(heartbeat_files_[i]), now);
@@ -895,12 +869,13 @@ void Agent::Impl::check_heartbeats() {
     std::snprintf(why, sizeof why, "no heartbeat for %.1f s (--worker_timeout=%g): killed as hung",
                   std::chrono::duration<double>(heartbeats_.silent_for(local_rank, now)).count(),
                   options_.worker_timeout);
-    log("worker rank " + std::to_string(round_.rank_offset + local_rank) + " (local rank " +
+    log("worker rank " + std::to_string(round.rank_offset + local_rank) + " (local rank " +
         std::to_string(local_rank) + "): " + std::string(why));
-    event("worker_hung", {{"rank", round_.rank_offset + local_rank},
+    event("worker_hung", {{"rank", round.rank_offset + local_rank},
                           {"local_rank", local_rank},
                           {"reason", std::string(why)}});
-    write_error_file_if_absent(attempt_dir(restart_count_, local_rank) + "/error.json", why);
+    write_error_file_if_absent(attempt_dir(machine_->restart_count(), local_rank) + "/error.json",
+                               why);
     const int pid = workers_.running_pid(local_rank);
     if (pid == 0) continue;  // it exited meanwhile; that exit is on its way
     hung_stacks_[pid] = "";
@@ -909,7 +884,8 @@ void Agent::Impl::check_heartbeats() {
 }
 
 Task<void> Agent::Impl::kill_hung_worker(int local_rank, int pid) {
-  const std::string who = "worker rank " + std::to_string(round_.rank_offset + local_rank) +
+  const std::string who = "worker rank " +
+                          std::to_string(machine_->round().rank_offset + local_rank) +
                           " (local rank " + std::to_string(local_rank) + ")";
   const auto index = static_cast<std::size_t>(local_rank);
   const std::string place = index < stderr_places_.size() ? stderr_places_[index] : "its stderr";
@@ -954,40 +930,17 @@ void Agent::Impl::say_lost_logs() const {
       " log files are cut short (a write failed, see above): " + paths);
 }
 
-Task<int> Agent::Impl::finish_success() {
-  say_lost_logs();
-  (void)co_await client_->report(true, "");
-  // Wait for the job's end (every node done) so that a hosted rendezvous outlives its users;
-  // bounded like torchrun's exit barrier.
-  asio::steady_timer barrier(io_, std::chrono::seconds(300));
-  while (true) {
-    auto e = co_await (next_event() || barrier.async_wait(asio::as_tuple(asio::use_awaitable)));
-    if (e.index() == 1) {
-      log("warning: other nodes did not finish within 300 s; exiting");
-      co_return 0;
-    }
-    const Event& ev = std::get<0>(e);
-    if (ev.kind == Event::Kind::kJobEnded)
-      event("job_end", {{"state", ev.state}, {"reason", ev.reason}});
-    if (ev.kind == Event::Kind::kJobEnded || ev.kind == Event::Kind::kConnectionLost) co_return 0;
-    // Done workers need no preemption warning; any other signal ends the wait.
-    if (ev.kind == Event::Kind::kSignal && ev.signo != SIGUSR1 && ev.signo != SIGUSR2) {
-      co_return kExitFailure;
-    }
-  }
-}
-
 FailureInfo Agent::Impl::failure_info(const WorkerExit& exit) const {
   FailureInfo info;
   info.entrypoint = options_.entrypoint;
   info.host = rdzv::local_host_name();
-  info.rank = round_.rank_offset + exit.local_rank;
+  info.rank = machine_->round().rank_offset + exit.local_rank;
   info.local_rank = exit.local_rank;
   info.pid = exit.pid;
   info.exit_code = exit.exit_code;
   info.signal = exit.signal;
   info.at = exit.at;
-  info.error_file = attempt_dir(restart_count_, exit.local_rank) + "/error.json";
+  info.error_file = attempt_dir(machine_->restart_count(), exit.local_rank) + "/error.json";
   info.stderr_tail = workers_.stderr_tail(exit.local_rank);
   if (static_cast<std::size_t>(exit.local_rank) < stderr_files_.size()) {
     info.stderr_log = stderr_files_[static_cast<std::size_t>(exit.local_rank)];
@@ -999,32 +952,7 @@ FailureInfo Agent::Impl::failure_info(const WorkerExit& exit) const {
   return info;
 }
 
-Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
-  const int rank = round_.rank_offset + first.local_rank;
-  log("worker rank " + std::to_string(rank) + " (local rank " + std::to_string(first.local_rank) +
-      ", pid " + std::to_string(first.pid) + ") " +
-      (first.signal ? "was killed by " + signal_name(first.signal)
-                    : "exited with code " + std::to_string(first.exit_code)));
-  // Ranks that fail together are all reported: the others get --monitor-interval to fail too
-  // before the group is stopped (torchrun sees them in the same poll of its monitor).
-  const auto window = std::chrono::steady_clock::now() + seconds(options_.monitor_interval);
-  while (workers_.running() > 0 && std::chrono::steady_clock::now() < window) {
-    co_await linger(std::chrono::milliseconds(5));
-  }
-  co_await stop_workers(SIGTERM);
-  // The restart budget is the job's, not the node's: one counter in the job's store.
-  auto used = co_await client_->add(rdzv::kRestartsKey, 1);
-  if (!used && used.error().code == rdzv::ErrorCode::kConnection) {
-    log("lost the rendezvous at " + rdzv::format_endpoint({endpoint_host_, endpoint_port_}) +
-        " while restarting (" + used.error().message + "): reconnecting");
-    if (auto s = co_await reconnect(true); s) used = co_await client_->add(rdzv::kRestartsKey, 1);
-  }
-  if (used && used.value() <= options_.max_restarts) {
-    log("restarting the job (" + std::to_string(used.value()) + " of " +
-        std::to_string(options_.max_restarts) + " restarts)");
-    event("restart", {{"used", used.value()}, {"max", options_.max_restarts}});
-    co_return std::nullopt;
-  }
+Task<void> Agent::Impl::report_failure(const WorkerExit& first) {
   // Every rank that failed in this attempt, the first observed first (the root cause); what
   // each wrote before it died (a traceback, faulthandler's stacks) is read to its end.
   std::vector<WorkerExit> failed{first};
@@ -1048,7 +976,6 @@ Task<std::optional<int>> Agent::Impl::handle_failure(const WorkerExit& first) {
   event("job_end", {{"state", "failed"}, {"reason", summary}});
   (void)co_await client_->report(false, summary);
   co_await linger(std::chrono::milliseconds(200));  // let the job's end reach the other nodes
-  co_return std::optional<int>(kExitFailure);
 }
 
 Agent::Agent(asio::io_context& io, LaunchOptions options, int local_world_size)

@@ -20,6 +20,7 @@
 #include "ctrun/rendezvous/error.h"
 #include "filtered_log.h"
 #include "numa_binding.h"
+#include "worker_exit.h"
 
 namespace ctrun::launcher {
 
@@ -37,15 +38,6 @@ struct WorkerSpec {
   std::shared_ptr<FilteredLog> stdout_filtered;
   std::shared_ptr<FilteredLog> stderr_filtered;
   std::optional<CpuBinding> binding;  // --numa-binding: set between fork and exec
-};
-
-struct WorkerExit {
-  int local_rank = 0;
-  int pid = 0;
-  int exit_code = 0;  // when it exited
-  int signal = 0;     // when a signal killed it
-  std::chrono::system_clock::time_point at;
-  bool ok() const { return exit_code == 0 && signal == 0; }
 };
 
 class WorkerGroup {

@@ -1,0 +1,366 @@
+// The agent's decisions, input by input, in memory: the end-to-end agent tests
+// (agent_test.cc) remain the oracle for the whole; these pin each decision down.
+#include "agent_machine.h"
+
+#include <catch2/catch.hpp>
+#include <csignal>
+
+using namespace ctrun::launcher;
+namespace rdzv = ctrun::rendezvous;
+using Kind = AgentAction::Kind;
+using In = AgentInput::Kind;
+
+namespace {
+
+AgentMachineConfig two_workers(int max_restarts = 1) {
+  return {.local_world_size = 2, .max_restarts = max_restarts, .endpoint = "head:29400"};
+}
+
+std::vector<Kind> kinds(const std::vector<AgentAction>& actions, bool with_output = false) {
+  std::vector<Kind> out;
+  for (const auto& a : actions) {
+    if (!with_output && (a.kind == Kind::kLog || a.kind == Kind::kRecord)) continue;
+    out.push_back(a.kind);
+  }
+  return out;
+}
+
+const AgentAction* find(const std::vector<AgentAction>& actions, Kind kind) {
+  for (const auto& a : actions) {
+    if (a.kind == kind) return &a;
+  }
+  return nullptr;
+}
+
+std::string logs(const std::vector<AgentAction>& actions) {
+  std::string text;
+  for (const auto& a : actions) {
+    if (a.kind == Kind::kLog) text += a.text + "\n";
+  }
+  return text;
+}
+
+rdzv::RoundAssignment round_of(int round, int restart_count = 0) {
+  rdzv::RoundAssignment a;
+  a.round = round;
+  a.group_rank = 0;
+  a.group_world_size = 1;
+  a.world_size = 2;
+  a.master_addr = "head";
+  a.master_port = 1234;
+  a.restart_count = restart_count;
+  return a;
+}
+
+AgentInput joined(int round, int restart_count = 0) {
+  return {.kind = In::kJoined, .joined = round_of(round, restart_count)};
+}
+AgentInput exited(int local_rank, int code) {
+  return {.kind = In::kWorkerExit,
+          .exit = {.local_rank = local_rank, .pid = 100 + local_rank, .exit_code = code}};
+}
+AgentInput signal(int signo, bool connected = true) {
+  return {.kind = In::kSignal, .signo = signo, .connected = connected};
+}
+AgentInput simple(In kind) { return {.kind = kind}; }
+
+// A machine whose workers of round `round` run.
+AgentMachine running(AgentMachineConfig config = two_workers(), int round = 0) {
+  AgentMachine m(config);
+  REQUIRE(kinds(m.start()) == std::vector{Kind::kConnect});
+  REQUIRE(kinds(m.handle(simple(In::kConnected))) == std::vector{Kind::kJoin});
+  REQUIRE(kinds(m.handle(joined(round))) == std::vector{Kind::kStartWorkers});
+  REQUIRE(kinds(m.handle(simple(In::kWorkersStarted))).empty());
+  REQUIRE(m.workers_running());
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("agent machine: a round forms and its workers start with the round's restart count") {
+  AgentMachine m(two_workers());
+  CHECK(kinds(m.start()) == std::vector{Kind::kConnect});
+  CHECK(kinds(m.handle(simple(In::kConnected))) == std::vector{Kind::kJoin});
+  auto actions = m.handle(joined(3, 2));
+  const AgentAction* start = find(actions, Kind::kStartWorkers);
+  REQUIRE(start != nullptr);
+  CHECK(start->round.round == 3);
+  CHECK(start->restart_count == 2);
+  CHECK(logs(actions) ==
+        "round 3: group rank 0 of 1, ranks 0..1 of world size 2, master head:1234, restart 2\n");
+  CHECK(find(actions, Kind::kRecord)->name == "round");
+  CHECK(kinds(m.handle(simple(In::kWorkersStarted))).empty());
+  CHECK(m.phase() == AgentMachine::Phase::kRunning);
+}
+
+TEST_CASE("agent machine: every worker done reports success and waits for the job's end") {
+  AgentMachine m = running();
+  CHECK(kinds(m.handle(exited(0, 0))).empty());
+  auto actions = m.handle(exited(1, 0));
+  CHECK(kinds(actions) == std::vector{Kind::kReportResult, Kind::kAwaitBarrier});
+  CHECK(find(actions, Kind::kReportResult)->ok);
+  SECTION("the job's end exits 0") {
+    auto end = m.handle({.kind = In::kJobEnded, .state = "succeeded"});
+    CHECK(kinds(end) == std::vector{Kind::kExit});
+    CHECK(find(end, Kind::kExit)->code == 0);
+  }
+  SECTION("the barrier running out exits 0 with a warning") {
+    auto end = m.handle(simple(In::kBarrierExpired));
+    CHECK(find(end, Kind::kExit)->code == 0);
+    CHECK(logs(end).find("did not finish within 300 s") != std::string::npos);
+  }
+  SECTION("a stop signal exits 1 at once") {
+    auto end = m.handle(signal(SIGTERM));
+    CHECK(kinds(end) == std::vector{Kind::kExit});
+    CHECK(find(end, Kind::kExit)->code == kAgentExitFailure);
+  }
+}
+
+TEST_CASE("agent machine: a failure within the budget waits the window stops counts and joins") {
+  AgentMachine m = running(two_workers(1));
+  auto failed = m.handle(exited(1, 3));
+  CHECK(kinds(failed) == std::vector{Kind::kAwaitFailureWindow});
+  CHECK(logs(failed) == "worker rank 1 (local rank 1, pid 101) exited with code 3\n");
+  // The other rank failing inside the window is left for the failure report, not a new decision.
+  CHECK(kinds(m.handle(exited(0, 1))).empty());
+  auto stop = m.handle(simple(In::kFailureWindowOver));
+  REQUIRE(kinds(stop) == std::vector{Kind::kStopWorkers});
+  CHECK(stop[0].signo == SIGTERM);
+  CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kCountRestart});
+  auto again = m.handle({.kind = In::kRestartCounted, .count = std::int64_t{1}});
+  CHECK(kinds(again) == std::vector{Kind::kJoin});
+  CHECK(logs(again) == "restarting the job (1 of 1 restarts)\n");
+  // The new round starts fresh: the old group's exit kept during the failure is dropped.
+  CHECK(kinds(m.handle(joined(1, 1))) == std::vector{Kind::kStartWorkers});
+}
+
+TEST_CASE("agent machine: a failure past the budget reports every failed rank and exits 1") {
+  AgentMachine m = running(two_workers(0));
+  m.handle(exited(0, 7));
+  m.handle(simple(In::kFailureWindowOver));
+  m.handle(simple(In::kWorkersStopped));
+  auto end = m.handle({.kind = In::kRestartCounted, .count = std::int64_t{1}});
+  CHECK(kinds(end) == std::vector{Kind::kFailureReport, Kind::kExit});
+  CHECK(find(end, Kind::kFailureReport)->exit.local_rank == 0);
+  CHECK(find(end, Kind::kFailureReport)->exit.exit_code == 7);
+  CHECK(find(end, Kind::kExit)->code == kAgentExitFailure);
+}
+
+TEST_CASE("agent machine: a restart count lost with the connection reconnects and counts again") {
+  AgentMachine m = running(two_workers(2));
+  m.handle(exited(0, 1));
+  m.handle(simple(In::kFailureWindowOver));
+  m.handle(simple(In::kWorkersStopped));
+  auto lost = m.handle({.kind = In::kRestartCounted,
+                        .count = rdzv::Error{rdzv::ErrorCode::kConnection, "reset"},
+                        .connected = false});
+  CHECK(kinds(lost) == std::vector{Kind::kReconnect});
+  // The backend's own news of the loss, while the reconnect runs, starts no second one.
+  CHECK(kinds(m.handle({.kind = In::kConnectionLost, .connected = false})).empty());
+  CHECK(kinds(m.handle(simple(In::kReconnected))) == std::vector{Kind::kCountRestart});
+  CHECK(kinds(m.handle({.kind = In::kRestartCounted, .count = std::int64_t{1}})) ==
+        std::vector{Kind::kJoin});
+}
+
+TEST_CASE("agent machine: a reopened round restarts the workers and an old round's news does not") {
+  AgentMachine m = running(two_workers(), 2);
+  CHECK(kinds(m.handle({.kind = In::kRoundReopened, .round = 2})).empty());
+  auto reopened = m.handle({.kind = In::kRoundReopened, .round = 3, .reason = "node lost"});
+  CHECK(kinds(reopened) == std::vector{Kind::kStopWorkers});
+  CHECK(logs(reopened) == "round 3 opened (node lost): restarting workers\n");
+  CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kJoin});
+}
+
+TEST_CASE("agent machine: the job's end stops the workers and exits with its state") {
+  SECTION("failed elsewhere") {
+    AgentMachine m = running();
+    CHECK(kinds(m.handle({.kind = In::kJobEnded, .state = "failed", .reason = "rank 3"})) ==
+          std::vector{Kind::kStopWorkers});
+    auto end = m.handle(simple(In::kWorkersStopped));
+    CHECK(find(end, Kind::kExit)->code == kAgentExitFailure);
+  }
+  SECTION("while joining: nothing to stop") {
+    AgentMachine m(two_workers());
+    m.start();
+    m.handle(simple(In::kConnected));
+    auto end = m.handle({.kind = In::kJobEnded, .state = "succeeded"});
+    CHECK(kinds(end) == std::vector{Kind::kExit});
+    CHECK(find(end, Kind::kExit)->code == 0);
+  }
+}
+
+TEST_CASE("agent machine: a stop signal is answered in every phase and never kept for later") {
+  SECTION("connecting: exit at once") {
+    AgentMachine m(two_workers());
+    m.start();
+    auto end = m.handle(signal(SIGTERM, false));
+    CHECK(kinds(end) == std::vector{Kind::kExit});
+    CHECK(logs(end) ==
+          "received SIGTERM while connecting to the rendezvous at head:29400: exiting\n");
+    // What the abandoned connect says later changes nothing.
+    CHECK(m.handle(simple(In::kConnected)).empty());
+  }
+  SECTION("joining: leave the rendezvous, then exit") {
+    AgentMachine m(two_workers());
+    m.start();
+    m.handle(simple(In::kConnected));
+    CHECK(kinds(m.handle(signal(SIGINT))) == std::vector{Kind::kLeave, Kind::kExit});
+  }
+  SECTION("joining without a connection: nobody to tell") {
+    AgentMachine m(two_workers());
+    m.start();
+    m.handle(simple(In::kConnected));
+    CHECK(kinds(m.handle(signal(SIGHUP, false))) == std::vector{Kind::kExit});
+  }
+  SECTION("running: stop the workers with that signal, leave, exit") {
+    AgentMachine m = running();
+    auto stop = m.handle(signal(SIGQUIT));
+    REQUIRE(kinds(stop) == std::vector{Kind::kStopWorkers});
+    CHECK(stop.back().signo == SIGQUIT);
+    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave, Kind::kExit});
+  }
+  SECTION("in the failure window: the stop replaces the restart") {
+    AgentMachine m = running();
+    m.handle(exited(0, 1));
+    CHECK(kinds(m.handle(signal(SIGTERM))) == std::vector{Kind::kStopWorkers});
+    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave, Kind::kExit});
+  }
+  SECTION("while a restart's stop runs: leave and exit once it ends, no join") {
+    AgentMachine m = running();
+    m.handle({.kind = In::kRoundReopened, .round = 1});
+    CHECK(kinds(m.handle(signal(SIGTERM))).empty());
+    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave, Kind::kExit});
+  }
+  SECTION("while reconnecting: the workers are stopped at once, not after the reconnect") {
+    AgentMachine m = running();
+    CHECK(kinds(m.handle({.kind = In::kConnectionLost, .connected = false})) ==
+          std::vector{Kind::kReconnect});
+    CHECK(kinds(m.handle(signal(SIGTERM, false))) == std::vector{Kind::kStopWorkers});
+    CHECK(kinds(m.handle({.kind = In::kWorkersStopped, .connected = false})) ==
+          std::vector{Kind::kExit});
+  }
+  SECTION("a second stop signal exits at once") {
+    AgentMachine m = running();
+    m.handle(signal(SIGINT));
+    auto now = m.handle(signal(SIGINT));
+    CHECK(kinds(now) == std::vector{Kind::kExit});
+    CHECK(logs(now) == "received SIGINT again: stopping at once\n");
+  }
+}
+
+TEST_CASE("agent machine: SIGUSR1 is forwarded to running workers and stops nothing") {
+  AgentMachine m = running();
+  auto forwarded = m.handle(signal(SIGUSR1));
+  CHECK(kinds(forwarded) == std::vector{Kind::kForwardSignal});
+  CHECK(forwarded.back().signo == SIGUSR1);
+  CHECK(m.workers_running());
+  AgentMachine joining(two_workers());
+  joining.start();
+  joining.handle(simple(In::kConnected));
+  auto none = joining.handle(signal(SIGUSR2));
+  CHECK(kinds(none).empty());
+  CHECK(logs(none) == "received SIGUSR2: no workers running, not forwarded\n");
+}
+
+TEST_CASE("agent machine: a lost rendezvous is reconnected while the workers keep running") {
+  SECTION("the node is still known: nothing changes") {
+    AgentMachine m = running();
+    auto lost = m.handle({.kind = In::kConnectionLost, .reason = "eof", .connected = false});
+    CHECK(kinds(lost) == std::vector{Kind::kReconnect});
+    CHECK(logs(lost) ==
+          "lost the rendezvous at head:29400 (eof): reconnecting for up to 600 s; workers keep "
+          "running\n");
+    // A worker's exit while away waits for the reconnect, then counts as usual.
+    CHECK(kinds(m.handle(exited(0, 0))).empty());
+    CHECK(kinds(m.handle({.kind = In::kReconnected, .place = {.round = 0}})).empty());
+    CHECK(kinds(m.handle(exited(1, 0))) == std::vector{Kind::kReportResult, Kind::kAwaitBarrier});
+  }
+  SECTION("the round moved on while away: restart the workers") {
+    AgentMachine m = running();
+    m.handle({.kind = In::kConnectionLost, .connected = false});
+    CHECK(kinds(m.handle({.kind = In::kReconnected, .place = {.round = 4}})) ==
+          std::vector{Kind::kStopWorkers});
+    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kJoin});
+  }
+  SECTION("the node was forgotten: stop and join again") {
+    AgentMachine m = running();
+    m.handle({.kind = In::kConnectionLost, .connected = false});
+    CHECK(kinds(m.handle({.kind = In::kReconnected, .place = {.known = false, .why = "gone"}})) ==
+          std::vector{Kind::kStopWorkers});
+    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kJoin});
+  }
+  SECTION("the job ended while away: stop and exit with its state") {
+    AgentMachine m = running();
+    m.handle({.kind = In::kConnectionLost, .connected = false});
+    CHECK(kinds(m.handle({.kind = In::kReconnected, .place = {.state = "failed"}})) ==
+          std::vector{Kind::kStopWorkers});
+    CHECK(find(m.handle(simple(In::kWorkersStopped)), Kind::kExit)->code == kAgentExitFailure);
+  }
+  SECTION("no way back within the join timeout: stop and exit 1") {
+    AgentMachine m = running();
+    m.handle({.kind = In::kConnectionLost, .connected = false});
+    auto failed = m.handle({.kind = In::kReconnected,
+                            .status = rdzv::Error{rdzv::ErrorCode::kConnection, "refused"},
+                            .connected = false});
+    CHECK(kinds(failed) == std::vector{Kind::kStopWorkers});
+    CHECK(logs(failed) == "error: lost the rendezvous at head:29400: refused\n");
+    CHECK(find(m.handle(simple(In::kWorkersStopped)), Kind::kExit)->code == kAgentExitFailure);
+  }
+  SECTION("news of a loss already mended is ignored") {
+    AgentMachine m = running();
+    CHECK(m.handle({.kind = In::kConnectionLost, .connected = true}).empty());
+  }
+}
+
+TEST_CASE("agent machine: a join cut by a lost connection is sent again once connected") {
+  AgentMachine m(two_workers());
+  m.start();
+  m.handle(simple(In::kConnected));
+  const rdzv::Error cut{rdzv::ErrorCode::kConnection, "reset"};
+  SECTION("the answer comes after the reconnect") {
+    CHECK(kinds(m.handle({.kind = In::kConnectionLost, .connected = false})) ==
+          std::vector{Kind::kReconnect});
+    // Kept while the reconnect runs; the reconnect leaves the join in flight alone.
+    CHECK(kinds(m.handle({.kind = In::kJoined, .joined = cut, .connected = false})).empty());
+    CHECK(kinds(m.handle({.kind = In::kReconnected, .place = {.round = 0}})) ==
+          std::vector{Kind::kJoin});
+  }
+  SECTION("the answer comes first: wait for the reconnect, which joins") {
+    CHECK(kinds(m.handle({.kind = In::kJoined, .joined = cut, .connected = false})).empty());
+    CHECK(kinds(m.handle({.kind = In::kConnectionLost, .connected = false})) ==
+          std::vector{Kind::kReconnect});
+    CHECK(kinds(m.handle({.kind = In::kReconnected, .place = {.round = 0}})) ==
+          std::vector{Kind::kJoin});
+  }
+}
+
+TEST_CASE("agent machine: a refused join or start fails the agent with the reason") {
+  SECTION("join") {
+    AgentMachine m(two_workers());
+    m.start();
+    m.handle(simple(In::kConnected));
+    auto end = m.handle(
+        {.kind = In::kJoined, .joined = rdzv::Error{rdzv::ErrorCode::kTimeout, "join timed out"}});
+    CHECK(kinds(end) == std::vector{Kind::kExit});
+    CHECK(logs(end) == "error: rendezvous failed: join timed out\n");
+  }
+  SECTION("start") {
+    AgentMachine m(two_workers());
+    m.start();
+    m.handle(simple(In::kConnected));
+    m.handle(joined(0));
+    auto end = m.handle({.kind = In::kWorkersStarted,
+                         .status = rdzv::Error{rdzv::ErrorCode::kBadRequest, "no such file"}});
+    CHECK(kinds(end) == std::vector{Kind::kReportResult, Kind::kExit});
+    CHECK_FALSE(find(end, Kind::kReportResult)->ok);
+    CHECK(find(end, Kind::kReportResult)->text == "no such file");
+  }
+  SECTION("connect") {
+    AgentMachine m(two_workers());
+    m.start();
+    auto end = m.handle(
+        {.kind = In::kConnected, .status = rdzv::Error{rdzv::ErrorCode::kConnection, "refused"}});
+    CHECK(kinds(end) == std::vector{Kind::kExit});
+    CHECK(logs(end) == "error: refused\n");
+  }
+}

@@ -1,0 +1,148 @@
+// A handled signal ends the agent in every phase before its workers exist (reaching, connecting,
+// handshaking, waiting for peers), within the bound, with torchrun's exit code, leaving no
+// temporary directory, and telling a daemon that knows it that it left.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "process.h"
+
+using namespace std::chrono_literals;
+using namespace ctrun::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr auto kBound = 2s;  // 1 s promised; slack for a loaded 2-core machine
+
+std::string signal_text(int signo) {
+  switch (signo) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "SIGQUIT";
+  }
+}
+
+// A listening socket that is never accepted from: connects complete (the kernel's backlog), and
+// nothing is ever answered, like a hung daemon or another service.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(fd_, 16) == 0);
+    socklen_t len = sizeof addr;
+    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentListener() { ::close(fd_); }
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+// Starts ctrun with `args` (TMPDIR in the scratch directory), lets it reach the phase, signals
+// it, and checks how it ends.
+void signal_in_phase(const ScratchDir& s, const std::vector<std::string>& args, int signo,
+                     const std::string& log_name) {
+  const std::string tmp = s.path("tmp-" + log_name);
+  fs::create_directories(tmp);
+  std::vector<std::string> argv = {"/usr/bin/env", "TMPDIR=" + tmp, CTRUN_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {TEST_WORKER_PATH, "sleep", "30"});
+  const std::string log = s.path(log_name + ".log");
+  ChildProcess agent(argv, log);
+  std::this_thread::sleep_for(1500ms);  // well inside the phase: its waits are 10 s and more
+  INFO(read_file(log));
+  REQUIRE_FALSE(agent.wait(0ms).has_value());  // still waiting, as it should
+  const auto sent = std::chrono::steady_clock::now();
+  agent.signal(signo);
+  auto code = agent.wait(10s);
+  const auto took = std::chrono::steady_clock::now() - sent;
+  INFO(read_file(log));
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);  // torchrun: the SignalException ends its main with 1
+  CHECK(took < kBound);
+  CHECK(read_file(log).find("received " + signal_text(signo)) != std::string::npos);
+  CHECK(fs::is_empty(tmp));  // its temporary log root is gone
+}
+
+}  // namespace
+
+TEST_CASE("agent signals: a refused endpoint while the agent retries the connect") {
+  ScratchDir s("agent-signal");
+  const int signo = GENERATE(SIGTERM, SIGINT, SIGHUP, SIGQUIT);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  signal_in_phase(s,
+                  {"--nnodes=1", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                   "--rdzv_conf=is_host=false"},
+                  signo, "refused");
+}
+
+TEST_CASE("agent signals: an endpoint that accepts and never answers, during the handshake") {
+  ScratchDir s("agent-signal");
+  SilentListener silent;
+  const int signo = GENERATE(SIGTERM, SIGINT);
+  signal_in_phase(
+      s,
+      {"--nnodes=1", "--rdzv_backend=c10d",
+       "--rdzv_endpoint=127.0.0.1:" + std::to_string(silent.port()), "--rdzv_conf=is_host=false"},
+      signo, "silent");
+}
+
+TEST_CASE("agent signals: an endpoint whose name does not resolve") {
+  ScratchDir s("agent-signal");
+  const int signo = GENERATE(SIGTERM, SIGINT);
+  signal_in_phase(s,
+                  {"--nnodes=1", "--rdzv_backend=c10d",
+                   "--rdzv_endpoint=ctrun-no-such-host.invalid:29400", "--rdzv_conf=is_host=false"},
+                  signo, "unresolved");
+}
+
+TEST_CASE("agent signals: a static node 1 started before node 0") {
+  ScratchDir s("agent-signal");
+  const int signo = GENERATE(SIGTERM, SIGHUP);
+  signal_in_phase(s,
+                  {"--nnodes=2", "--node_rank=1", "--master_addr=127.0.0.1",
+                   "--master_port=" + std::to_string(free_port())},
+                  signo, "static");
+}
+
+TEST_CASE("agent signals: a peer that never comes and the daemon is told the node left") {
+  ScratchDir s("agent-signal");
+  const int signo = GENERATE(SIGTERM, SIGINT, SIGHUP, SIGQUIT);
+  const std::string port_file = s.path("ctrund.port");
+  ChildProcess daemon({CTRUND_PATH, "--host", "127.0.0.1", "--port", "0", "--port_file", port_file},
+                      s.path("ctrund.log"));
+  auto port = wait_for_file(port_file, 10s);
+  REQUIRE(port.has_value());
+  signal_in_phase(s,
+                  {"--nnodes=2", "--rdzv_backend=c10d",
+                   "--rdzv_endpoint=127.0.0.1:" + std::to_string(std::stoi(*port)),
+                   "--rdzv_id=lonely", "--rdzv_conf=is_host=false"},
+                  signo, "lonely");
+  // Gone because it said so, not joined and later lost.
+  INFO(read_file(s.path("ctrund.log")));
+  CHECK(wait_for_text(s.path("ctrund.log"), "left: left", 5s));
+  daemon.signal(SIGTERM);
+  CHECK(daemon.wait(10s).has_value());
+}
