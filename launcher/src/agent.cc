@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -52,6 +53,8 @@ constexpr std::chrono::milliseconds kNativeStacksTimeout{5000};
 constexpr std::chrono::milliseconds kPythonStacksTimeout{2000};
 // How long a failed worker's stderr may take to be read to its end for the report.
 constexpr std::chrono::milliseconds kStderrDrainTimeout{2000};
+// How often a waiting agent says what it waits for.
+constexpr std::chrono::seconds kWaitingLineInterval{5};
 
 void log(const std::string& line) { rdzv::log_line("ctrun", line); }
 
@@ -167,6 +170,7 @@ AgentInput input_from_backend(const rdzv::BackendEvent& e) {
     case rdzv::BackendEvent::Kind::kJobEnded:
       return {.kind = AgentInput::Kind::kJobEnded, .state = e.state, .reason = e.reason};
     case rdzv::BackendEvent::Kind::kConnectionLost:
+    case rdzv::BackendEvent::Kind::kConnectAttemptFailed:  // the agent's own, not the machine's
       break;
   }
   return {.kind = AgentInput::Kind::kConnectionLost, .reason = e.reason};
@@ -186,7 +190,8 @@ class Agent::Impl {
         heartbeats_(std::chrono::duration_cast<std::chrono::milliseconds>(
             seconds(options_.worker_timeout))),
         workers_(io),
-        barrier_(io) {}
+        barrier_(io),
+        waiting_line_timer_(io) {}
 
   int run() {
     if (auto s = open_event_logs(); !s) {
@@ -261,6 +266,10 @@ class Agent::Impl {
                           {"rendezvous", rdzv::format_endpoint({endpoint_host_, endpoint_port_})}});
   }
   void arm_signals();
+  // Every kWaitingLineInterval while the agent waits (to connect, for a round, to reconnect,
+  // for the other nodes to finish): a line saying what for, how long, and why.
+  void arm_waiting_line();
+  void say_what_it_waits_for();
   void arm_heartbeat_check();
   void check_heartbeats();
   // A worker judged hung: its native stacks (eu-stack) into its log and the report; a Python
@@ -326,6 +335,12 @@ class Agent::Impl {
   std::deque<AgentInput> inputs_;
   std::optional<AgentMachine> machine_;
   asio::steady_timer barrier_;  // after success, the wait for the job's end
+  asio::steady_timer waiting_line_timer_;
+  std::string last_attempt_;  // why the backend's last connect attempt failed
+  // What the machine was doing, and since when: the waiting lines' subject.
+  AgentMachine::Phase phase_ = AgentMachine::Phase::kConnecting;
+  bool reconnecting_ = false;
+  std::chrono::steady_clock::time_point waiting_since_ = std::chrono::steady_clock::now();
 
   std::string run_id_;
   std::string log_root_;
@@ -474,7 +489,13 @@ rdzv::Status Agent::Impl::setup() {
     client_options.want_worker_store = true;
     client_ = rdzv::make_ctrund_backend(io_, client_options);
   }
-  client_->set_event_handler([this](const rdzv::BackendEvent& e) { post(input_from_backend(e)); });
+  client_->set_event_handler([this](const rdzv::BackendEvent& e) {
+    if (e.kind == rdzv::BackendEvent::Kind::kConnectAttemptFailed) {
+      last_attempt_ = e.reason;  // for the waiting lines
+    } else {
+      post(input_from_backend(e));
+    }
+  });
   return rdzv::ok_status();
 }
 
@@ -698,12 +719,20 @@ Task<int> Agent::Impl::run_job() {
                          .endpoint = rdzv::format_endpoint({endpoint_host_, endpoint_port_}),
                          .join_timeout_s = rdzv::to_millis(config_.join_timeout) / 1000});
   std::vector<AgentAction> actions = machine_->start();
+  arm_waiting_line();
   while (true) {
     for (AgentAction& action : actions) {
       if (auto code = co_await perform(std::move(action))) co_return *code;
     }
     AgentInput input = co_await next_input();
     actions = machine_->handle(input);
+    if (machine_->phase() != phase_ || machine_->reconnecting() != reconnecting_) {
+      phase_ = machine_->phase();
+      reconnecting_ = machine_->reconnecting();
+      waiting_since_ = std::chrono::steady_clock::now();
+      last_attempt_.clear();
+      arm_waiting_line();  // the first line comes kWaitingLineInterval into each wait
+    }
   }
 }
 
@@ -843,6 +872,39 @@ void Agent::Impl::arm_signals() {
     post({.kind = AgentInput::Kind::kSignal, .signo = signo});
     arm_signals();
   });
+}
+
+void Agent::Impl::arm_waiting_line() {
+  waiting_line_timer_.expires_after(kWaitingLineInterval);  // (cancelling one armed before)
+  waiting_line_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    say_what_it_waits_for();
+    arm_waiting_line();
+  });
+}
+
+void Agent::Impl::say_what_it_waits_for() {
+  using Phase = AgentMachine::Phase;
+  const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - waiting_since_;
+  const std::string since = std::to_string(std::llround(waited.count())) + " s";
+  const std::string where = rdzv::format_endpoint({endpoint_host_, endpoint_port_});
+  const std::string limit = std::to_string(rdzv::to_millis(config_.join_timeout) / 1000) + " s";
+  const std::string attempt =
+      last_attempt_.empty() ? "no answer yet" : "last attempt: " + last_attempt_;
+  if (reconnecting_) {
+    log("still reconnecting to the rendezvous at " + where + " after " + since + " (" + attempt +
+        "); trying for up to " + limit + "; workers keep running");
+  } else if (phase_ == Phase::kConnecting) {
+    log("still connecting to the rendezvous at " + where + " after " + since + " (" + attempt +
+        "); trying for up to " + limit);
+  } else if (phase_ == Phase::kJoining) {
+    log("waiting for the round to form at " + where + " for " + since + " (" +
+        std::to_string(options_.min_nodes) + " to " + std::to_string(options_.max_nodes) +
+        " nodes; join timeout " + limit + ")");
+  } else if (phase_ == Phase::kFinishing) {
+    log("this node's workers are done; waiting for the other nodes to finish for " + since +
+        " (up to 300 s)");
+  }
 }
 
 // Checked often enough that a hang is seen within a fifth of the timeout (at least every 1 s).

@@ -123,6 +123,7 @@ class AgentMachine {
 
   Phase phase() const { return phase_; }
   bool workers_running() const { return phase_ == Phase::kRunning; }
+  bool reconnecting() const { return reconnecting_; }
   // The round the workers run in, and its restart count (for failure reports, hung workers).
   const rendezvous::RoundAssignment& round() const { return round_; }
   int restart_count() const { return restart_count_; }

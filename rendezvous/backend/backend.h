@@ -25,9 +25,10 @@ namespace ctrun::rendezvous {
 // What a backend tells its agent unasked.
 struct BackendEvent {
   enum class Kind {
-    kRoundReopened,   // stop the workers and join round `round`
-    kJobEnded,        // the job is over: `state` is "succeeded", "failed" or "closed"
-    kConnectionLost,  // connect() again and resume()
+    kRoundReopened,         // stop the workers and join round `round`
+    kJobEnded,              // the job is over: `state` is "succeeded", "failed" or "closed"
+    kConnectionLost,        // connect() again and resume()
+    kConnectAttemptFailed,  // connect() goes on trying; `reason` says why this attempt failed
   };
   Kind kind = Kind::kConnectionLost;
   int round = 0;

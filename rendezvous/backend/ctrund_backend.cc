@@ -25,6 +25,10 @@ std::optional<BackendEvent> backend_event_from_frame(const Json& frame) {
         .kind = BackendEvent::Kind::kJobEnded, .state = state.value(), .reason = reason.value()};
   }
   if (name.value() == "connection_lost") return lost(reason.value());
+  if (name.value() == "connect_attempt_failed") {
+    return BackendEvent{.kind = BackendEvent::Kind::kConnectAttemptFailed,
+                        .reason = reason.value()};
+  }
   return std::nullopt;
 }
 

@@ -125,6 +125,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       if (granted.error().code != ErrorCode::kConnection || Clock::now() + backoff >= until) {
         co_return Error{granted.error().code, "cannot reach etcd: " + granted.error().message};
       }
+      emit(BackendEvent{.kind = BackendEvent::Kind::kConnectAttemptFailed,
+                        .reason = granted.error().message});
       co_await sleep_for(io_, backoff);
       backoff = std::min<Duration>(backoff * 2, std::chrono::seconds(2));
     }

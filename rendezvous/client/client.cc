@@ -124,6 +124,9 @@ Task<Status> AsyncClient::Impl::connect() {
       }
     }
     if (s) break;
+    // Told as it happens, so that a caller waiting on connect() can say what it waits for.
+    if (on_event_)
+      on_event_(Json{{"event", "connect_attempt_failed"}, {"reason", s.error().message}});
     auto pause = retry.next(s.error(), target);
     if (!pause) {
       boost::system::error_code ignored;

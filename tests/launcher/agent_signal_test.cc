@@ -1,6 +1,7 @@
-// A handled signal ends the agent in every phase before its workers exist (reaching, connecting,
-// handshaking, waiting for peers), within the bound, with torchrun's exit code, leaving no
-// temporary directory, and telling a daemon that knows it that it left.
+// Before its workers exist (reaching, connecting, handshaking, waiting for peers) the agent
+// answers a handled signal in every phase, and says what it waits for. A signal ends it within
+// the bound, with torchrun's exit code, leaving no temporary directory, and telling a daemon
+// that knows it that it left.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -143,6 +144,64 @@ TEST_CASE("agent signals: a peer that never comes and the daemon is told the nod
   // Gone because it said so, not joined and later lost.
   INFO(read_file(s.path("ctrund.log")));
   CHECK(wait_for_text(s.path("ctrund.log"), "left: left", 5s));
+  daemon.signal(SIGTERM);
+  CHECK(daemon.wait(10s).has_value());
+}
+
+namespace {
+
+// Starts ctrun with `args`, waits (bounded) for `line` in its log, then stops it.
+void says_while_waiting(const ScratchDir& s, const std::vector<std::string>& args,
+                        const std::string& line) {
+  std::vector<std::string> argv = {CTRUN_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {TEST_WORKER_PATH, "sleep", "30"});
+  const std::string log = s.path("waiting.log");
+  ChildProcess agent(argv, log);
+  const bool said = wait_for_text(log, line, 9s);  // the first line comes after 5 s
+  agent.signal(SIGTERM);
+  CHECK(agent.wait(10s).has_value());
+  INFO(read_file(log));
+  CHECK(said);
+}
+
+}  // namespace
+
+TEST_CASE("agent waits: a refused endpoint is named with the cause while the agent retries") {
+  ScratchDir s("agent-waits");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  says_while_waiting(s,
+                     {"--nnodes=1", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                      "--rdzv_conf=is_host=false"},
+                     "still connecting to the rendezvous at " + endpoint +
+                         " after 5 s (last attempt: connect to " + endpoint +
+                         ": Connection refused); trying for up to 600 s");
+}
+
+TEST_CASE("agent waits: an endpoint that never answers is named as such") {
+  ScratchDir s("agent-waits");
+  SilentListener silent;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(silent.port());
+  says_while_waiting(
+      s,
+      {"--nnodes=1", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+       "--rdzv_conf=is_host=false"},
+      "still connecting to the rendezvous at " + endpoint + " after 5 s (no answer yet)");
+}
+
+TEST_CASE("agent waits: a round that does not form is named while the agent waits") {
+  ScratchDir s("agent-waits");
+  const std::string port_file = s.path("ctrund.port");
+  ChildProcess daemon({CTRUND_PATH, "--host", "127.0.0.1", "--port", "0", "--port_file", port_file},
+                      s.path("ctrund.log"));
+  auto port = wait_for_file(port_file, 10s);
+  REQUIRE(port.has_value());
+  const std::string endpoint = "127.0.0.1:" + std::to_string(std::stoi(*port));
+  says_while_waiting(s,
+                     {"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                      "--rdzv_id=waiting", "--rdzv_conf=is_host=false"},
+                     "waiting for the round to form at " + endpoint +
+                         " for 5 s (2 to 2 nodes; join timeout 600 s)");
   daemon.signal(SIGTERM);
   CHECK(daemon.wait(10s).has_value());
 }

@@ -25,6 +25,12 @@ TEST_CASE("backend events: ctrund's frames become typed events") {
   CHECK(lost->kind == BackendEvent::Kind::kConnectionLost);
   CHECK(lost->reason == "eof");
 
+  auto attempt = backend_event_from_frame(
+      Json{{"event", "connect_attempt_failed"}, {"reason", "connect to h:1: Connection refused"}});
+  REQUIRE(attempt);
+  CHECK(attempt->kind == BackendEvent::Kind::kConnectAttemptFailed);
+  CHECK(attempt->reason == "connect to h:1: Connection refused");
+
   // A kind the agent does not act on is no event.
   CHECK_FALSE(backend_event_from_frame(Json{{"event", "something_new"}}).has_value());
 }

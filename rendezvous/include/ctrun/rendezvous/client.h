@@ -48,7 +48,8 @@ struct ClientOptions {
 class AsyncClient {
  public:
   // Receives every frame the daemon pushes ({"event": ...}); a lost connection arrives as
-  // {"event": "connection_lost", "reason": ...}.
+  // {"event": "connection_lost", "reason": ...}, and each failed attempt of a connect() that
+  // goes on retrying as {"event": "connect_attempt_failed", "reason": ...}.
   using EventHandler = std::function<void(const Json&)>;
 
   AsyncClient(boost::asio::io_context& io, ClientOptions options);
