@@ -212,6 +212,8 @@ class Agent::Impl {
       io_.stop();
     });
     io_.run();
+    // Workers still there (a second stop signal exits at once) go before their logs' directory.
+    workers_.kill_all();
     event("agent_exit", {{"exit_code", code}});
     cleanup();
     return code;
@@ -229,7 +231,7 @@ class Agent::Impl {
   // One action of the machine; the agent's exit code when it is kExit.
   Task<std::optional<int>> perform(AgentAction action);
   // The failure report of every rank that failed in this attempt, told to the rendezvous.
-  Task<void> report_failure(const WorkerExit& first);
+  Task<void> report_failure(WorkerExit first);
   // At the job's end: a line naming the log files that were cut short, if any.
   void say_lost_logs() const;
   // What the failure report says of one failed worker (its stderr as read so far).
@@ -287,6 +289,7 @@ class Agent::Impl {
     event_log_->write(name, std::move(fields));
   }
   void post(AgentInput input) {
+    if (exiting_) return;  // a task that finished after the machine said exit
     inputs_.push_back(std::move(input));
     wake_.cancel();
   }
@@ -334,6 +337,7 @@ class Agent::Impl {
   WorkerGroup workers_;
   std::deque<AgentInput> inputs_;
   std::optional<AgentMachine> machine_;
+  bool exiting_ = false;        // the machine said exit: spawned tasks still running start nothing
   asio::steady_timer barrier_;  // after success, the wait for the job's end
   asio::steady_timer waiting_line_timer_;
   std::string last_attempt_;  // why the backend's last connect attempt failed
@@ -503,6 +507,7 @@ Task<void> Agent::Impl::connect() {
   const LaunchOptions& o = options_;
   AgentInput connected{.kind = AgentInput::Kind::kConnected};
   connected.status = co_await client_->connect();
+  if (exiting_) co_return;
   if (connected.status) {
     client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
     host_ = !o.local_addr.empty() ? o.local_addr : client_->local_address();
@@ -782,12 +787,15 @@ Task<std::optional<int>> Agent::Impl::perform(AgentAction a) {
       break;
     case K::kReportResult:
       if (a.ok) say_lost_logs();
-      (void)co_await client_->report(a.ok, a.text);
-      // A failure: let the job's end reach the other nodes before this one goes.
-      if (!a.ok) co_await linger(std::chrono::milliseconds(200));
+      spawn([this, ok = a.ok, text = std::move(a.text)]() -> Task<void> {
+        (void)co_await client_->report(ok, text);
+        // A failure: let the job's end reach the other nodes before this one goes.
+        if (!ok) co_await linger(std::chrono::milliseconds(200));
+        post({.kind = AgentInput::Kind::kRendezvousTold});
+      });
       break;
     case K::kFailureReport:
-      co_await report_failure(a.exit);
+      spawn(report_failure(a.exit));
       break;
     case K::kAwaitBarrier:
       // Wait for the job's end (every node done) so that a hosted rendezvous outlives its
@@ -798,9 +806,13 @@ Task<std::optional<int>> Agent::Impl::perform(AgentAction a) {
       });
       break;
     case K::kLeave:
-      (void)co_await client_->leave();
+      spawn([this]() -> Task<void> {
+        (void)co_await client_->leave();
+        post({.kind = AgentInput::Kind::kRendezvousTold});
+      });
       break;
     case K::kExit:
+      exiting_ = true;
       co_return a.code;
   }
   co_return std::nullopt;
@@ -920,7 +932,7 @@ void Agent::Impl::arm_heartbeat_check() {
 }
 
 void Agent::Impl::check_heartbeats() {
-  if (!machine_ || !machine_->workers_running()) return;
+  if (!machine_ || !machine_->watching_workers()) return;
   const rdzv::RoundAssignment& round = machine_->round();
   const auto now = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < heartbeat_files_.size(); ++i) {
@@ -1014,7 +1026,7 @@ FailureInfo Agent::Impl::failure_info(const WorkerExit& exit) const {
   return info;
 }
 
-Task<void> Agent::Impl::report_failure(const WorkerExit& first) {
+Task<void> Agent::Impl::report_failure(WorkerExit first) {
   // Every rank that failed in this attempt, the first observed first (the root cause); what
   // each wrote before it died (a traceback, faulthandler's stacks) is read to its end.
   std::vector<WorkerExit> failed{first};
@@ -1038,6 +1050,7 @@ Task<void> Agent::Impl::report_failure(const WorkerExit& first) {
   event("job_end", {{"state", "failed"}, {"reason", summary}});
   (void)co_await client_->report(false, summary);
   co_await linger(std::chrono::milliseconds(200));  // let the job's end reach the other nodes
+  post({.kind = AgentInput::Kind::kRendezvousTold});
 }
 
 Agent::Agent(asio::io_context& io, LaunchOptions options, int local_world_size)

@@ -49,7 +49,8 @@ std::vector<AgentAction> AgentMachine::handle(const AgentInput& input) {
 
 bool AgentMachine::waiting() const {
   return reconnecting_ || phase_ == Phase::kConnecting || phase_ == Phase::kStarting ||
-         phase_ == Phase::kFailing || phase_ == Phase::kStopping || phase_ == Phase::kCounting;
+         phase_ == Phase::kFailing || phase_ == Phase::kStopping || phase_ == Phase::kCounting ||
+         phase_ == Phase::kEnding;
 }
 
 bool AgentMachine::awaited(const AgentInput& input) const {
@@ -66,6 +67,8 @@ bool AgentMachine::awaited(const AgentInput& input) const {
       return input.kind == K::kWorkersStopped;
     case Phase::kCounting:
       return input.kind == K::kRestartCounted;
+    case Phase::kEnding:
+      return input.kind == K::kRendezvousTold;
     default:
       return false;
   }
@@ -92,7 +95,7 @@ void AgentMachine::act(const AgentInput& input) {
         const std::string message = input.status.error().message;
         log("error: " + message);
         emit({.kind = AgentAction::Kind::kReportResult, .text = message, .ok = false});
-        finish(kAgentExitFailure);
+        end_after_telling(kAgentExitFailure);
         return;
       }
       phase_ = Phase::kRunning;
@@ -125,6 +128,9 @@ void AgentMachine::act(const AgentInput& input) {
       if (phase_ != Phase::kFinishing) return;
       log("warning: other nodes did not finish within 300 s; exiting");
       finish(0);
+      return;
+    case K::kRendezvousTold:
+      if (phase_ == Phase::kEnding) finish(exit_code_);
       return;
     case K::kSignal:
       on_signal(input);
@@ -160,7 +166,8 @@ void AgentMachine::on_signal(const AgentInput& input) {
       finish(kAgentExitFailure);
       return;
     case Phase::kFinishing:
-      // This node's workers are done and reported: nothing to stop or leave.
+    case Phase::kEnding:
+      // This node's workers are done or stopped and the rendezvous told or being told.
       log("received " + name + ": exiting");
       finish(kAgentExitFailure);
       return;
@@ -265,7 +272,7 @@ void AgentMachine::on_restart_counted(const AgentInput& input) {
     return;
   }
   emit({.kind = AgentAction::Kind::kFailureReport, .exit = first_failure_});
-  finish(kAgentExitFailure);
+  end_after_telling(kAgentExitFailure);
 }
 
 void AgentMachine::on_connection_lost(const AgentInput& input) {
@@ -286,6 +293,7 @@ void AgentMachine::on_connection_lost(const AgentInput& input) {
 void AgentMachine::on_reconnected(const AgentInput& input) {
   if (!reconnecting_) return;
   reconnecting_ = false;
+  if (stop_signalled_) return;  // the agent is on its way out: the workers' stop decides
   if (reconnect_to_count_) {
     reconnect_to_count_ = false;
     if (!input.status) {
@@ -323,10 +331,15 @@ void AgentMachine::on_reconnected(const AgentInput& input) {
   }
   log("reconnected to the rendezvous: round " + std::to_string(at.round) + ", job " + at.state);
   record("reconnected", {{"round", at.round}, {"state", at.state}});
+  // What changed while away is news like any other, after what was kept meanwhile (a worker's
+  // exit seen during the reconnect comes first).
   if (at.state != "running") {
-    on_job_ended(at.state, "ended while away");
+    kept_.push_back(
+        {.kind = AgentInput::Kind::kJobEnded, .state = at.state, .reason = "ended while away"});
   } else if (phase_ == Phase::kRunning && at.round > round_.round) {
-    on_round_reopened(at.round, "reopened while away");
+    kept_.push_back({.kind = AgentInput::Kind::kRoundReopened,
+                     .round = at.round,
+                     .reason = "reopened while away"});
   } else if (phase_ == Phase::kJoining && !join_in_flight_) {
     join();  // the answer to the last join was lost with the connection
   }
@@ -358,8 +371,9 @@ void AgentMachine::on_job_ended(const std::string& state, const std::string& rea
 }
 
 void AgentMachine::stop_then(AfterStop after, int signo) {
-  phase_ = Phase::kStopping;
   after_stop_ = after;
+  if (phase_ == Phase::kStopping) return;  // one stop at a time; what follows it is updated
+  phase_ = Phase::kStopping;
   emit({.kind = AgentAction::Kind::kStopWorkers, .signo = signo});
 }
 
@@ -394,8 +408,17 @@ void AgentMachine::join() {
 void AgentMachine::leave_and_exit(bool connected) {
   // A goodbye, so that the rendezvous lets this node go at once instead of when its
   // keep-alives run out; without a connection there is no one to tell.
-  if (connected) emit({.kind = AgentAction::Kind::kLeave});
-  finish(kAgentExitFailure);
+  if (!connected) {
+    finish(kAgentExitFailure);
+    return;
+  }
+  emit({.kind = AgentAction::Kind::kLeave});
+  end_after_telling(kAgentExitFailure);
+}
+
+void AgentMachine::end_after_telling(int code) {
+  phase_ = Phase::kEnding;
+  exit_code_ = code;
 }
 
 void AgentMachine::finish(int code) {

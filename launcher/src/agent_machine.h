@@ -49,6 +49,7 @@ struct AgentInput {
     kReconnected,        // `status`; when ok, `place`
     kSignal,             // `signo`
     kBarrierExpired,     // the wait for the other nodes after this one succeeded ran out
+    kRendezvousTold,     // a kLeave, kReportResult or kFailureReport has been carried out
   };
   Kind kind = Kind::kSignal;
   rendezvous::Status status = rendezvous::ok_status();
@@ -76,10 +77,10 @@ struct AgentAction {
     kStopWorkers,         // `signo`, the grace, then SIGKILL -> kWorkersStopped
     kCountRestart,        // add one to the job's restart counter -> kRestartCounted
     kReconnect,           // connect again and resume this node's place -> kReconnected
-    kReportResult,        // tell the rendezvous this node's result: `ok`, `text`
-    kFailureReport,       // every failed rank (`exit` first) reported; the job failed
+    kReportResult,        // tell the rendezvous this node's result: `ok`, `text` -> kRendezvousTold
+    kFailureReport,       // every failed rank (`exit` first) reported, the job failed -> ditto
     kAwaitBarrier,        // wait for the job's end after success -> kBarrierExpired
-    kLeave,               // leave the rendezvous
+    kLeave,               // leave the rendezvous -> kRendezvousTold
     kExit,                // end the agent with `code`
   };
   Kind kind = Kind::kLog;
@@ -112,6 +113,7 @@ class AgentMachine {
     kStopping,
     kCounting,
     kFinishing,
+    kEnding,  // telling the rendezvous this node's end (a leave, a failure), then exit
     kDone,
   };
 
@@ -123,6 +125,8 @@ class AgentMachine {
 
   Phase phase() const { return phase_; }
   bool workers_running() const { return phase_ == Phase::kRunning; }
+  // Whether hung workers are looked for: while they run, and in the failure window.
+  bool watching_workers() const { return phase_ == Phase::kRunning || phase_ == Phase::kFailing; }
   bool reconnecting() const { return reconnecting_; }
   // The round the workers run in, and its restart count (for failure reports, hung workers).
   const rendezvous::RoundAssignment& round() const { return round_; }
@@ -148,6 +152,8 @@ class AgentMachine {
   void join();
   void leave_and_exit(bool connected);
   void finish(int code);
+  // The rendezvous is being told (a leave, a report): exit with `code` once it has been.
+  void end_after_telling(int code);
 
   void log(std::string text);
   void record(std::string name, rendezvous::Json fields);
@@ -167,6 +173,7 @@ class AgentMachine {
   bool stop_signalled_ = false;  // a signal asked the agent to stop
   AfterStop after_stop_ = AfterStop::kJoin;
   int exit_code_after_stop_ = 0;
+  int exit_code_ = 0;  // kEnding's
   rendezvous::RoundAssignment round_;
   int restart_count_ = 0;
   int exited_ok_ = 0;

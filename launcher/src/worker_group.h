@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -58,6 +59,9 @@ class WorkerGroup {
   // Sends `signo` to one worker's process group (a hung worker, a forwarded SIGUSR1); an exit
   // it causes arrives as usual.
   void kill(int local_rank, int signo);
+  // SIGKILL to every worker's process group at once, as the destructor does (the agent exiting
+  // on a second stop signal).
+  void kill_all() { kill_groups(SIGKILL); }
   // Sends `signo` to the worker process alone, not its children (SIGABRT for faulthandler).
   void signal_process(int local_rank, int signo);
   // The worker's pid while it runs; 0 once it exited (or with no such worker).

@@ -64,6 +64,13 @@ AgentInput signal(int signo, bool connected = true) {
 }
 AgentInput simple(In kind) { return {.kind = kind}; }
 
+// The rendezvous has been told (a leave, a report): the exit that was waiting for it.
+int told(AgentMachine& m) {
+  auto actions = m.handle(simple(In::kRendezvousTold));
+  REQUIRE(kinds(actions) == std::vector{Kind::kExit});
+  return actions.back().code;
+}
+
 // A machine whose workers of round `round` run.
 AgentMachine running(AgentMachineConfig config = two_workers(), int round = 0) {
   AgentMachine m(config);
@@ -130,8 +137,12 @@ TEST_CASE("agent machine: a failure within the budget waits the window stops cou
   auto again = m.handle({.kind = In::kRestartCounted, .count = std::int64_t{1}});
   CHECK(kinds(again) == std::vector{Kind::kJoin});
   CHECK(logs(again) == "restarting the job (1 of 1 restarts)\n");
-  // The new round starts fresh: the old group's exit kept during the failure is dropped.
+  // The new round starts fresh: the old group's exit kept during the failure is dropped, and
+  // the count of finished workers starts again.
   CHECK(kinds(m.handle(joined(1, 1))) == std::vector{Kind::kStartWorkers});
+  CHECK(kinds(m.handle(simple(In::kWorkersStarted))).empty());
+  CHECK(kinds(m.handle(exited(0, 0))).empty());
+  CHECK(kinds(m.handle(exited(1, 0))) == std::vector{Kind::kReportResult, Kind::kAwaitBarrier});
 }
 
 TEST_CASE("agent machine: a failure past the budget reports every failed rank and exits 1") {
@@ -140,10 +151,12 @@ TEST_CASE("agent machine: a failure past the budget reports every failed rank an
   m.handle(simple(In::kFailureWindowOver));
   m.handle(simple(In::kWorkersStopped));
   auto end = m.handle({.kind = In::kRestartCounted, .count = std::int64_t{1}});
-  CHECK(kinds(end) == std::vector{Kind::kFailureReport, Kind::kExit});
-  CHECK(find(end, Kind::kFailureReport)->exit.local_rank == 0);
-  CHECK(find(end, Kind::kFailureReport)->exit.exit_code == 7);
-  CHECK(find(end, Kind::kExit)->code == kAgentExitFailure);
+  REQUIRE(kinds(end) == std::vector{Kind::kFailureReport});
+  CHECK(end.back().exit.local_rank == 0);
+  CHECK(end.back().exit.exit_code == 7);
+  // News while the report is written waits; the exit comes once it is told.
+  CHECK(kinds(m.handle({.kind = In::kJobEnded, .state = "failed"})).empty());
+  CHECK(told(m) == kAgentExitFailure);
 }
 
 TEST_CASE("agent machine: a restart count lost with the connection reconnects and counts again") {
@@ -204,7 +217,8 @@ TEST_CASE("agent machine: a stop signal is answered in every phase and never kep
     AgentMachine m(two_workers());
     m.start();
     m.handle(simple(In::kConnected));
-    CHECK(kinds(m.handle(signal(SIGINT))) == std::vector{Kind::kLeave, Kind::kExit});
+    CHECK(kinds(m.handle(signal(SIGINT))) == std::vector{Kind::kLeave});
+    CHECK(told(m) == kAgentExitFailure);
   }
   SECTION("joining without a connection: nobody to tell") {
     AgentMachine m(two_workers());
@@ -217,19 +231,22 @@ TEST_CASE("agent machine: a stop signal is answered in every phase and never kep
     auto stop = m.handle(signal(SIGQUIT));
     REQUIRE(kinds(stop) == std::vector{Kind::kStopWorkers});
     CHECK(stop.back().signo == SIGQUIT);
-    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave, Kind::kExit});
+    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave});
+    CHECK(told(m) == kAgentExitFailure);
   }
   SECTION("in the failure window: the stop replaces the restart") {
     AgentMachine m = running();
     m.handle(exited(0, 1));
     CHECK(kinds(m.handle(signal(SIGTERM))) == std::vector{Kind::kStopWorkers});
-    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave, Kind::kExit});
+    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave});
+    CHECK(told(m) == kAgentExitFailure);
   }
   SECTION("while a restart's stop runs: leave and exit once it ends, no join") {
     AgentMachine m = running();
     m.handle({.kind = In::kRoundReopened, .round = 1});
     CHECK(kinds(m.handle(signal(SIGTERM))).empty());
-    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave, Kind::kExit});
+    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave});
+    CHECK(told(m) == kAgentExitFailure);
   }
   SECTION("while reconnecting: the workers are stopped at once, not after the reconnect") {
     AgentMachine m = running();
@@ -351,9 +368,10 @@ TEST_CASE("agent machine: a refused join or start fails the agent with the reaso
     m.handle(joined(0));
     auto end = m.handle({.kind = In::kWorkersStarted,
                          .status = rdzv::Error{rdzv::ErrorCode::kBadRequest, "no such file"}});
-    CHECK(kinds(end) == std::vector{Kind::kReportResult, Kind::kExit});
-    CHECK_FALSE(find(end, Kind::kReportResult)->ok);
-    CHECK(find(end, Kind::kReportResult)->text == "no such file");
+    REQUIRE(kinds(end) == std::vector{Kind::kReportResult});
+    CHECK_FALSE(end.back().ok);
+    CHECK(end.back().text == "no such file");
+    CHECK(told(m) == kAgentExitFailure);
   }
   SECTION("connect") {
     AgentMachine m(two_workers());
@@ -363,4 +381,98 @@ TEST_CASE("agent machine: a refused join or start fails the agent with the reaso
     CHECK(kinds(end) == std::vector{Kind::kExit});
     CHECK(logs(end) == "error: refused\n");
   }
+}
+
+TEST_CASE("agent machine: a reconnect's outcome does not undo a stop signal") {
+  AgentMachine m = running();
+  m.handle({.kind = In::kConnectionLost, .connected = false});
+  CHECK(kinds(m.handle(signal(SIGTERM, false))) == std::vector{Kind::kStopWorkers});
+  // Forgotten while away, or the job ended: the agent still leaves and exits, with no join and
+  // no second stop.
+  const ResumedPlace place =
+      GENERATE(ResumedPlace{.known = false, .why = "gone"}, ResumedPlace{.state = "succeeded"});
+  CHECK(kinds(m.handle({.kind = In::kReconnected, .place = place})).empty());
+  CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave});
+  CHECK(told(m) == kAgentExitFailure);
+}
+
+TEST_CASE("agent machine: news found on reconnect comes after the exits seen while away") {
+  AgentMachine m = running();
+  m.handle({.kind = In::kConnectionLost, .connected = false});
+  m.handle({.kind = In::kWorkerExit, .exit = {.local_rank = 0}, .connected = false});
+  m.handle({.kind = In::kWorkerExit, .exit = {.local_rank = 1}, .connected = false});
+  // Both workers had finished: this node reports success, then hears the job's end.
+  auto actions = m.handle({.kind = In::kReconnected, .place = {.state = "failed"}});
+  CHECK(kinds(actions) == std::vector{Kind::kReportResult, Kind::kAwaitBarrier, Kind::kExit});
+  CHECK(actions.back().code == 0);
+}
+
+TEST_CASE("agent machine: a stop signal while the workers start stops them once started") {
+  AgentMachine m(two_workers());
+  m.start();
+  m.handle(simple(In::kConnected));
+  m.handle(joined(0));
+  CHECK(kinds(m.handle(signal(SIGTERM))) == std::vector{Kind::kStopWorkers});
+  CHECK(kinds(m.handle(simple(In::kWorkersStarted))).empty());
+  CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave});
+  CHECK(told(m) == kAgentExitFailure);
+}
+
+TEST_CASE("agent machine: a restart count that cannot be had even after a reconnect fails") {
+  AgentMachine m = running(two_workers(3));
+  m.handle(exited(0, 1));
+  m.handle(simple(In::kFailureWindowOver));
+  m.handle(simple(In::kWorkersStopped));
+  const rdzv::Error cut{rdzv::ErrorCode::kConnection, "reset"};
+  CHECK(kinds(m.handle({.kind = In::kRestartCounted, .count = cut, .connected = false})) ==
+        std::vector{Kind::kReconnect});
+  SECTION("the reconnect fails") {
+    CHECK(kinds(m.handle({.kind = In::kReconnected, .status = cut, .connected = false})) ==
+          std::vector{Kind::kFailureReport});
+  }
+  SECTION("the count fails again") {
+    CHECK(kinds(m.handle(simple(In::kReconnected))) == std::vector{Kind::kCountRestart});
+    CHECK(kinds(m.handle({.kind = In::kRestartCounted, .count = cut, .connected = false})) ==
+          std::vector{Kind::kFailureReport});
+  }
+  CHECK(told(m) == kAgentExitFailure);
+}
+
+TEST_CASE("agent machine: after success a lost rendezvous or a failed job still exits 0") {
+  AgentMachine m = running();
+  m.handle(exited(0, 0));
+  m.handle(exited(1, 0));
+  // A reopened round is no news for a node that is done.
+  CHECK(kinds(m.handle({.kind = In::kRoundReopened, .round = 5})).empty());
+  SECTION("lost") {
+    auto end = m.handle({.kind = In::kConnectionLost, .connected = false});
+    REQUIRE(kinds(end) == std::vector{Kind::kExit});
+    CHECK(end.back().code == 0);
+  }
+  SECTION("failed elsewhere") {
+    auto end = m.handle({.kind = In::kJobEnded, .state = "failed"});
+    REQUIRE(kinds(end) == std::vector{Kind::kExit});
+    CHECK(end.back().code == 0);
+  }
+}
+
+TEST_CASE("agent machine: the job's success elsewhere stops the workers and exits 0") {
+  AgentMachine m = running();
+  CHECK(kinds(m.handle({.kind = In::kJobEnded, .state = "succeeded"})) ==
+        std::vector{Kind::kStopWorkers});
+  auto end = m.handle(simple(In::kWorkersStopped));
+  REQUIRE(kinds(end) == std::vector{Kind::kExit});
+  CHECK(end.back().code == 0);
+}
+
+TEST_CASE("agent machine: SIGUSR1 after a failure is not forwarded and a missing count reads 0") {
+  AgentMachine m = running();
+  m.handle(exited(0, 1));
+  CHECK(kinds(m.handle(signal(SIGUSR1))).empty());
+  AgentMachine old_daemon(two_workers());
+  old_daemon.start();
+  old_daemon.handle(simple(In::kConnected));
+  auto start = old_daemon.handle(joined(0, -1));
+  REQUIRE(find(start, Kind::kStartWorkers) != nullptr);
+  CHECK(find(start, Kind::kStartWorkers)->restart_count == 0);
 }
