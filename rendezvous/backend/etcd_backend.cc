@@ -117,7 +117,13 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     const auto until = Clock::now() + options_.connect_timeout;
     Duration backoff = std::chrono::milliseconds(100);
     while (true) {
-      auto granted = co_await client_.grant(whole_seconds_up(options_.lease_ttl));
+      // Bounded by this connect's own deadline, whatever etcd does; each refusal is told.
+      const Duration left = std::max<Duration>(until - Clock::now(), std::chrono::milliseconds(1));
+      auto granted = co_await client_.grant(
+          whole_seconds_up(options_.lease_ttl), left, [this](const Error& e) {
+            emit(BackendEvent{.kind = BackendEvent::Kind::kConnectAttemptFailed,
+                              .reason = e.message});
+          });
       if (granted) {
         lease_ = granted.value().id;
         break;
@@ -125,8 +131,6 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       if (granted.error().code != ErrorCode::kConnection || Clock::now() + backoff >= until) {
         co_return Error{granted.error().code, "cannot reach etcd: " + granted.error().message};
       }
-      emit(BackendEvent{.kind = BackendEvent::Kind::kConnectAttemptFailed,
-                        .reason = granted.error().message});
       co_await sleep_for(io_, backoff);
       backoff = std::min<Duration>(backoff * 2, std::chrono::seconds(2));
     }

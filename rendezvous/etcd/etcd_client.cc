@@ -126,13 +126,15 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     co_return Attempt{true, connection_error(ep, "connection lost")};
   }
 
-  Task<Result<Json>> call(std::string path, Json body) {
+  Task<Result<Json>> call(std::string path, Json body, std::optional<Duration> within = {},
+                          std::function<void(const Error&)> on_retry = {}) {
     auto self = shared_from_this();  // the Client may be destroyed while this call waits
     if (options_.endpoints.empty()) {
       co_return Error{ErrorCode::kBadRequest, "etcd: no endpoint given"};
     }
     const std::string text = body.dump();
-    const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
+    const auto deadline =
+        std::chrono::steady_clock::now() + within.value_or(options_.request_timeout);
     auto backoff = std::chrono::milliseconds(50);
     Error last{ErrorCode::kConnection, "etcd: no endpoint answered"};
     std::size_t index = preferred_;
@@ -145,6 +147,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
         Attempt a = co_await attempt(index, path, text, until);
         if (!a.retry) co_return std::move(a.answer);
         last = a.answer.error();
+        if (on_retry) on_retry(last);
         index = (index + 1) % options_.endpoints.size();
       }
       // Every member refused: wait a little (a leader election, a restart) and go round again.
@@ -317,10 +320,11 @@ Task<Result<std::int64_t>> Client::erase(std::string key, std::string range_end)
   co_return parse_deleted(answer.value());
 }
 
-Task<Result<LeaseGrant>> Client::grant(std::int64_t ttl_seconds) {
+Task<Result<LeaseGrant>> Client::grant(std::int64_t ttl_seconds, std::optional<Duration> within,
+                                       std::function<void(const Error&)> on_retry) {
   Json body = Json::object();
   body["TTL"] = std::to_string(ttl_seconds);
-  auto answer = co_await impl_->call("/v3/lease/grant", body);
+  auto answer = co_await impl_->call("/v3/lease/grant", body, within, std::move(on_retry));
   if (!answer) co_return answer.error();
   co_return parse_lease_grant(answer.value());
 }

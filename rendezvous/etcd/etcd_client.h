@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,7 +52,10 @@ class Client {
                                   std::int64_t limit = 0, bool keys_only = false);
   Task<Result<TxnResult>> txn(Txn txn);
   Task<Result<std::int64_t>> erase(std::string key, std::string range_end = "");
-  Task<Result<LeaseGrant>> grant(std::int64_t ttl_seconds);
+  // `within`, when given, bounds the call instead of request_timeout (a connect that must end
+  // by its own deadline); each failed try on the way is told to `on_retry`.
+  Task<Result<LeaseGrant>> grant(std::int64_t ttl_seconds, std::optional<Duration> within = {},
+                                 std::function<void(const Error&)> on_retry = {});
   // Renews the lease; the TTL left, 0 when the lease is gone (expired or revoked).
   Task<Result<std::int64_t>> keep_alive(std::int64_t lease);
   Task<Status> revoke(std::int64_t lease);
