@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "adopted_children.h"
 #include "agent_machine.h"
 #include "ctrun/launcher/failure_report.h"
 #include "ctrun/launcher/worker_env.h"
@@ -186,6 +187,7 @@ class Agent::Impl {
         local_world_size_(local_world_size),
         wake_(io),
         signals_(io),
+        adopted_timer_(io),
         heartbeat_timer_(io),
         heartbeats_(std::chrono::duration_cast<std::chrono::milliseconds>(
             seconds(options_.worker_timeout))),
@@ -197,6 +199,12 @@ class Agent::Impl {
     if (auto s = open_event_logs(); !s) {
       log("error: " + s.error().message);
       return kAgentExitFailure;
+    }
+    if (auto s = become_child_subreaper(); !s) {
+      log("warning: " + s.error().message +
+          ": descendants of workers that outlive them go to init");
+    } else {
+      arm_adopted_reaping();
     }
     int code = kAgentExitFailure;
     asio::co_spawn(io_, main(), [&](std::exception_ptr e, int result) {
@@ -212,8 +220,10 @@ class Agent::Impl {
       io_.stop();
     });
     io_.run();
-    // Workers still there (a second stop signal exits at once) go before their logs' directory.
+    // Workers still there (a second stop signal exits at once), and what they left, go before
+    // their logs' directory.
     workers_.kill_all();
+    kill_adopted_children(workers_.pids());
     event("agent_exit", {{"exit_code", code}});
     cleanup();
     return code;
@@ -268,6 +278,7 @@ class Agent::Impl {
                           {"rendezvous", rdzv::format_endpoint({endpoint_host_, endpoint_port_})}});
   }
   void arm_signals();
+  void arm_adopted_reaping();
   // Every kWaitingLineInterval while the agent waits (to connect, for a round, to reconnect,
   // for the other nodes to finish): a line saying what for, how long, and why.
   void arm_waiting_line();
@@ -326,6 +337,9 @@ class Agent::Impl {
   int local_world_size_;
   asio::steady_timer wake_;
   asio::signal_set signals_;
+  // Adopted descendants that exited are reaped every second. Not on SIGCHLD: asio installs its
+  // handlers without SA_RESTART, and every worker's exit would interrupt blocking calls.
+  asio::steady_timer adopted_timer_;
   asio::steady_timer heartbeat_timer_;
   HeartbeatMonitor heartbeats_;
   std::vector<std::string> heartbeat_files_;  // by local rank; empty without --worker_timeout
@@ -698,6 +712,8 @@ Task<void> Agent::Impl::stop_workers(int signo) {
         done.cancel();
       });
   while (!stopped) co_await done.async_wait(asio::as_tuple(asio::use_awaitable));
+  // What the workers left that escaped their process groups (a setsid daemon) goes too.
+  kill_adopted_children(workers_.pids());
 }
 
 Task<int> Agent::Impl::main() {
@@ -875,6 +891,15 @@ void Agent::Impl::begin_join() {
       }
     }
     post({.kind = AgentInput::Kind::kJoined, .joined = std::move(result)});
+  });
+}
+
+void Agent::Impl::arm_adopted_reaping() {
+  adopted_timer_.expires_after(std::chrono::seconds(1));
+  adopted_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    reap_adopted_children(workers_.pids());
+    arm_adopted_reaping();
   });
 }
 

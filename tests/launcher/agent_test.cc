@@ -339,6 +339,51 @@ TEST_CASE("agent: SIGTERM stops every worker and grandchild, and the agent exits
   CHECK(read_file(s.path("agent.log")).find("received SIGTERM") != std::string::npos);
 }
 
+// The parent pid and state of `pid` from /proc (0 and '?' when it is gone).
+std::pair<pid_t, char> parent_and_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string content;
+  std::getline(stat, content);
+  const auto close = content.rfind(')');
+  if (close == std::string::npos) return {0, '?'};
+  std::istringstream rest(content.substr(close + 1));
+  char state = '?';
+  pid_t parent = 0;
+  rest >> state >> parent;
+  return {parent, state};
+}
+
+TEST_CASE("agent: a worker's descendant in a session of its own is adopted and ends with the job") {
+  Scratch s;
+  ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=1", TEST_WORKER_PATH,
+                                 "daemonize", s.path("daemon")}),
+                     s.path("agent.log"));
+  auto written = wait_for_file(s.path("daemon.0"), 20s);
+  INFO(read_file(s.path("agent.log")));
+  REQUIRE(written.has_value());
+  const pid_t daemon = std::stoi(*written);
+  // Its parent gone, it belongs to the agent (a child subreaper), not to init.
+  const auto adopted_by = std::chrono::steady_clock::now() + 5s;
+  while (parent_and_state(daemon).first != agent.pid() &&
+         std::chrono::steady_clock::now() < adopted_by) {
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(parent_and_state(daemon).first == agent.pid());
+  auto code = agent.wait(20s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  // Killed with the job: gone, or a zombie left for init.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  auto running = [&] {
+    const char state = parent_and_state(daemon).second;
+    return state != '?' && state != 'Z';
+  };
+  while (running() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK_FALSE(running());
+}
+
 TEST_CASE("agent: SIGUSR1 in --signals_to_handle is forwarded to the workers, who go on") {
   Scratch s;
   ChildProcess agent(

@@ -16,9 +16,12 @@
 //                          ignored; on later attempts everyone writes env and exits 0 after 1 s
 //   hang                   heartbeats every 20 ms for 0.3 s, then blocks for good in
 //                          stuck_in_named_function() (native stacks of a hung C++ worker)
+//   daemonize FILE         leave a process in a session of its own (pid in FILE.<RANK>, its
+//                          parent already gone), then exit 0 after 1 s
 //   usr1 PREFIX            write PREFIX.<RANK>.ready, wait (up to 60 s) for SIGUSR1, then write
 //                          env to PREFIX.<RANK> and exit 0 (a checkpoint on Slurm's warning)
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 extern char** environ;
@@ -104,6 +107,23 @@ int main(int argc, char** argv) {
     }
     std::ofstream(std::string(argv[2]) + "." + env("RANK")) << getpid() << " " << child << "\n";
     std::this_thread::sleep_for(std::chrono::seconds(300));
+    return 0;
+  }
+  if (mode == "daemonize" && argc > 2) {
+    const std::string file = std::string(argv[2]) + "." + env("RANK");
+    const pid_t middle = fork();
+    if (middle == 0) {
+      if (fork() == 0) {
+        setsid();
+        std::ofstream(file + ".tmp") << getpid() << "\n";
+        std::rename((file + ".tmp").c_str(), file.c_str());
+        execl("/bin/sleep", "sleep", "300", nullptr);
+        _exit(127);
+      }
+      _exit(0);  // the daemon's parent goes: it is re-parented
+    }
+    waitpid(middle, nullptr, 0);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     return 0;
   }
   if (mode == "dumpenv" && argc > 2) {
