@@ -10,6 +10,7 @@
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -32,9 +33,9 @@
 #include "rendezvous/base/log.h"
 #include "rendezvous/base/token.h"
 #include "rendezvous/daemon/server.h"
-#include "rendezvous/etcd/etcd.h"
 #include "rendezvous/protocol/auth.h"
 #include "rendezvous/protocol/message.h"
+#include "rendezvous_plan.h"
 #include "worker_group.h"
 
 extern char** environ;
@@ -224,8 +225,13 @@ class Agent::Impl {
     // their logs' directory.
     workers_.kill_all();
     kill_adopted_children(workers_.pids());
-    event("agent_exit", {{"exit_code", code}});
+    event("agent_exit",
+          {{"exit_code", code}, {"signal", exit_signal_ ? signal_name(exit_signal_) : ""}});
     cleanup();
+    if (exit_signal_ != 0) {
+      std::signal(exit_signal_, SIG_DFL);
+      std::raise(exit_signal_);
+    }
     return code;
   }
 
@@ -351,7 +357,9 @@ class Agent::Impl {
   WorkerGroup workers_;
   std::deque<AgentInput> inputs_;
   std::optional<AgentMachine> machine_;
-  bool exiting_ = false;        // the machine said exit: spawned tasks still running start nothing
+  bool exiting_ = false;
+  int exit_signal_ = 0;  // the agent ends as this signal's default action would        // the
+                         // machine said exit: spawned tasks still running start nothing
   asio::steady_timer barrier_;  // after success, the wait for the job's end
   asio::steady_timer waiting_line_timer_;
   std::string last_attempt_;  // why the backend's last connect attempt failed
@@ -432,49 +440,13 @@ rdzv::Status Agent::Impl::setup() {
   config_.keep_alive_max_attempt = o.rdzv_conf.keep_alive_max_attempt;
 
   // Where the rendezvous is, and whether this agent hosts it.
-  bool try_host = false;
-  bool must_host = false;
-  if (!o.standalone && (o.rdzv_backend == "etcd" || o.rdzv_backend == "etcd-v2")) {
-    if (o.rdzv_endpoint.empty()) {
-      return rdzv::Error{rdzv::ErrorCode::kBadRequest,
-                         "--rdzv_endpoint is required with --rdzv_backend=" + o.rdzv_backend};
-    }
-    auto endpoints = rdzv::etcd::parse_endpoints(o.rdzv_endpoint);
-    if (!endpoints) return endpoints.error();
-    endpoint_host_ = endpoints.value().front().host;
-    endpoint_port_ = endpoints.value().front().port;
-    if (o.node_rank_given) requested_rank_ = o.node_rank;
-    rdzv::EtcdBackendOptions etcd_options;
-    etcd_options.endpoints = std::move(endpoints).value();
-    etcd_options.job = run_id_;
-    etcd_options.connect_timeout = config_.join_timeout;
-    etcd_options.lease_ttl = config_.keep_alive_interval * config_.keep_alive_max_attempt;
-    etcd_options.log = [](const std::string& line) { rdzv::log_line("ctrun rendezvous", line); };
-    etcd_options.events = hosted_events();
-    client_ = rdzv::make_etcd_backend(io_, std::move(etcd_options));
-  } else if (o.standalone) {
-    endpoint_host_ = "127.0.0.1";
-    endpoint_port_ = 0;  // a free port: two standalone jobs on one machine do not collide
-    try_host = must_host = true;
-  } else if (o.rdzv_backend == "static") {
-    endpoint_host_ = o.master_addr;
-    endpoint_port_ = static_cast<std::uint16_t>(o.master_port);
-    try_host = must_host = o.node_rank == 0;
-    requested_rank_ = o.node_rank;
-  } else {
-    if (o.rdzv_endpoint.empty()) {
-      return rdzv::Error{rdzv::ErrorCode::kBadRequest,
-                         "--rdzv_endpoint is required with --rdzv_backend=" + o.rdzv_backend};
-    }
-    auto ep = parse_rdzv_endpoint(o.rdzv_endpoint, rdzv::kDefaultPort);
-    if (!ep) return ep.error();
-    endpoint_host_ = ep.value().host;
-    endpoint_port_ = ep.value().port;
-    must_host = o.rdzv_conf.is_host.value_or(false);
-    try_host = o.rdzv_conf.is_host.value_or(is_local_host(endpoint_host_));
-    if (o.node_rank_given) requested_rank_ = o.node_rank;
-  }
-  if (try_host) {
+  auto plan = plan_rendezvous(o, is_local_host);
+  if (!plan) return plan.error();
+  rdzv::BackendSpec& backend = plan.value().backend;
+  endpoint_host_ = backend.endpoints.front().host;
+  endpoint_port_ = backend.endpoints.front().port;
+  requested_rank_ = plan.value().requested_rank;
+  if (plan.value().try_host) {
     rdzv::ServerOptions server_options;
     server_options.host = endpoint_host_;
     server_options.port = endpoint_port_;
@@ -490,23 +462,20 @@ rdzv::Status Agent::Impl::setup() {
       server_ = std::move(server).value();
       server_->start();
       endpoint_port_ = server_->port();
+      backend.endpoints.front().port = endpoint_port_;
       log("hosting the rendezvous on " + server_->endpoint());
-    } else if (must_host) {
+    } else if (plan.value().must_host) {
       return server.error();
     }
     // Otherwise another agent on this machine hosts it: join as a client.
   }
-
-  if (!client_) {
-    rdzv::ClientOptions client_options;
-    client_options.host = endpoint_host_;
-    client_options.port = endpoint_port_;
-    client_options.job = run_id_;
-    client_options.token = token_;
-    client_options.connect_timeout = config_.join_timeout;
-    client_options.want_worker_store = true;
-    client_ = rdzv::make_ctrund_backend(io_, client_options);
-  }
+  backend.job = run_id_;
+  backend.token = token_;
+  backend.connect_timeout = config_.join_timeout;
+  backend.lease_ttl = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  backend.log = [](const std::string& line) { rdzv::log_line("ctrun rendezvous", line); };
+  backend.events = hosted_events();
+  client_ = rdzv::make_backend(io_, std::move(backend));
   client_->set_event_handler([this](const rdzv::BackendEvent& e) {
     if (e.kind == rdzv::BackendEvent::Kind::kConnectAttemptFailed) {
       last_attempt_ = e.reason;  // for the waiting lines
@@ -829,6 +798,7 @@ Task<std::optional<int>> Agent::Impl::perform(AgentAction a) {
       break;
     case K::kExit:
       exiting_ = true;
+      exit_signal_ = a.signo;
       co_return a.code;
   }
   co_return std::nullopt;

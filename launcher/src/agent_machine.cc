@@ -150,6 +150,7 @@ void AgentMachine::on_signal(const AgentInput& input) {
     if (running) emit({.kind = AgentAction::Kind::kForwardSignal, .signo = signo});
     return;
   }
+  if (!started_once_) exit_signal_ = signo;
   if (stop_signalled_) {
     // A second stop: the user means now. The workers' process groups are killed on exit.
     log("received " + name + " again: stopping at once");
@@ -216,6 +217,7 @@ void AgentMachine::on_joined(const AgentInput& input) {
       rdzv::format_endpoint({round_.master_addr, static_cast<std::uint16_t>(round_.master_port)}) +
       ", restart " + std::to_string(restart_count_));
   phase_ = Phase::kStarting;
+  started_once_ = true;
   workers_up_ = true;  // a start that fails leaves none: kWorkersStarted says
   exited_ok_ = 0;
   emit(
@@ -423,7 +425,7 @@ void AgentMachine::end_after_telling(int code) {
 
 void AgentMachine::finish(int code) {
   phase_ = Phase::kDone;
-  emit({.kind = AgentAction::Kind::kExit, .code = code});
+  emit({.kind = AgentAction::Kind::kExit, .signo = exit_signal_, .code = code});
 }
 
 void AgentMachine::log(std::string text) {

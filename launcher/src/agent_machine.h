@@ -81,7 +81,7 @@ struct AgentAction {
     kFailureReport,       // every failed rank (`exit` first) reported, the job failed -> ditto
     kAwaitBarrier,        // wait for the job's end after success -> kBarrierExpired
     kLeave,               // leave the rendezvous -> kRendezvousTold
-    kExit,                // end the agent with `code`
+    kExit,                // end the agent with `code`; or by signal `signo` when not 0
   };
   Kind kind = Kind::kLog;
   std::string text{};
@@ -171,6 +171,11 @@ class AgentMachine {
   bool count_retried_ = false;
   bool workers_up_ = false;      // workers were started and not stopped since
   bool stop_signalled_ = false;  // a signal asked the agent to stop
+  // Workers were started once. Before that a stop signal ends the agent as the signal's default
+  // action would, as torchrun, whose handlers are installed only when it starts workers (after,
+  // its SignalException ends it with 1).
+  bool started_once_ = false;
+  int exit_signal_ = 0;
   AfterStop after_stop_ = AfterStop::kJoin;
   int exit_code_after_stop_ = 0;
   int exit_code_ = 0;  // kEnding's

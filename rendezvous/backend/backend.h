@@ -17,6 +17,7 @@
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/endpoint.h"
 #include "ctrun/rendezvous/store_address.h"
+#include "rendezvous/backend/backend_spec.h"
 #include "rendezvous/base/event_log.h"
 #include "rendezvous/core/rendezvous.h"
 
@@ -97,5 +98,9 @@ struct EtcdBackendOptions {
 
 // etcd, through its HTTP gateway (docs/etcd_gateway.md); the keys it uses: etcd_jobs.h.
 std::unique_ptr<Backend> make_etcd_backend(boost::asio::io_context& io, EtcdBackendOptions options);
+
+// The Backend `spec` names: the agent's one way in, so that it never branches on the service.
+// A ctrund backend asks for the job's worker-store port (TORCHELASTIC_USE_AGENT_STORE).
+std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, BackendSpec spec);
 
 }  // namespace ctrun::rendezvous

@@ -1,0 +1,27 @@
+// make_backend: the service a BackendSpec names, built.
+#include "rendezvous/backend/backend.h"
+
+namespace ctrun::rendezvous {
+
+std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, BackendSpec spec) {
+  if (spec.service == BackendSpec::Service::kEtcd) {
+    EtcdBackendOptions options;
+    options.endpoints = std::move(spec.endpoints);
+    options.job = std::move(spec.job);
+    options.connect_timeout = spec.connect_timeout;
+    options.lease_ttl = spec.lease_ttl;
+    options.log = std::move(spec.log);
+    options.events = std::move(spec.events);
+    return make_etcd_backend(io, std::move(options));
+  }
+  ClientOptions options;
+  options.host = spec.endpoints.front().host;
+  options.port = spec.endpoints.front().port;
+  options.job = std::move(spec.job);
+  options.token = std::move(spec.token);
+  options.connect_timeout = spec.connect_timeout;
+  options.want_worker_store = true;
+  return make_ctrund_backend(io, std::move(options));
+}
+
+}  // namespace ctrun::rendezvous

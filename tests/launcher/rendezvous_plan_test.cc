@@ -1,0 +1,83 @@
+// Which rendezvous the agent uses and whether it hosts it, from the command line alone.
+#include "rendezvous_plan.h"
+
+#include <catch2/catch.hpp>
+
+#include "fake_env.h"
+
+using namespace ctrun::launcher;
+namespace rdzv = ctrun::rendezvous;
+using ctrun::testing::env_of;
+using Service = rdzv::BackendSpec::Service;
+
+namespace {
+
+rdzv::Result<RendezvousPlan> plan(std::vector<std::string> args, bool local = false) {
+  args.push_back("train.py");
+  auto parsed = parse_launch_options(args, env_of({}));
+  REQUIRE(parsed.ok());
+  return plan_rendezvous(parsed.value().options, [local](const std::string&) { return local; });
+}
+
+}  // namespace
+
+TEST_CASE("rendezvous plan: --standalone hosts a ctrund on a free loopback port") {
+  auto p = plan({"--standalone"});
+  REQUIRE(p.ok());
+  CHECK(p.value().backend.service == Service::kCtrund);
+  CHECK(p.value().backend.endpoints.front().host == "127.0.0.1");
+  CHECK(p.value().backend.endpoints.front().port == 0);
+  CHECK(p.value().must_host);
+}
+
+TEST_CASE("rendezvous plan: static hosts on node 0 at the master address and asks its rank") {
+  auto zero = plan({"--nnodes=2", "--node_rank=0", "--master_addr=10.0.0.1", "--master_port=1234"});
+  REQUIRE(zero.ok());
+  CHECK(zero.value().must_host);
+  CHECK(zero.value().requested_rank == 0);
+  CHECK(rdzv::format_endpoint(zero.value().backend.endpoints.front()) == "10.0.0.1:1234");
+  auto one = plan({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=1234"});
+  REQUIRE(one.ok());
+  CHECK_FALSE(one.value().try_host);
+  CHECK(one.value().requested_rank == 1);
+}
+
+TEST_CASE("rendezvous plan: c10d hosts when the endpoint is this machine unless is_host says") {
+  auto here = plan({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=head"}, true);
+  REQUIRE(here.ok());
+  CHECK(here.value().try_host);
+  CHECK_FALSE(here.value().must_host);  // another agent here may host it already
+  CHECK(here.value().backend.endpoints.front().port == rdzv::kDefaultPort);
+  CHECK(here.value().requested_rank == -1);
+  auto elsewhere = plan({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=head:5"}, false);
+  REQUIRE(elsewhere.ok());
+  CHECK_FALSE(elsewhere.value().try_host);
+  auto told = plan(
+      {"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=head", "--rdzv_conf=is_host=false"},
+      true);
+  REQUIRE(told.ok());
+  CHECK_FALSE(told.value().try_host);
+  auto must = plan({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=head",
+                    "--rdzv_conf=is_host=true", "--node_rank=1"});
+  REQUIRE(must.ok());
+  CHECK(must.value().must_host);
+  CHECK(must.value().requested_rank == 1);
+}
+
+TEST_CASE("rendezvous plan: etcd takes every member and is never hosted") {
+  auto p = plan({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=a:1,http://b"}, true);
+  REQUIRE(p.ok());
+  CHECK(p.value().backend.service == Service::kEtcd);
+  REQUIRE(p.value().backend.endpoints.size() == 2);
+  CHECK(rdzv::format_endpoint(p.value().backend.endpoints[1]) == "b:2379");
+  CHECK_FALSE(p.value().try_host);
+}
+
+TEST_CASE("rendezvous plan: a missing or bad endpoint is a clear error") {
+  auto missing = plan({"--nnodes=2", "--rdzv_backend=c10d"});
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().message == "--rdzv_endpoint is required with --rdzv_backend=c10d");
+  auto bad = plan({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=https://a"});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("https") != std::string::npos);
+}
