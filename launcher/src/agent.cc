@@ -229,6 +229,9 @@ class Agent::Impl {
           {{"exit_code", code}, {"signal", exit_signal_ ? signal_name(exit_signal_) : ""}});
     cleanup();
     if (exit_signal_ != 0) {
+      // No core file of the agent for a SIGQUIT: the ending is the point, not its memory.
+      const rlimit no_core{0, 0};
+      setrlimit(RLIMIT_CORE, &no_core);
       std::signal(exit_signal_, SIG_DFL);
       std::raise(exit_signal_);
     }

@@ -104,7 +104,7 @@ void AgentMachine::act(const AgentInput& input) {
       on_worker_exit(input);
       return;
     case K::kFailureWindowOver:
-      if (phase_ == Phase::kFailing) stop_then(AfterStop::kCountRestart, SIGTERM);
+      if (phase_ == Phase::kFailing) stop_then(AfterStop::kFailureReport, SIGTERM);
       return;
     case K::kWorkersStopped:
       if (phase_ == Phase::kStopping) after_stop();
@@ -247,10 +247,10 @@ void AgentMachine::on_worker_exit(const AgentInput& input) {
                 : "exited with code " + std::to_string(e.exit_code)));
   first_failure_ = e;
   count_retried_ = false;
-  // Ranks that fail together are all reported: the others get --monitor-interval to fail too
-  // before the group is stopped (torchrun sees them in the same poll of its monitor).
-  phase_ = Phase::kFailing;
-  emit({.kind = AgentAction::Kind::kAwaitFailureWindow});
+  // The restart is counted first, while the other workers still run: a restart stops them at
+  // once; only a job that fails waits for the failure window before its report.
+  phase_ = Phase::kCounting;
+  emit({.kind = AgentAction::Kind::kCountRestart});
 }
 
 void AgentMachine::on_restart_counted(const AgentInput& input) {
@@ -270,11 +270,13 @@ void AgentMachine::on_restart_counted(const AgentInput& input) {
     log("restarting the job (" + std::to_string(used.value()) + " of " +
         std::to_string(config_.max_restarts) + " restarts)");
     record("restart", {{"used", used.value()}, {"max", config_.max_restarts}});
-    join();  // joining again opens the next round for every node
+    stop_then(AfterStop::kJoin, SIGTERM);  // joining again opens the next round for every node
     return;
   }
-  emit({.kind = AgentAction::Kind::kFailureReport, .exit = first_failure_});
-  end_after_telling(kAgentExitFailure);
+  // Ranks that fail together are all reported: the others get --monitor-interval to fail too
+  // before the group is stopped (torchrun sees them in the same poll of its monitor).
+  phase_ = Phase::kFailing;
+  emit({.kind = AgentAction::Kind::kAwaitFailureWindow});
 }
 
 void AgentMachine::on_connection_lost(const AgentInput& input) {
@@ -385,9 +387,9 @@ void AgentMachine::after_stop() {
     case AfterStop::kJoin:
       join();
       return;
-    case AfterStop::kCountRestart:
-      phase_ = Phase::kCounting;
-      emit({.kind = AgentAction::Kind::kCountRestart});
+    case AfterStop::kFailureReport:
+      emit({.kind = AgentAction::Kind::kFailureReport, .exit = first_failure_});
+      end_after_telling(kAgentExitFailure);
       return;
     case AfterStop::kExit:
       finish(exit_code_after_stop_);

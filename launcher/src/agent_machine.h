@@ -4,11 +4,12 @@
 // decision (restart, re-form or fail, the restart budget, a signal in any phase, a lost
 // rendezvous) is tested in memory, input by input (tests/launcher/agent_machine_test.cc).
 //
-// Phases: connecting -> joining -> running -> (finishing | failing -> stopping -> counting ->
-// joining again | ...) -> done. Some actions take time (connect, join, stop, reconnect, the
-// failure window, the restart count); while the machine waits for one of those to finish, news
-// other than a signal is kept and acted on once it has (as the agent always did, one step at a
-// time), and a signal is acted on at once, whatever the phase.
+// Phases: connecting -> joining -> starting -> running -> (finishing | counting -> stopping ->
+// joining again | counting -> failing -> stopping -> ending) -> done. Some actions take time
+// (connect, join, stop, reconnect, the failure window, the restart count); while the machine
+// waits for one of those to finish, news other than a signal is kept and acted on once it has
+// (as the agent always did, one step at a time), and a signal is acted on at once, whatever the
+// phase.
 #pragma once
 
 #include <cstdint>
@@ -125,8 +126,11 @@ class AgentMachine {
 
   Phase phase() const { return phase_; }
   bool workers_running() const { return phase_ == Phase::kRunning; }
-  // Whether hung workers are looked for: while they run, and in the failure window.
-  bool watching_workers() const { return phase_ == Phase::kRunning || phase_ == Phase::kFailing; }
+  // Whether hung workers are looked for: while they run, the restart is counted, and in the
+  // failure window.
+  bool watching_workers() const {
+    return phase_ == Phase::kRunning || phase_ == Phase::kCounting || phase_ == Phase::kFailing;
+  }
   bool reconnecting() const { return reconnecting_; }
   // The round the workers run in, and its restart count (for failure reports, hung workers).
   const rendezvous::RoundAssignment& round() const { return round_; }
@@ -134,7 +138,7 @@ class AgentMachine {
 
  private:
   // What follows once a kStopWorkers has finished.
-  enum class AfterStop { kJoin, kCountRestart, kExit, kLeaveAndExit };
+  enum class AfterStop { kJoin, kFailureReport, kExit, kLeaveAndExit };
 
   bool waiting() const;                         // for an action's outcome, other than a join's
   bool awaited(const AgentInput& input) const;  // the outcome waited for

@@ -123,20 +123,20 @@ TEST_CASE("agent machine: every worker done reports success and waits for the jo
   }
 }
 
-TEST_CASE("agent machine: a failure within the budget waits the window stops counts and joins") {
+TEST_CASE(
+    "agent machine: a failure within the budget counts a restart then stops at once and joins") {
   AgentMachine m = running(two_workers(1));
   auto failed = m.handle(exited(1, 3));
-  CHECK(kinds(failed) == std::vector{Kind::kAwaitFailureWindow});
+  CHECK(kinds(failed) == std::vector{Kind::kCountRestart});
   CHECK(logs(failed) == "worker rank 1 (local rank 1, pid 101) exited with code 3\n");
-  // The other rank failing inside the window is left for the failure report, not a new decision.
+  // The other rank failing meanwhile is no new decision.
   CHECK(kinds(m.handle(exited(0, 1))).empty());
-  auto stop = m.handle(simple(In::kFailureWindowOver));
-  REQUIRE(kinds(stop) == std::vector{Kind::kStopWorkers});
-  CHECK(stop[0].signo == SIGTERM);
-  CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kCountRestart});
+  // A restart waits for no failure window: the workers are stopped at once.
   auto again = m.handle({.kind = In::kRestartCounted, .count = std::int64_t{1}});
-  CHECK(kinds(again) == std::vector{Kind::kJoin});
+  REQUIRE(kinds(again) == std::vector{Kind::kStopWorkers});
+  CHECK(again.back().signo == SIGTERM);
   CHECK(logs(again) == "restarting the job (1 of 1 restarts)\n");
+  CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kJoin});
   // The new round starts fresh: the old group's exit kept during the failure is dropped, and
   // the count of finished workers starts again.
   CHECK(kinds(m.handle(joined(1, 1))) == std::vector{Kind::kStartWorkers});
@@ -147,10 +147,12 @@ TEST_CASE("agent machine: a failure within the budget waits the window stops cou
 
 TEST_CASE("agent machine: a failure past the budget reports every failed rank and exits 1") {
   AgentMachine m = running(two_workers(0));
-  m.handle(exited(0, 7));
-  m.handle(simple(In::kFailureWindowOver));
-  m.handle(simple(In::kWorkersStopped));
-  auto end = m.handle({.kind = In::kRestartCounted, .count = std::int64_t{1}});
+  CHECK(kinds(m.handle(exited(0, 7))) == std::vector{Kind::kCountRestart});
+  // Past the budget: the others get the failure window to fail too, then the report.
+  CHECK(kinds(m.handle({.kind = In::kRestartCounted, .count = std::int64_t{1}})) ==
+        std::vector{Kind::kAwaitFailureWindow});
+  CHECK(kinds(m.handle(simple(In::kFailureWindowOver))) == std::vector{Kind::kStopWorkers});
+  auto end = m.handle(simple(In::kWorkersStopped));
   REQUIRE(kinds(end) == std::vector{Kind::kFailureReport});
   CHECK(end.back().exit.local_rank == 0);
   CHECK(end.back().exit.exit_code == 7);
@@ -162,8 +164,6 @@ TEST_CASE("agent machine: a failure past the budget reports every failed rank an
 TEST_CASE("agent machine: a restart count lost with the connection reconnects and counts again") {
   AgentMachine m = running(two_workers(2));
   m.handle(exited(0, 1));
-  m.handle(simple(In::kFailureWindowOver));
-  m.handle(simple(In::kWorkersStopped));
   auto lost = m.handle({.kind = In::kRestartCounted,
                         .count = rdzv::Error{rdzv::ErrorCode::kConnection, "reset"},
                         .connected = false});
@@ -172,7 +172,8 @@ TEST_CASE("agent machine: a restart count lost with the connection reconnects an
   CHECK(kinds(m.handle({.kind = In::kConnectionLost, .connected = false})).empty());
   CHECK(kinds(m.handle(simple(In::kReconnected))) == std::vector{Kind::kCountRestart});
   CHECK(kinds(m.handle({.kind = In::kRestartCounted, .count = std::int64_t{1}})) ==
-        std::vector{Kind::kJoin});
+        std::vector{Kind::kStopWorkers});
+  CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kJoin});
 }
 
 TEST_CASE("agent machine: a reopened round restarts the workers and an old round's news does not") {
@@ -240,9 +241,19 @@ TEST_CASE("agent machine: a stop signal is answered in every phase and never kep
     CHECK(end.back().code == kAgentExitFailure);  // workers ran: 1, as torchrun's SignalException
     CHECK(end.back().signo == 0);
   }
-  SECTION("in the failure window: the stop replaces the restart") {
+  SECTION("while a failure's restart is counted: the stop replaces the restart") {
     AgentMachine m = running();
     m.handle(exited(0, 1));
+    CHECK(kinds(m.handle(signal(SIGTERM))) == std::vector{Kind::kStopWorkers});
+    // The count's answer comes too late to matter.
+    CHECK(kinds(m.handle({.kind = In::kRestartCounted, .count = std::int64_t{1}})).empty());
+    CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave});
+    CHECK(told(m) == kAgentExitFailure);
+  }
+  SECTION("in the failure window: the report gives way to the stop") {
+    AgentMachine m = running(two_workers(0));
+    m.handle(exited(0, 1));
+    m.handle({.kind = In::kRestartCounted, .count = std::int64_t{1}});
     CHECK(kinds(m.handle(signal(SIGTERM))) == std::vector{Kind::kStopWorkers});
     CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kLeave});
     CHECK(told(m) == kAgentExitFailure);
@@ -427,20 +438,20 @@ TEST_CASE("agent machine: a stop signal while the workers start stops them once 
 TEST_CASE("agent machine: a restart count that cannot be had even after a reconnect fails") {
   AgentMachine m = running(two_workers(3));
   m.handle(exited(0, 1));
-  m.handle(simple(In::kFailureWindowOver));
-  m.handle(simple(In::kWorkersStopped));
   const rdzv::Error cut{rdzv::ErrorCode::kConnection, "reset"};
   CHECK(kinds(m.handle({.kind = In::kRestartCounted, .count = cut, .connected = false})) ==
         std::vector{Kind::kReconnect});
   SECTION("the reconnect fails") {
     CHECK(kinds(m.handle({.kind = In::kReconnected, .status = cut, .connected = false})) ==
-          std::vector{Kind::kFailureReport});
+          std::vector{Kind::kAwaitFailureWindow});
   }
   SECTION("the count fails again") {
     CHECK(kinds(m.handle(simple(In::kReconnected))) == std::vector{Kind::kCountRestart});
     CHECK(kinds(m.handle({.kind = In::kRestartCounted, .count = cut, .connected = false})) ==
-          std::vector{Kind::kFailureReport});
+          std::vector{Kind::kAwaitFailureWindow});
   }
+  CHECK(kinds(m.handle(simple(In::kFailureWindowOver))) == std::vector{Kind::kStopWorkers});
+  CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kFailureReport});
   CHECK(told(m) == kAgentExitFailure);
 }
 

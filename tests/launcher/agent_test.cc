@@ -384,6 +384,33 @@ TEST_CASE("agent: a worker's descendant in a session of its own is adopted and e
   CHECK_FALSE(running());
 }
 
+namespace {
+
+// Runs a job whose worker leaves an orphan that exits at once; the worker counts, 2.5 s later,
+// the zombies its agent holds.
+void orphans_are_reaped(std::vector<std::string> argv) {
+  Scratch s;
+  argv.insert(argv.end(), {CTRUN_PATH, "--standalone", "--nproc_per_node=1", TEST_WORKER_PATH,
+                           "orphans", s.path("zombies")});
+  ChildProcess agent(argv, s.path("agent.log"));
+  auto code = agent.wait(30s);
+  INFO(read_file(s.path("agent.log")));
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  CHECK(read_file(s.path("zombies.0")) == "0\n");
+}
+
+}  // namespace
+
+TEST_CASE("agent: orphans the workers leave are reaped") { orphans_are_reaped({}); }
+
+TEST_CASE("agent: as PID 1 of a PID namespace the agent reaps the orphans of its workers") {
+  if (geteuid() != 0) {
+    CTRUN_SKIP("a PID namespace needs root (unshare --pid)");
+  }
+  orphans_are_reaped({"/usr/bin/unshare", "--pid", "--fork", "--mount-proc"});
+}
+
 TEST_CASE("agent: SIGUSR1 in --signals_to_handle is forwarded to the workers, who go on") {
   Scratch s;
   ChildProcess agent(

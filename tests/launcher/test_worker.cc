@@ -18,6 +18,9 @@
 //                          stuck_in_named_function() (native stacks of a hung C++ worker)
 //   daemonize FILE         leave a process in a session of its own (pid in FILE.<RANK>, its
 //                          parent already gone), then exit 0 after 1 s
+//   orphans FILE           leave a grandchild that exits after 0.2 s (its parent gone first),
+//                          wait 2.5 s, write to FILE.<RANK> how many zombies the agent (this
+//                          worker's parent) holds, exit 0
 //   usr1 PREFIX            write PREFIX.<RANK>.ready, wait (up to 60 s) for SIGUSR1, then write
 //                          env to PREFIX.<RANK> and exit 0 (a checkpoint on Slurm's warning)
 #include <signal.h>
@@ -29,7 +32,9 @@ extern char** environ;
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -38,6 +43,24 @@ extern char** environ;
 namespace {
 
 volatile sig_atomic_t got_usr1 = 0;
+
+// How many zombie children `parent` has (from /proc/*/stat).
+int zombies_of(pid_t parent) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream stat(entry.path() / "stat");
+    std::string content;
+    if (!std::getline(stat, content)) continue;
+    const auto close = content.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(content.substr(close + 1));
+    char state = '?';
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (state == 'Z' && ppid == parent) ++count;
+  }
+  return count;
+}
 
 // Where the "hang" mode stays: a frame with a name for eu-stack to find.
 [[gnu::noinline]] void stuck_in_named_function() {
@@ -124,6 +147,20 @@ int main(int argc, char** argv) {
     }
     waitpid(middle, nullptr, 0);
     std::this_thread::sleep_for(std::chrono::seconds(1));
+    return 0;
+  }
+  if (mode == "orphans" && argc > 2) {
+    const pid_t middle = fork();
+    if (middle == 0) {
+      if (fork() == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        _exit(0);
+      }
+      _exit(0);
+    }
+    waitpid(middle, nullptr, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    std::ofstream(std::string(argv[2]) + "." + env("RANK")) << zombies_of(getppid()) << "\n";
     return 0;
   }
   if (mode == "dumpenv" && argc > 2) {
