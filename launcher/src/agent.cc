@@ -1,9 +1,6 @@
 #include "agent.h"
 
-#include <ifaddrs.h>
-#include <netdb.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +19,7 @@
 
 #include "adopted_children.h"
 #include "agent_machine.h"
+#include "agent_os.h"
 #include "ctrun/launcher/failure_report.h"
 #include "ctrun/launcher/worker_env.h"
 #include "ctrun/rendezvous/endpoint.h"
@@ -37,8 +35,6 @@
 #include "rendezvous/protocol/message.h"
 #include "rendezvous_plan.h"
 #include "worker_group.h"
-
-extern char** environ;
 
 namespace ctrun::launcher {
 
@@ -58,112 +54,6 @@ constexpr std::chrono::milliseconds kStderrDrainTimeout{2000};
 // How often a waiting agent says what it waits for.
 constexpr std::chrono::seconds kWaitingLineInterval{5};
 
-void log(const std::string& line) { rdzv::log_line("ctrun", line); }
-
-rdzv::Duration seconds(double s) {
-  return std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(s));
-}
-
-// A random UUID (version 4), the form torchrun gives a --standalone run id.
-std::string random_uuid() {
-  std::string hex = rdzv::random_hex(16);
-  hex[12] = '4';
-  hex[16] = "89ab"[hex[16] % 4];
-  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
-         hex.substr(16, 4) + "-" + hex.substr(20);
-}
-
-// True when `host` names an address of this machine (torchrun's test for hosting the store).
-bool is_local_host(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
-  std::vector<std::string> wanted;
-  for (addrinfo* a = found; a; a = a->ai_next) {
-    char text[INET6_ADDRSTRLEN] = {};
-    if (getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST) ==
-        0) {
-      wanted.push_back(text);
-    }
-    if (a->ai_family == AF_INET &&
-        (ntohl(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127) {
-      freeaddrinfo(found);
-      return true;
-    }
-  }
-  freeaddrinfo(found);
-  ifaddrs* ifs = nullptr;
-  if (getifaddrs(&ifs) != 0) return false;
-  bool local = false;
-  for (ifaddrs* i = ifs; i && !local; i = i->ifa_next) {
-    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) {
-      continue;
-    }
-    char text[INET6_ADDRSTRLEN] = {};
-    const socklen_t len =
-        i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    if (getnameinfo(i->ifa_addr, len, text, sizeof text, nullptr, 0, NI_NUMERICHOST) != 0) continue;
-    for (const auto& w : wanted) local = local || w == text;
-  }
-  freeifaddrs(ifs);
-  return local;
-}
-
-// A port nobody listens on right now, on `host` (torchrun picks MASTER_PORT the same way).
-int free_port(asio::io_context& io, const std::string& host) {
-  boost::system::error_code ec;
-  auto addr = asio::ip::make_address(host, ec);
-  if (ec) addr = asio::ip::address_v4::any();
-  asio::ip::tcp::acceptor probe(io);
-  probe.open(addr.is_v6() ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), ec);
-  probe.bind({addr, 0}, ec);
-  if (ec) return 0;
-  return probe.local_endpoint(ec).port();
-}
-
-// One line for the rendezvous log and the other nodes: who failed and why.
-std::string failure_summary(const FailureInfo& f) {
-  std::string why;
-  if (auto message = read_error_file(f.error_file)) {
-    // The last line of a traceback is the exception itself.
-    std::string text = *message;
-    while (!text.empty() && text.back() == '\n') text.pop_back();
-    why = text.substr(text.find_last_of('\n') + 1).substr(0, 512);
-  } else if (auto exception = exception_from_stderr(f.stderr_tail)) {
-    why = exception->substr(0, 512);
-  } else if (f.signal != 0) {
-    why = signal_name(f.signal);
-  } else {
-    why = "exit code " + std::to_string(f.exit_code);
-  }
-  return "rank " + std::to_string(f.rank) + " on " + f.host + ": " + why;
-}
-
-// A heartbeat file's modification time in nanoseconds; 0 when it cannot be read.
-std::int64_t modification_stamp(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return 0;
-  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-}
-
-// Writes `message` as a worker's error file unless the worker wrote one itself, so that the
-// failure report names the real cause of a kill the agent decided on.
-void write_error_file_if_absent(const std::string& path, const std::string& message) {
-  if (std::filesystem::exists(path)) return;
-  const std::string text = rdzv::Json{{"message", message}}.dump();
-  if (std::FILE* f = std::fopen(path.c_str(), "w")) {
-    std::fwrite(text.data(), 1, text.size(), f);
-    std::fclose(f);
-  }
-}
-
-std::vector<std::string> current_environment() {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  return env;
-}
-
 // The backend's news as the agent's input.
 AgentInput input_from_backend(const rdzv::BackendEvent& e) {
   switch (e.kind) {
@@ -176,6 +66,12 @@ AgentInput input_from_backend(const rdzv::BackendEvent& e) {
       break;
   }
   return {.kind = AgentInput::Kind::kConnectionLost, .reason = e.reason};
+}
+
+void log(const std::string& line) { rdzv::log_line("ctrun", line); }
+
+rdzv::Duration seconds(double s) {
+  return std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(s));
 }
 
 }  // namespace

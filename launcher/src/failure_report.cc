@@ -195,4 +195,21 @@ std::string format_failure_report(const FailureInfo& failure) {
   return format_failure_report(std::vector<FailureInfo>{failure});
 }
 
+std::string failure_summary(const FailureInfo& f) {
+  std::string why;
+  if (auto message = read_error_file(f.error_file)) {
+    // The last line of a traceback is the exception itself.
+    std::string text = *message;
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    why = text.substr(text.find_last_of('\n') + 1).substr(0, 512);
+  } else if (auto exception = exception_from_stderr(f.stderr_tail)) {
+    why = exception->substr(0, 512);
+  } else if (f.signal != 0) {
+    why = signal_name(f.signal);
+  } else {
+    why = "exit code " + std::to_string(f.exit_code);
+  }
+  return "rank " + std::to_string(f.rank) + " on " + f.host + ": " + why;
+}
+
 }  // namespace ctrun::launcher

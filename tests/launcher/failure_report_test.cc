@@ -1,6 +1,7 @@
 // The root-cause report beyond torchrun: a worker without an error file explained by the end of
 // its stderr, a hung one by its stacks. (Its torchrun layout: worker_env_test.cc.)
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -178,4 +179,15 @@ TEST_CASE("failure report: every failed rank is listed, the first observed as th
   // One failure: torchrun's placeholder.
   CHECK(format_failure_report(first).find("Failures:\n  <NO_OTHER_FAILURES>\n") !=
         std::string::npos);
+}
+
+TEST_CASE("failure report: the one-line summary names the rank and the cause") {
+  FailureInfo info = failed_worker();
+  CHECK(failure_summary(info) == "rank 5 on node3: exit code 1");
+  info.stderr_tail = kTraceback;
+  CHECK(failure_summary(info) == "rank 5 on node3: ValueError: boom");
+  FailureInfo killed = failed_worker();
+  killed.exit_code = 0;
+  killed.signal = SIGKILL;
+  CHECK(failure_summary(killed) == "rank 5 on node3: SIGKILL");
 }

@@ -51,4 +51,8 @@ std::optional<std::string> exception_from_stderr(const std::vector<std::string>&
 std::string format_failure_report(const std::vector<FailureInfo>& failures);
 std::string format_failure_report(const FailureInfo& failure);
 
+// One line for the rendezvous log and the other nodes: who failed and why (the exception of the
+// error file or of the stderr's end, else the signal or the exit code).
+std::string failure_summary(const FailureInfo& failure);
+
 }  // namespace ctrun::launcher

@@ -1,0 +1,28 @@
+// The agent's few questions to the operating system, kept out of its logic: whether a host is
+// this machine, a free port, a file's modification time, the environment, a fresh run id.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ctrun::launcher {
+
+// A random UUID (version 4), the form torchrun gives a --standalone run id.
+std::string random_uuid();
+// True when `host` names an address of this machine (torchrun's test for hosting the store).
+bool is_local_host(const std::string& host);
+// A port nobody listens on right now, on `host` (torchrun picks MASTER_PORT the same way);
+// 0 when none can be had.
+int free_port(boost::asio::io_context& io, const std::string& host);
+// A heartbeat file's modification time in nanoseconds; 0 when it cannot be read.
+std::int64_t modification_stamp(const std::string& path);
+// Writes `message` as a worker's error file unless the worker wrote one itself, so that the
+// failure report names the real cause of a kill the agent decided on.
+void write_error_file_if_absent(const std::string& path, const std::string& message);
+// This process's environment, NAME=VALUE each.
+std::vector<std::string> current_environment();
+
+}  // namespace ctrun::launcher
