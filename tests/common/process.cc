@@ -1,5 +1,7 @@
 #include "process.h"
 
+#include <catch2/catch.hpp>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -145,5 +147,18 @@ ScratchDir::ScratchDir(const std::string& name) {
 }
 
 ScratchDir::~ScratchDir() { remove_tree(dir_); }
+
+std::uint16_t start_ctrund(std::unique_ptr<ChildProcess>& daemon, const ScratchDir& dir,
+                           const std::string& ctrund_path, const std::vector<std::string>& extra,
+                           std::uint16_t port, const std::string& name) {
+  const std::string port_file = dir.path(name + ".port");
+  std::vector<std::string> argv = {ctrund_path,          "--host",      "127.0.0.1", "--port",
+                                   std::to_string(port), "--port_file", port_file};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  daemon = std::make_unique<ChildProcess>(argv, dir.path(name + ".log"));
+  auto bound = wait_for_file(port_file, std::chrono::seconds(10));
+  REQUIRE(bound.has_value());
+  return static_cast<std::uint16_t>(std::stoi(*bound));
+}
 
 }  // namespace ctrun::testing

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,5 +66,12 @@ class ScratchDir {
  private:
   std::string dir_;
 };
+
+// Starts the ctrund at `ctrund_path` on 127.0.0.1 (on `port`, 0: a free one) with `extra` flags,
+// logging to DIR/NAME.log, and returns its port once it listens (a test failure after 10 s).
+std::uint16_t start_ctrund(std::unique_ptr<ChildProcess>& daemon, const ScratchDir& dir,
+                           const std::string& ctrund_path,
+                           const std::vector<std::string>& extra = {}, std::uint16_t port = 0,
+                           const std::string& name = "ctrund");
 
 }  // namespace ctrun::testing

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "ctrun/launcher/options.h"
 #include "process.h"
 
 using namespace std::chrono_literals;
@@ -24,19 +25,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr auto kBound = 2s;  // 1 s promised; slack for a loaded 2-core machine
-
-std::string signal_text(int signo) {
-  switch (signo) {
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGINT:
-      return "SIGINT";
-    case SIGHUP:
-      return "SIGHUP";
-    default:
-      return "SIGQUIT";
-  }
-}
 
 // A listening socket that is never accepted from: connects complete (the kernel's backlog), and
 // nothing is ever answered, like a hung daemon or another service.
@@ -84,7 +72,8 @@ void signal_in_phase(const ScratchDir& s, const std::vector<std::string>& args, 
   // As torchrun, whose handlers come with its first workers: ended by the signal itself.
   CHECK(*code == 128 + signo);
   CHECK(took < kBound);
-  CHECK(read_file(log).find("received " + signal_text(signo)) != std::string::npos);
+  CHECK(read_file(log).find("received " + ctrun::launcher::signal_name(signo)) !=
+        std::string::npos);
   CHECK(fs::is_empty(tmp));  // its temporary log root is gone
 }
 
@@ -132,21 +121,17 @@ TEST_CASE("agent signals: a static node 1 started before node 0") {
 TEST_CASE("agent signals: a peer that never comes and the daemon is told the node left") {
   ScratchDir s("agent-signal");
   const int signo = GENERATE(SIGTERM, SIGINT, SIGHUP, SIGQUIT);
-  const std::string port_file = s.path("ctrund.port");
-  ChildProcess daemon({CTRUND_PATH, "--host", "127.0.0.1", "--port", "0", "--port_file", port_file},
-                      s.path("ctrund.log"));
-  auto port = wait_for_file(port_file, 10s);
-  REQUIRE(port.has_value());
+  std::unique_ptr<ChildProcess> daemon;
+  const std::string port = std::to_string(start_ctrund(daemon, s, CTRUND_PATH));
   signal_in_phase(s,
-                  {"--nnodes=2", "--rdzv_backend=c10d",
-                   "--rdzv_endpoint=127.0.0.1:" + std::to_string(std::stoi(*port)),
+                  {"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + port,
                    "--rdzv_id=lonely", "--rdzv_conf=is_host=false"},
                   signo, "lonely");
   // Gone because it said so, not joined and later lost.
   INFO(read_file(s.path("ctrund.log")));
   CHECK(wait_for_text(s.path("ctrund.log"), "left: left", 5s));
-  daemon.signal(SIGTERM);
-  CHECK(daemon.wait(10s).has_value());
+  daemon->signal(SIGTERM);
+  CHECK(daemon->wait(10s).has_value());
 }
 
 namespace {
@@ -192,17 +177,14 @@ TEST_CASE("agent waits: an endpoint that never answers is named as such") {
 
 TEST_CASE("agent waits: a round that does not form is named while the agent waits") {
   ScratchDir s("agent-waits");
-  const std::string port_file = s.path("ctrund.port");
-  ChildProcess daemon({CTRUND_PATH, "--host", "127.0.0.1", "--port", "0", "--port_file", port_file},
-                      s.path("ctrund.log"));
-  auto port = wait_for_file(port_file, 10s);
-  REQUIRE(port.has_value());
-  const std::string endpoint = "127.0.0.1:" + std::to_string(std::stoi(*port));
+  std::unique_ptr<ChildProcess> daemon;
+  const std::string port = std::to_string(start_ctrund(daemon, s, CTRUND_PATH));
+  const std::string endpoint = "127.0.0.1:" + port;
   says_while_waiting(s,
                      {"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
                       "--rdzv_id=waiting", "--rdzv_conf=is_host=false"},
                      "waiting for the round to form at " + endpoint +
                          " for 5 s (2 to 2 nodes; join timeout 600 s)");
-  daemon.signal(SIGTERM);
-  CHECK(daemon.wait(10s).has_value());
+  daemon->signal(SIGTERM);
+  CHECK(daemon->wait(10s).has_value());
 }

@@ -50,21 +50,6 @@ std::unique_ptr<ChildProcess> start_elastic_node(const Scratch& s, std::uint16_t
   return std::make_unique<ChildProcess>(ctrun_args(args), s.path(log));
 }
 
-// A ctrund on 127.0.0.1 (on `port`, 0: a free one), listening before this returns; its port.
-// It logs to NAME.log.
-std::uint16_t start_daemon(std::unique_ptr<ChildProcess>& daemon, const Scratch& s,
-                           const std::vector<std::string>& extra = {}, std::uint16_t port = 0,
-                           const std::string& name = "ctrund") {
-  const std::string port_file = s.path(name + ".port");
-  std::vector<std::string> argv = {CTRUND_PATH,          "--host",      "127.0.0.1", "--port",
-                                   std::to_string(port), "--port_file", port_file};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  daemon = std::make_unique<ChildProcess>(argv, s.path(name + ".log"));
-  auto bound = wait_for_file(port_file, 10s);
-  REQUIRE(bound.has_value());
-  return static_cast<std::uint16_t>(std::stoi(*bound));
-}
-
 // Waits (bounded) until `path` exists.
 bool wait_exists(const std::string& path, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -434,7 +419,7 @@ TEST_CASE(
     "agent: ctrun status shows a running job's nodes, ranks and restarts, as a table and JSON") {
   Scratch s;
   std::unique_ptr<ChildProcess> daemon;
-  const std::uint16_t port = start_daemon(daemon, s);
+  const std::uint16_t port = start_ctrund(daemon, s, CTRUND_PATH);
   const std::string endpoint = "--rdzv_endpoint=127.0.0.1:" + std::to_string(port);
   std::vector<std::unique_ptr<ChildProcess>> agents;
   for (int i = 0; i < 2; ++i) {
@@ -493,7 +478,7 @@ TEST_CASE("agent: SIGKILLed agent takes its workers along, the other node goes o
   Scratch s;
   // The rendezvous runs apart from both agents (is_host=false): killing one must not take it.
   std::unique_ptr<ChildProcess> daemon;
-  const std::uint16_t port = start_daemon(daemon, s);
+  const std::uint16_t port = start_ctrund(daemon, s, CTRUND_PATH);
   // Round 0 forms only with both (max); the re-formed round needs no last call.
   auto node = [&](const std::string& log) {
     return start_elastic_node(s, port, "survive", "last_call_timeout=60",
@@ -547,7 +532,7 @@ TEST_CASE("agent: the daemon SIGKILLed and restarted with --state_dir, the job g
   Scratch s;
   const std::vector<std::string> state = {"--state_dir", s.path("state")};
   std::unique_ptr<ChildProcess> daemon;
-  const std::uint16_t port = start_daemon(daemon, s, state, free_port(), "ctrund1");
+  const std::uint16_t port = start_ctrund(daemon, s, CTRUND_PATH, state, free_port(), "ctrund1");
   auto node = [&](const std::string& log) {
     // Workers outlive the daemon's absence: 6 s of work, then their environment to a file.
     return std::make_unique<ChildProcess>(
@@ -567,7 +552,7 @@ TEST_CASE("agent: the daemon SIGKILLed and restarted with --state_dir, the job g
   REQUIRE(daemon->wait(5s).has_value());
   const auto killed = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(1s);
-  start_daemon(daemon, s, state, port, "ctrund2");
+  start_ctrund(daemon, s, CTRUND_PATH, state, port, "ctrund2");
   REQUIRE(wait_for_text(s.path("a.log"), "reconnected to the rendezvous: round 0", 20s));
   REQUIRE(wait_for_text(s.path("b.log"), "reconnected to the rendezvous: round 0", 20s));
   const double back =
@@ -594,7 +579,7 @@ TEST_CASE("agent: the daemon SIGKILLed and restarted with --state_dir, the job g
 TEST_CASE("agent: a late second node joins a running 1:2 job without spending restarts") {
   Scratch s;
   std::unique_ptr<ChildProcess> daemon;
-  const std::uint16_t port = start_daemon(daemon, s);
+  const std::uint16_t port = start_ctrund(daemon, s, CTRUND_PATH);
   auto node = [&](const std::string& log) {
     return start_elastic_node(s, port, "grow", "last_call_timeout=0.2", {"sleep", "2"}, log);
   };

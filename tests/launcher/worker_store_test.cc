@@ -122,13 +122,10 @@ TEST_CASE("worker store: with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 rank 0's work
 TEST_CASE(
     "worker store: a ctrund with --worker_store_ports serves each job's on a port of its own") {
   ScratchDir s("wstore");
-  const std::string port_file = s.path("ctrund.port");
-  ChildProcess daemon({CTRUND_PATH, "--host", "127.0.0.1", "--port", "0", "--port_file", port_file,
-                       "--worker_store_ports", "auto"},
-                      s.path("ctrund.log"));
-  auto bound = wait_for_file(port_file, 10s);
-  REQUIRE(bound.has_value());
-  const std::string endpoint = "127.0.0.1:" + std::to_string(std::stoi(*bound));
+  std::unique_ptr<ChildProcess> daemon;
+  const std::string endpoint =
+      "127.0.0.1:" +
+      std::to_string(start_ctrund(daemon, s, CTRUND_PATH, {"--worker_store_ports", "auto"}));
   std::vector<std::vector<std::string>> nodes;
   for (int i = 0; i < 2; ++i) {
     nodes.push_back({CTRUN_PATH, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
