@@ -8,6 +8,7 @@
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/endpoint.h"
 #include "rendezvous/base/token.h"
+#include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_jobs.h"
 #include "status_view.h"
 

@@ -23,6 +23,11 @@
 
 namespace ctrun::rendezvous {
 
+namespace etcd {
+class Kv;
+struct ClientOptions;
+}  // namespace etcd
+
 // What a backend tells its agent unasked.
 struct BackendEvent {
   enum class Kind {
@@ -94,6 +99,9 @@ struct EtcdBackendOptions {
   // The Rendezvous's log lines and events (ctrund's), from the agent whose write made them.
   std::function<void(const std::string&)> log;
   EventSink events;
+  // How the backend reaches etcd, once per connection it keeps (the state's, the lease's and
+  // the store's); absent: a gateway Client of `endpoints`. Tests pass an in-memory etcd.
+  std::function<std::unique_ptr<etcd::Kv>(const etcd::ClientOptions&)> connect_kv;
 };
 
 // etcd, through its HTTP gateway (docs/etcd_gateway.md); the keys it uses: etcd_jobs.h.

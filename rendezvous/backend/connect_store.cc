@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "ctrun/rendezvous/client.h"
+#include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_jobs.h"
 #include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/protocol/auth.h"

@@ -75,6 +75,13 @@ Task<void> sleep_for(asio::io_context& io, Duration d) {
   co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
+// One connection to etcd: the options' own, else a gateway Client.
+std::unique_ptr<etcd::Kv> connect_kv(asio::io_context& io, const EtcdBackendOptions& options,
+                                     const etcd::ClientOptions& client) {
+  if (options.connect_kv) return options.connect_kv(client);
+  return std::make_unique<etcd::Client>(io, client);
+}
+
 class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
  public:
   // What a change to the state may do: replace the Rendezvous (a new job under the same id),
@@ -99,12 +106,13 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         joins_prefix_(prefix_ + "joins/"),
         store_prefix_(prefix_ + "store/"),
         ops_prefix_(prefix_ + "ops/"),
-        client_(io, etcd::ClientOptions{.endpoints = options_.endpoints}),
+        client_(connect_kv(io, options_, {.endpoints = options_.endpoints})),
         // Keep-alives must not wait out a long request timeout: the lease would be gone first.
-        lease_client_(io, etcd::ClientOptions{.endpoints = options_.endpoints,
-                                              .request_timeout = options_.lease_ttl / 3,
-                                              .attempt_timeout = options_.lease_ttl / 3}),
-        store_client_(io, etcd::ClientOptions{.endpoints = options_.endpoints}),
+        lease_client_(connect_kv(io, options_,
+                                 {.endpoints = options_.endpoints,
+                                  .request_timeout = options_.lease_ttl / 3,
+                                  .attempt_timeout = options_.lease_ttl / 3})),
+        store_client_(connect_kv(io, options_, {.endpoints = options_.endpoints})),
         tick_timer_(io) {}
 
   void set_event_handler(Backend::EventHandler handler) { on_event_ = std::move(handler); }
@@ -119,7 +127,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     while (true) {
       // Bounded by this connect's own deadline, whatever etcd does; each refusal is told.
       const Duration left = std::max<Duration>(until - Clock::now(), std::chrono::milliseconds(1));
-      auto granted = co_await client_.grant(
+      auto granted = co_await client_->grant(
           whole_seconds_up(options_.lease_ttl), left, [this](const Error& e) {
             emit(BackendEvent{.kind = BackendEvent::Kind::kConnectAttemptFailed,
                               .reason = e.message});
@@ -134,7 +142,9 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       co_await sleep_for(io_, backoff);
       backoff = std::min<Duration>(backoff * 2, std::chrono::seconds(2));
     }
-    if (local_address_.empty()) local_address_ = local_address_towards(io_, options_.endpoints[0]);
+    if (local_address_.empty() && !options_.endpoints.empty()) {
+      local_address_ = local_address_towards(io_, options_.endpoints.front());
+    }
     if (!watching_) {
       watching_ = true;
       asio::co_spawn(io_, watch_loop(shared_from_this()), asio::detached);
@@ -160,14 +170,14 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     const std::int64_t lease = lease_;
     close();
     // Revoked, the node's key goes now instead of when the lease runs out.
-    if (lease != 0) (void)co_await lease_client_.revoke(lease);
+    if (lease != 0) (void)co_await lease_client_->revoke(lease);
   }
 
   void close() {
     closed_ = true;
     ++keep_alive_epoch_;
-    client_.cancel_watches();
-    store_client_.cancel_watches();
+    client_->cancel_watches();
+    store_client_->cancel_watches();
     tick_timer_.cancel();
     tick_at_.reset();
     notify();
@@ -287,7 +297,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   }
 
   Task<Status> set(std::string key, std::string value) {
-    auto put = co_await client_.put(store_prefix_ + key, value);
+    auto put = co_await client_->put(store_prefix_ + key, value);
     co_return put ? ok_status() : Status(put.error());
   }
 
@@ -297,9 +307,9 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     while (true) {
       std::vector<std::string> keys{key};
       auto waited =
-          co_await etcd::store_wait(store_client_, store_prefix_, std::move(keys), timeout);
+          co_await etcd::store_wait(*store_client_, store_prefix_, std::move(keys), timeout);
       if (!waited) co_return waited.error();
-      auto found = co_await client_.range(store_prefix_ + key);
+      auto found = co_await client_->range(store_prefix_ + key);
       if (!found) co_return found.error();
       if (!found.value().kvs.empty()) co_return found.value().kvs.front().value;
       if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
@@ -309,7 +319,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
 
   // The marker (etcd_store.h) is a key of this call's own, on this node's lease.
   Task<Result<std::int64_t>> add(std::string key, std::int64_t delta) {
-    co_return co_await etcd::store_add(client_, store_prefix_, std::move(key), delta,
+    co_return co_await etcd::store_add(*client_, store_prefix_, std::move(key), delta,
                                        ops_prefix_ + random_hex(8), lease_);
   }
 
@@ -318,7 +328,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   // unless another agent's write takes it in first.
   Task<Status> ask_to_join(std::string request, Change enter) {
     const std::string key = joins_prefix_ + node_id_;
-    auto put = co_await client_.put(key, request, lease_);
+    auto put = co_await client_->put(key, request, lease_);
     if (!put) co_return put.error();
     etcd::KeyValue kv;
     kv.key = key;
@@ -333,7 +343,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   Task<void> drop_join_request() {
     if (node_id_.empty() || !joins_.count(node_id_)) co_return;
     joins_.erase(node_id_);
-    (void)co_await client_.erase(joins_prefix_ + node_id_);
+    (void)co_await client_->erase(joins_prefix_ + node_id_);
   }
 
   // Takes the pending join requests into the running job, this node's first, at most
@@ -371,14 +381,14 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   // Puts this node's key on its lease, taking a new lease when the old one is gone.
   Task<Status> put_node_key() {
     for (int attempt = 0; attempt < 2; ++attempt) {
-      auto put = co_await client_.put(nodes_prefix_ + node_id_, local_address_, lease_);
+      auto put = co_await client_->put(nodes_prefix_ + node_id_, local_address_, lease_);
       if (put) {
         live_.insert(node_id_);
         dead_.erase(node_id_);
         co_return ok_status();
       }
       if (put.error().code != ErrorCode::kNotFound || attempt > 0) co_return put.error();
-      auto granted = co_await client_.grant(whole_seconds_up(options_.lease_ttl));
+      auto granted = co_await client_->grant(whole_seconds_up(options_.lease_ttl));
       if (!granted) co_return granted.error();
       lease_ = granted.value().id;
       if (lost_ && keep_alive_interval_ > Duration::zero()) {
@@ -433,7 +443,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     txn.success.push_back(etcd::range_op(state_key_, ""));
     txn.success.push_back(etcd::range_op(nodes_prefix_, etcd::prefix_end(nodes_prefix_)));
     txn.success.push_back(etcd::range_op(joins_prefix_, etcd::prefix_end(joins_prefix_)));
-    auto read = co_await client_.txn(std::move(txn));
+    auto read = co_await client_->txn(std::move(txn));
     if (!read) co_return read.error();
     const etcd::TxnResult& r = read.value();
     if (r.ranges.size() != 3) {
@@ -467,7 +477,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     etcd::Txn txn;
     txn.success.push_back(etcd::range_op(state_key_, ""));
     txn.success.push_back(etcd::range_op(joins_prefix_, etcd::prefix_end(joins_prefix_)));
-    auto read = co_await client_.txn(std::move(txn));
+    auto read = co_await client_->txn(std::move(txn));
     if (!read || read.value().ranges.size() != 2) {
       co_await sleep_for(io_, std::chrono::milliseconds(100));
       co_return;
@@ -507,8 +517,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       // nodes/ to rendezvous (ops/ lies between): not the join requests, read when a write is
       // due, nor store/, where every worker's key goes: N of them seen by N watchers would be N^2
       // messages.
-      (void)co_await client_.watch(nodes_prefix_, etcd::prefix_end(state_key_), loaded.value() + 1,
-                                   [this](const etcd::WatchMessage& m) { on_watch(m); });
+      (void)co_await client_->watch(nodes_prefix_, etcd::prefix_end(state_key_), loaded.value() + 1,
+                                    [this](const etcd::WatchMessage& m) { on_watch(m); });
     }
   }
 
@@ -685,7 +695,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
         if (state.get() != original) {
           state->set_round_restart_count(0);  // a new job: this write deletes the old store
         } else {
-          auto counter = co_await client_.range(store_prefix_ + kRestartsKey);
+          auto counter = co_await client_->range(store_prefix_ + kRestartsKey);
           if (!counter) co_return counter.error();
           const auto& kvs = counter.value().kvs;
           const long long used = kvs.empty() ? 0 : counter_value(kvs.front().value, 0);
@@ -704,7 +714,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       const std::string text = saved.dump(-1, ' ', false, Json::error_handler_t::replace);
       txn.success.push_back(etcd::put_op(state_key_, text));
       for (auto& op : also) txn.success.push_back(std::move(op));
-      auto written = co_await client_.txn(std::move(txn));
+      auto written = co_await client_->txn(std::move(txn));
       if (written && written.value().succeeded) {
         if (written.value().revision >= state_rev_) {
           state_json_ = std::move(saved);
@@ -763,7 +773,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       co_await sleep_for(io_, keep_alive_interval_);
       if (closed_ || epoch != keep_alive_epoch_) co_return;
       const std::int64_t lease = lease_;
-      auto ttl = co_await lease_client_.keep_alive(lease);
+      auto ttl = co_await lease_client_->keep_alive(lease);
       if (closed_ || epoch != keep_alive_epoch_) co_return;
       if (lease != lease_) continue;  // a new lease was taken meanwhile
       if (ttl && ttl.value() > 0) {
@@ -822,9 +832,9 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   const std::string store_prefix_;
   const std::string ops_prefix_;
   SteadyClock clock_;
-  etcd::Client client_;
-  etcd::Client lease_client_;
-  etcd::Client store_client_;  // store gets: their watches end by cancelling every one of it
+  std::unique_ptr<etcd::Kv> client_;
+  std::unique_ptr<etcd::Kv> lease_client_;
+  std::unique_ptr<etcd::Kv> store_client_;  // store gets: their watches end by cancelling all of it
   asio::steady_timer tick_timer_;
   std::optional<Clock::time_point> tick_at_;  // when tick_timer_ fires, while armed
   Backend::EventHandler on_event_;

@@ -345,6 +345,14 @@ Task<Status> Client::revoke(std::int64_t lease) {
   co_return ok_status();
 }
 
+Task<Result<LeaseTimeToLive>> Client::time_to_live(std::int64_t lease) {
+  Json body = Json::object();
+  body["ID"] = std::to_string(lease);
+  auto answer = co_await impl_->call("/v3/lease/timetolive", body);
+  if (!answer) co_return answer.error();
+  co_return parse_lease_time_to_live(answer.value());
+}
+
 Task<Status> Client::watch(std::string key, std::string range_end, std::int64_t start_revision,
                            std::function<void(const WatchMessage&)> on_message) {
   auto impl = impl_;  // the stream may outlive a Client destroyed mid-watch

@@ -6,8 +6,8 @@
 
 #include <chrono>
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,11 +16,9 @@
 
 #include "ctrun/rendezvous/clock.h"
 #include "rendezvous/etcd/etcd.h"
+#include "rendezvous/etcd/kv.h"
 
 namespace ctrun::rendezvous::etcd {
-
-template <typename T>
-using Task = boost::asio::awaitable<T>;
 
 struct ClientOptions {
   std::vector<Endpoint> endpoints;
@@ -31,14 +29,13 @@ struct ClientOptions {
   Duration attempt_timeout = std::chrono::seconds(4);
 };
 
-class Client {
+class Client final : public Kv {
  public:
   Client(boost::asio::io_context& io, ClientOptions options);
-  ~Client();
+  ~Client() override;
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Arguments are taken by value: a coroutine outlives the caller's temporaries.
   // POSTs `body` to `path` ("/v3/kv/put") and returns the JSON answer. Connection errors and
   // 503s move on to the next endpoint until request_timeout; other errors come back at once.
   // A write whose try was cut (no answer in time, 503 "request timed out") may still have been
@@ -47,26 +44,20 @@ class Client {
   Task<Result<Json>> call(std::string path, Json body);
 
   Task<Result<std::int64_t>> put(std::string key, std::string value,
-                                 std::int64_t lease = 0);  // the new revision
+                                 std::int64_t lease = 0) override;
   Task<Result<RangeResult>> range(std::string key, std::string range_end = "",
-                                  std::int64_t limit = 0, bool keys_only = false);
-  Task<Result<TxnResult>> txn(Txn txn);
-  Task<Result<std::int64_t>> erase(std::string key, std::string range_end = "");
-  // `within`, when given, bounds the call instead of request_timeout (a connect that must end
-  // by its own deadline); each failed try on the way is told to `on_retry`.
+                                  std::int64_t limit = 0, bool keys_only = false) override;
+  Task<Result<TxnResult>> txn(Txn txn) override;
+  Task<Result<std::int64_t>> erase(std::string key, std::string range_end = "") override;
   Task<Result<LeaseGrant>> grant(std::int64_t ttl_seconds, std::optional<Duration> within = {},
-                                 std::function<void(const Error&)> on_retry = {});
-  // Renews the lease; the TTL left, 0 when the lease is gone (expired or revoked).
-  Task<Result<std::int64_t>> keep_alive(std::int64_t lease);
-  Task<Status> revoke(std::int64_t lease);
-
-  // Watches [key, range_end) from `start_revision` (0: from now) and hands every message to
-  // `on_message` until the stream ends: an error when the connection is lost or etcd cancels
-  // (kNotFound when `start_revision` was compacted: read again, then watch from there), ok after
-  // cancel_watches() or the Client's end.
+                                 std::function<void(const Error&)> on_retry = {}) override;
+  Task<Result<std::int64_t>> keep_alive(std::int64_t lease) override;
+  Task<Status> revoke(std::int64_t lease) override;
+  Task<Result<LeaseTimeToLive>> time_to_live(std::int64_t lease) override;
+  // A stream of its own per watch, tried on each member in turn.
   Task<Status> watch(std::string key, std::string range_end, std::int64_t start_revision,
-                     std::function<void(const WatchMessage&)> on_message);
-  void cancel_watches();
+                     std::function<void(const WatchMessage&)> on_message) override;
+  void cancel_watches() override;
 
  private:
   class Impl;

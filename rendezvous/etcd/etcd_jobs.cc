@@ -28,7 +28,7 @@ void sort_key(JobKeys& keys, const std::string& rest, const etcd::KeyValue& kv) 
 }
 
 // The values of the state and the restart counters of the job under `prefix`, in one read.
-etcd::Task<Status> read_values(etcd::Client& client, std::string prefix, JobKeys& keys) {
+etcd::Task<Status> read_values(etcd::Kv& client, std::string prefix, JobKeys& keys) {
   etcd::Txn txn;
   txn.success.push_back(etcd::range_op(prefix + "rendezvous"));
   txn.success.push_back(etcd::range_op(prefix + "store/" + kRestartsKey));
@@ -47,7 +47,7 @@ etcd::Task<Status> read_values(etcd::Client& client, std::string prefix, JobKeys
 }
 
 // Every key of the job under `prefix`, listed, then the values it shows.
-etcd::Task<Result<JobKeys>> read_job(etcd::Client& client, std::string prefix) {
+etcd::Task<Result<JobKeys>> read_job(etcd::Kv& client, std::string prefix) {
   auto read = co_await client.range(prefix, etcd::prefix_end(prefix), 0, true);
   if (!read) co_return read.error();
   JobKeys keys;
@@ -102,7 +102,7 @@ std::optional<std::string> etcd_job_of_key(const std::string& key) {
   return job;
 }
 
-etcd::Task<Result<Json>> etcd_job_status(etcd::Client& client, std::string job) {
+etcd::Task<Result<Json>> etcd_job_status(etcd::Kv& client, std::string job) {
   const std::string prefix = etcd_job_prefix(job);
   auto read = co_await read_job(client, prefix);
   if (!read) co_return read.error();
@@ -123,11 +123,7 @@ etcd::Task<Result<Json>> etcd_job_status(etcd::Client& client, std::string job) 
     auto lease = keys.node_leases.find(node.value("node", ""));
     long long age_ms = -1;
     if (lease != keys.node_leases.end() && lease->second != 0) {
-      Json ask = Json::object();
-      ask["ID"] = std::to_string(lease->second);
-      auto reply = co_await client.call("/v3/lease/timetolive", ask);
-      auto alive = reply ? etcd::parse_lease_time_to_live(reply.value())
-                         : Result<etcd::LeaseTimeToLive>(reply.error());
+      auto alive = co_await client.time_to_live(lease->second);
       if (alive && alive.value().ttl > 0) {
         age_ms = 1000 * (alive.value().granted_ttl - alive.value().ttl);
       }
@@ -140,7 +136,7 @@ etcd::Task<Result<Json>> etcd_job_status(etcd::Client& client, std::string job) 
   co_return answer;
 }
 
-etcd::Task<Result<Json>> etcd_jobs(etcd::Client& client) {
+etcd::Task<Result<Json>> etcd_jobs(etcd::Kv& client) {
   const std::string root = kRoot;
   auto read = co_await client.range(root, etcd::prefix_end(root), 0, true);
   if (!read) co_return read.error();

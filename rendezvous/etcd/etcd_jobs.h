@@ -11,7 +11,7 @@
 
 #include "ctrun/rendezvous/json.h"
 #include "rendezvous/core/rendezvous.h"
-#include "rendezvous/etcd/etcd_client.h"
+#include "rendezvous/etcd/kv.h"
 
 namespace ctrun::rendezvous {
 
@@ -27,9 +27,9 @@ Result<std::unique_ptr<Rendezvous>> etcd_restore_state(const etcd::KeyValue& kv,
 // (-1 when unset), "connections" (nodes holding a lease), "rendezvous": Rendezvous::describe()},
 // where a node's "last_seen_ms_ago" is the time since its lease was last renewed (-1: its key is
 // gone).
-etcd::Task<Result<Json>> etcd_job_status(etcd::Client& client, std::string job);
+etcd::Task<Result<Json>> etcd_job_status(etcd::Kv& client, std::string job);
 // Every job, in the shape of ctrund's `jobs` answer: {"jobs": [{"job", "state", "round",
 // "nodes", "restarts", "connections", "keys"}]}.
-etcd::Task<Result<Json>> etcd_jobs(etcd::Client& client);
+etcd::Task<Result<Json>> etcd_jobs(etcd::Kv& client);
 
 }  // namespace ctrun::rendezvous

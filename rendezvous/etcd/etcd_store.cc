@@ -34,7 +34,7 @@ std::string common_prefix(const std::set<std::string>& keys) {
 // Reads which of `keys` are set: one range per key, in order, in transactions of at most
 // etcd's default 128 operations. The revision is the first read's: a watch from there misses
 // nothing.
-Task<Result<TxnResult>> read_keys(Client& client, std::set<std::string> keys) {
+Task<Result<TxnResult>> read_keys(Kv& client, std::set<std::string> keys) {
   constexpr std::size_t kOpsPerTxn = 128;
   TxnResult all;
   for (auto it = keys.begin(); it != keys.end();) {
@@ -60,7 +60,7 @@ struct WatchDeadline {
   bool passed = false;
 };
 
-void arm(const std::shared_ptr<WatchDeadline>& d, Client& client, SteadyClock::time_point when) {
+void arm(const std::shared_ptr<WatchDeadline>& d, Kv& client, SteadyClock::time_point when) {
   d->timer.expires_at(when);
   d->timer.async_wait([d, &client](boost::system::error_code ec) {
     if (ec || d->watch_ended) return;
@@ -83,7 +83,7 @@ Duration contention_backoff(int losses) {
   return std::chrono::microseconds(random() % (most_ms * 1000 + 1));
 }
 
-Task<Result<std::int64_t>> store_add(Client& client, std::string prefix, std::string key,
+Task<Result<std::int64_t>> store_add(Kv& client, std::string prefix, std::string key,
                                      std::int64_t delta, std::string marker, std::int64_t lease) {
   const std::string full = prefix + key;
   auto found = co_await client.range(full);
@@ -118,7 +118,7 @@ Task<Result<std::int64_t>> store_add(Client& client, std::string prefix, std::st
   co_return Error{ErrorCode::kConflict, "key '" + key + "': too many concurrent writers"};
 }
 
-Task<Result<std::string>> store_compare_set(Client& client, std::string prefix, std::string key,
+Task<Result<std::string>> store_compare_set(Kv& client, std::string prefix, std::string key,
                                             std::string expected, std::string desired) {
   const std::string full = prefix + key;
   // An empty `expected` matches an absent key and an empty value: etcd compares one of them at
@@ -149,7 +149,7 @@ Task<Result<std::string>> store_compare_set(Client& client, std::string prefix, 
   co_return current;
 }
 
-Task<Result<bool>> store_check(Client& client, std::string prefix, std::vector<std::string> keys) {
+Task<Result<bool>> store_check(Kv& client, std::string prefix, std::vector<std::string> keys) {
   std::set<std::string> full;
   for (const auto& k : keys) full.insert(prefix + k);
   if (full.empty()) co_return true;
@@ -161,7 +161,7 @@ Task<Result<bool>> store_check(Client& client, std::string prefix, std::vector<s
   co_return true;
 }
 
-Task<Status> store_wait(Client& client, std::string prefix, std::vector<std::string> keys,
+Task<Status> store_wait(Kv& client, std::string prefix, std::vector<std::string> keys,
                         std::optional<Duration> timeout) {
   const auto deadline = timeout ? SteadyClock::now() + *timeout : SteadyClock::time_point::max();
   std::set<std::string> missing;

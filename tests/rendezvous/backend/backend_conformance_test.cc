@@ -1,6 +1,6 @@
 // One script of joins, newcomers, leaves, reports and store calls, run against both rendezvous
-// backends (a ctrund Server in this process, a real etcd): the agent must not be able to tell
-// them apart.
+// backends (a ctrund Server in this process; etcd, both a real one and the memory etcd): the
+// agent must not be able to tell them apart.
 #include "rendezvous/backend/backend.h"
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <set>
 
 #include "etcd_server.h"
+#include "memory_etcd.h"
 #include "process.h"
 #include "rendezvous/daemon/server.h"
 #include "rendezvous/etcd/etcd.h"
@@ -249,6 +250,19 @@ void run_failure_script(asio::io_context& io, const MakeBackend& make) {
   for (Node* n : {&a, &b, &c}) run_task(io, n->backend->release());
 }
 
+// Every join request was taken in or withdrawn (the refused late join's too): none is left for a
+// later write to take in.
+void expect_no_join_requests(asio::io_context& io, etcd::Kv& kv) {
+  auto all = run_task(io, kv.range("/ctrun/", etcd::prefix_end("/ctrun/"), 0, true));
+  REQUIRE(all.ok());
+  std::vector<std::string> requests;
+  for (const auto& found : all.value().kvs) {
+    if (found.key.find("/joins/") != std::string::npos) requests.push_back(found.key);
+  }
+  CHECK(requests.empty());
+  CHECK(all.value().kvs.size() > 3);  // the read saw the jobs' keys
+}
+
 }  // namespace
 
 TEST_CASE("backend conformance: ctrund") {
@@ -289,17 +303,27 @@ TEST_CASE("backend conformance: etcd") {
   run_elastic_script(io, make);
   run_failure_script(io, make);
   run_crowd_script(io, make);
-  // Every join request was taken in or withdrawn (the refused late join's too): none is left
-  // for a later write to take in.
   etcd::ClientOptions o;
   o.endpoints = etcd::parse_endpoints(etcd.endpoints()).value();
   etcd::Client raw(io, o);
-  auto all = run_task(io, raw.range("/ctrun/", etcd::prefix_end("/ctrun/"), 0, true));
-  REQUIRE(all.ok());
-  std::vector<std::string> requests;
-  for (const auto& kv : all.value().kvs) {
-    if (kv.key.find("/joins/") != std::string::npos) requests.push_back(kv.key);
-  }
-  CHECK(requests.empty());
-  CHECK(all.value().kvs.size() > 3);  // the read saw the jobs' keys
+  expect_no_join_requests(io, raw);
+}
+
+TEST_CASE("backend conformance: etcd in memory") {
+  asio::io_context io;
+  auto etcd = MemoryEtcd::create(io);
+  const MakeBackend make = [&etcd](asio::io_context& on, const std::string& job) {
+    EtcdBackendOptions o;
+    o.endpoints = {Endpoint{"127.0.0.1", etcd::kDefaultPort}};  // this host's address: loopback
+    o.job = job;
+    o.connect_timeout = 10s;
+    o.lease_ttl = 3s;
+    o.connect_kv = [&etcd](const etcd::ClientOptions& c) { return etcd->connect(c); };
+    return make_etcd_backend(on, o);
+  };
+  run_elastic_script(io, make);
+  run_failure_script(io, make);
+  run_crowd_script(io, make);
+  auto raw = etcd->connect();
+  expect_no_join_requests(io, *raw);
 }

@@ -1,4 +1,7 @@
-// The etcd gateway client against real etcd (Debian's etcd-server) on loopback ports.
+// etcd's key-value operations as ctrun uses them, each test run twice: through the gateway
+// Client against a real etcd (Debian's etcd-server) on loopback ports, and against the memory
+// etcd the backend tests use (memory_etcd.h). The same assertions hold for both, which is what
+// keeps the fake honest.
 #include "rendezvous/etcd/etcd_client.h"
 
 #include <boost/asio.hpp>
@@ -6,6 +9,7 @@
 #include <optional>
 
 #include "etcd_server.h"
+#include "memory_etcd.h"
 #include "process.h"
 #include "run_task.h"
 
@@ -29,21 +33,13 @@ etcd::ClientOptions options_for(const std::string& endpoints) {
   return o;
 }
 
-bool has_key(boost::asio::io_context& io, etcd::Client& c, const std::string& key) {
+bool has_key(boost::asio::io_context& io, etcd::Kv& c, const std::string& key) {
   auto r = run(io, c.range(key));
   REQUIRE(r.ok());
   return !r.value().kvs.empty();
 }
 
-}  // namespace
-
-TEST_CASE("etcd client: put, range, create-if-absent and compare-and-swap, delete") {
-  CTRUN_SKIP_WITHOUT_ETCD();
-  ScratchDir dir("etcd_kv");
-  EtcdCluster server(dir, 1);
-  boost::asio::io_context io;
-  etcd::Client c(io, options_for(server.endpoints()));
-
+void check_put_range_txn_delete(boost::asio::io_context& io, etcd::Kv& c) {
   auto rev = run(io, c.put("/t/a", std::string("bytes\0\xff", 7)));
   REQUIRE(rev.ok());
   REQUIRE(run(io, c.put("/t/b", "")).ok());
@@ -98,15 +94,38 @@ TEST_CASE("etcd client: put, range, create-if-absent and compare-and-swap, delet
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().code == ErrorCode::kBadRequest);
   CHECK(bad.error().message == "etcd: etcdserver: key is not provided");
+
+  // A key written twice in one transaction is refused as a whole.
+  etcd::Txn twice;
+  twice.success.push_back(etcd::put_op("/t/x", "1"));
+  twice.success.push_back(etcd::delete_op("/t/", etcd::prefix_end("/t/")));
+  auto refused = run(io, c.txn(twice));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::kBadRequest);
+  CHECK(refused.error().message == "etcd: etcdserver: duplicate key given in txn request");
+  CHECK_FALSE(has_key(io, c, "/t/x"));
 }
 
-TEST_CASE("etcd client: a leased key lives while kept alive and vanishes when not, or at revoke") {
+}  // namespace
+
+TEST_CASE("etcd client: put, range, create-if-absent and compare-and-swap, delete") {
   CTRUN_SKIP_WITHOUT_ETCD();
-  ScratchDir dir("etcd_lease");
+  ScratchDir dir("etcd_kv");
   EtcdCluster server(dir, 1);
   boost::asio::io_context io;
   etcd::Client c(io, options_for(server.endpoints()));
+  check_put_range_txn_delete(io, c);
+}
 
+TEST_CASE("memory etcd: put, range, create-if-absent and compare-and-swap, delete") {
+  boost::asio::io_context io;
+  auto c = MemoryEtcd::create(io)->connect();
+  check_put_range_txn_delete(io, *c);
+}
+
+namespace {
+
+void check_leases(boost::asio::io_context& io, etcd::Kv& c) {
   auto lease = run(io, c.grant(2));
   REQUIRE(lease.ok());
   CHECK(lease.value().ttl == 2);
@@ -135,14 +154,40 @@ TEST_CASE("etcd client: a leased key lives while kept alive and vanishes when no
   auto again = run(io, c.revoke(second.value().id));
   REQUIRE_FALSE(again.ok());
   CHECK(again.error().code == ErrorCode::kNotFound);
+  auto unknown = run(io, c.put("/l/late", "x", second.value().id));
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().code == ErrorCode::kNotFound);
+
+  auto third = run(io, c.grant(30));
+  REQUIRE(third.ok());
+  auto left = run(io, c.time_to_live(third.value().id));
+  REQUIRE(left.ok());
+  CHECK(left.value().granted_ttl == 30);
+  CHECK(left.value().ttl > 25);
+  CHECK(left.value().ttl <= 30);
+  CHECK(run(io, c.time_to_live(second.value().id)).value().ttl == -1);
 }
 
-TEST_CASE("etcd client: a watch sees puts and deletes from its start revision; cancel ends it") {
+}  // namespace
+
+TEST_CASE("etcd client: a leased key lives while kept alive and vanishes when not, or at revoke") {
   CTRUN_SKIP_WITHOUT_ETCD();
-  ScratchDir dir("etcd_watch");
+  ScratchDir dir("etcd_lease");
   EtcdCluster server(dir, 1);
   boost::asio::io_context io;
   etcd::Client c(io, options_for(server.endpoints()));
+  check_leases(io, c);
+}
+
+TEST_CASE("memory etcd: a leased key lives while kept alive and vanishes when not, or at revoke") {
+  boost::asio::io_context io;
+  auto c = MemoryEtcd::create(io)->connect();
+  check_leases(io, *c);
+}
+
+namespace {
+
+void check_watch(boost::asio::io_context& io, etcd::Kv& c) {
   auto before = run(io, c.put("/w/early", "1"));  // before the watch starts: replayed
   REQUIRE(before.ok());
 
@@ -181,6 +226,61 @@ TEST_CASE("etcd client: a watch sees puts and deletes from its start revision; c
   while (!ended && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
   REQUIRE(ended.has_value());
   CHECK(ended->ok());
+}
+
+}  // namespace
+
+TEST_CASE("etcd client: a watch sees puts and deletes from its start revision; cancel ends it") {
+  CTRUN_SKIP_WITHOUT_ETCD();
+  ScratchDir dir("etcd_watch");
+  EtcdCluster server(dir, 1);
+  boost::asio::io_context io;
+  etcd::Client c(io, options_for(server.endpoints()));
+  check_watch(io, c);
+}
+
+TEST_CASE("memory etcd: a watch sees puts and deletes from its start revision; cancel ends it") {
+  boost::asio::io_context io;
+  auto c = MemoryEtcd::create(io)->connect();
+  check_watch(io, *c);
+}
+
+TEST_CASE(
+    "memory etcd: stopped, calls fail after their timeout and watches end; started, leases "
+    "renewed") {
+  boost::asio::io_context io;
+  auto etcd = MemoryEtcd::create(io);
+  etcd::ClientOptions quick;
+  quick.request_timeout = 300ms;
+  auto c = etcd->connect(quick);
+  auto lease = run(io, c->grant(2));
+  REQUIRE(lease.ok());
+  REQUIRE(run(io, c->put("/s/node", "up", lease.value().id)).ok());
+  std::optional<Status> ended;
+  boost::asio::co_spawn(io, c->watch("/s/", etcd::prefix_end("/s/"), 0, [](const auto&) {}),
+                        [&](std::exception_ptr, Status s) { ended = s; });
+  io.restart();
+  io.run_for(50ms);
+  REQUIRE_FALSE(ended.has_value());
+
+  etcd->set_available(false);
+  io.restart();
+  io.run_for(50ms);
+  REQUIRE(ended.has_value());
+  CHECK(ended->error().code == ErrorCode::kConnection);
+  const auto start = std::chrono::steady_clock::now();
+  int retries = 0;
+  auto refused = run(io, c->grant(2, 200ms, [&](const Error&) { ++retries; }));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::kConnection);
+  CHECK(retries >= 2);
+  CHECK(std::chrono::steady_clock::now() - start >= 200ms);
+  CHECK_FALSE(run(io, c->range("/s/node")).ok());
+
+  std::this_thread::sleep_for(2500ms);  // past the TTL, while stopped: the lease is kept
+  etcd->set_available(true);
+  CHECK(has_key(io, *c, "/s/node"));
+  CHECK(etcd->leases() == 1);
 }
 
 TEST_CASE("etcd client: members tried in turn; a killed member is skipped, none left is an error") {
