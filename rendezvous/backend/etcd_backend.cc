@@ -5,6 +5,8 @@
 // agent wrote first. Each agent watches the job's keys and reads its own notices from the state
 // (its assignment, a reopened round, the job's end). A node's liveness is its lease: its
 // "nodes/<id>" key vanishes when keep-alives stop, and any agent that sees that removes it.
+// What to write and what a change means is decided by EtcdReducer (etcd_reducer.h); this file
+// is the I/O around it.
 #include <boost/asio.hpp>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <set>
 
 #include "rendezvous/backend/backend.h"
+#include "rendezvous/backend/etcd_reducer.h"
 #include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_jobs.h"
 #include "rendezvous/etcd/etcd_store.h"
@@ -26,29 +29,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// With etcd the Rendezvous's own keep-alive deadline is off: leases say who is alive.
-constexpr Duration kNoKeepAliveDeadline = std::chrono::hours(24 * 365);
 // How long one action keeps retrying a write that etcd did not take (members down, no quorum).
 constexpr Duration kWriteTimeout = std::chrono::seconds(30);
-
-RendezvousConfig without_keep_alives(RendezvousConfig c) {
-  c.keep_alive_interval = kNoKeepAliveDeadline;
-  c.keep_alive_max_attempt = 1;
-  return c;
-}
-
-// A join as an agent leaves it under joins/<node id>, on its lease, for whichever agent writes
-// the state next: under contention one write takes in every join it sees (up to
-// kJoinsPerWrite), instead of each agent winning a compare-and-swap of its own.
-constexpr std::size_t kJoinsPerWrite = 120;  // a compare and a delete each; etcd allows 128
-
-// Another agent's request, as it left it under joins/<its id>; nullopt for a value that is not
-// one (it is left alone: that agent's own join says what is wrong).
-std::optional<JoinRequest> parse_join_request(const std::string& node_id, const std::string& text) {
-  auto request = join_request_from_json(Json::parse(text, nullptr, false));
-  if (!request || request.value().node.node_id != node_id) return std::nullopt;
-  return request.value();
-}
 
 std::int64_t whole_seconds_up(Duration d) {
   const auto ms = to_millis(d);
@@ -82,30 +64,16 @@ std::unique_ptr<etcd::Kv> connect_kv(asio::io_context& io, const EtcdBackendOpti
   return std::make_unique<etcd::Client>(io, client);
 }
 
+// The I/O half of the etcd backend: reads, watches, writes and timers around an EtcdReducer,
+// which decides.
 class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
  public:
-  // What a change to the state may do: replace the Rendezvous (a new job under the same id),
-  // add operations to the write and conditions to its compare-and-swap. `log` and `events` are
-  // what a Rendezvous it creates should use. `applied` lists the join requests it took in.
-  struct Edit {
-    std::unique_ptr<Rendezvous>& state;
-    std::vector<etcd::Operation>& also;
-    std::vector<etcd::Compare>& checks;
-    std::vector<std::string>& applied;
-    Rendezvous::Logger log;
-    EventSink events;
-  };
-  using Change = std::function<Status(Edit&)>;
+  using Change = EtcdReducer::Change;
 
   EtcdRendezvous(asio::io_context& io, EtcdBackendOptions options)
       : io_(io),
         options_(std::move(options)),
-        prefix_(etcd_job_prefix(options_.job)),
-        state_key_(prefix_ + "rendezvous"),
-        nodes_prefix_(prefix_ + "nodes/"),
-        joins_prefix_(prefix_ + "joins/"),
-        store_prefix_(prefix_ + "store/"),
-        ops_prefix_(prefix_ + "ops/"),
+        job_(options_.job, clock_),
         client_(connect_kv(io, options_, {.endpoints = options_.endpoints})),
         // Keep-alives must not wait out a long request timeout: the lease would be gone first.
         lease_client_(connect_kv(io, options_,
@@ -149,7 +117,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       watching_ = true;
       asio::co_spawn(io_, watch_loop(shared_from_this()), asio::detached);
     }
-    while (!loaded_) {
+    while (!job_.loaded()) {
       if (Clock::now() >= until) {
         co_return Error{ErrorCode::kTimeout, "cannot read job '" + options_.job + "' from etcd"};
       }
@@ -191,113 +159,62 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   }
 
   Task<Result<RoundAssignment>> join_round(NodeInfo node, RendezvousConfig config) {
-    node_id_ = node.node_id;
-    running_round_.reset();
-    end_sent_ = false;
+    job_.set_node(node.node_id);
+    job_.begin_join();
     if (auto s = co_await put_node_key(); !s) co_return s.error();
-    const RendezvousConfig wanted = without_keep_alives(config);
     const std::string request = to_json(JoinRequest{node, config}).dump();
-    auto enter = [&](Edit& edit) -> Status {
-      std::unique_ptr<Rendezvous>& r = edit.state;
-      // Every node of an ended job is gone: the same id starts a new job, as with ctrund. Its
-      // store (and its add markers) go with the old job.
-      const bool replace = r && r->state() != JobState::kRunning && !any_live(*r);
-      if (!r || replace) {
-        const int generation = r ? r->generation() + 1 : 0;
-        if (r) {
-          edit.also.push_back(etcd::delete_op(store_prefix_, etcd::prefix_end(store_prefix_)));
-          edit.also.push_back(etcd::delete_op(ops_prefix_, etcd::prefix_end(ops_prefix_)));
-        }
-        r = std::make_unique<Rendezvous>(options_.job, wanted, clock_, edit.log, generation);
-        r->set_event_sink(edit.events);
-      } else if (r->config().min_nodes != config.min_nodes ||
-                 r->config().max_nodes != config.max_nodes) {
-        return Error{ErrorCode::kConflict,
-                     "job '" + options_.job + "' runs with nnodes " +
-                         std::to_string(r->config().min_nodes) + ":" +
-                         std::to_string(r->config().max_nodes) + ", this node asked for " +
-                         std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes)};
-      }
-      return take_in_joins(edit);
-    };
+    const Change enter = job_.enter(node, config);
     if (auto asked = co_await ask_to_join(request, enter); !asked) co_return asked.error();
-    // The answer is in the state once the round forms; each change wakes this. (`r` is good
-    // until the next co_await.)
+    // The answer is in the state once the round forms; each change wakes this.
     while (true) {
       if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
-      auto current = view();
-      if (!current) co_return current.error();
-      const Rendezvous* r = current.value();
-      if (!r) co_return Error{ErrorCode::kClosed, "etcd key " + state_key_ + " was deleted"};
-      if (r->state() != JobState::kRunning) {
-        co_return Error{ErrorCode::kClosed, "job '" + options_.job + "' ended (" +
-                                                std::string(job_state_name(r->state())) +
-                                                "): " + r->end_reason()};
+      auto step = job_.join_step();
+      if (!step) co_return step.error();
+      switch (step.value().kind) {
+        case EtcdReducer::JoinStep::Kind::kJoined:
+          co_return step.value().assignment;
+        case EtcdReducer::JoinStep::Kind::kTakeIn:
+          if (auto joined = co_await mutate(enter); !joined) co_return joined.error();
+          break;
+        case EtcdReducer::JoinStep::Kind::kAskAgain:
+          if (auto asked = co_await ask_to_join(request, enter); !asked) co_return asked.error();
+          break;
+        case EtcdReducer::JoinStep::Kind::kWait:
+          co_await wait_change(Clock::now() + std::chrono::seconds(1));
+          break;
       }
-      // Asked and not taken in yet: this node's request is not in the state (the cache of
-      // requests is only as fresh as the last read).
-      const bool pending =
-          joins_.count(node_id_) != 0 && !r->is_joining(node_id_) && !r->assignment(node_id_);
-      if (!r->has_node(node_id_) && !pending) {
-        co_return Error{ErrorCode::kTimeout,
-                        "dropped from job '" + options_.job +
-                            "': " + r->departure(node_id_).value_or("removed by another node")};
-      }
-      if (auto a = r->assignment(node_id_)) {
-        running_round_ = a->round;
-        reported_round_ = std::max(reported_round_, a->round);
-        co_return *a;
-      }
-      if (pending) {
-        // Not taken in yet (the write that would have lost its race): take it in now.
-        if (auto joined = co_await mutate(enter); !joined) co_return joined.error();
-        continue;
-      } else if (!r->is_joining(node_id_)) {
-        // The round this node entered formed and reopened before this node read the state
-        // (a watch may bring several changes at once): it joins the next round, as it would
-        // have on the reopened round's notice.
-        if (auto asked = co_await ask_to_join(request, enter); !asked) co_return asked.error();
-        continue;
-      }
-      co_await wait_change(Clock::now() + std::chrono::seconds(1));
     }
   }
 
   Task<Result<Json>> resume(std::string node_id) {
     co_await reload_state();
-    auto current = restore_current();
+    auto current = job_.view();
     if (!current) co_return current.error();
-    const std::unique_ptr<Rendezvous>& r = current.value();
+    const Rendezvous* r = current.value();
     if (!r || !r->has_node(node_id)) {
       co_return Error{ErrorCode::kNotFound,
                       "node '" + node_id + "' is not in job '" + options_.job + "'"};
     }
-    node_id_ = std::move(node_id);
+    Json answer{{"round", r->round()},
+                {"formed", r->formed()},
+                {"state", std::string(job_state_name(r->state()))}};
+    job_.set_node(std::move(node_id));
     if (auto s = co_await put_node_key(); !s) co_return s.error();
-    co_return Json{{"round", r->round()},
-                   {"formed", r->formed()},
-                   {"state", std::string(job_state_name(r->state()))}};
+    co_return answer;
   }
 
   Task<Status> report(bool succeeded, std::string message) {
-    co_return co_await mutate([&](Edit& edit) -> Status {
-      if (!edit.state) return Error{ErrorCode::kConflict, "job '" + options_.job + "' is gone"};
-      auto notices = edit.state->report(node_id_, succeeded, message);
-      return notices ? ok_status() : Status(notices.error());
-    });
+    co_return co_await mutate(job_.report(succeeded, std::move(message)));
   }
 
   Task<Status> leave() {
-    running_round_.reset();
+    job_.stop_running();
     co_await drop_join_request();
-    co_return co_await mutate([&](Edit& edit) -> Status {
-      if (edit.state) edit.state->remove_node(node_id_, "left");
-      return ok_status();
-    });
+    co_return co_await mutate(job_.leave());
   }
 
   Task<Status> set(std::string key, std::string value) {
-    auto put = co_await client_->put(store_prefix_ + key, value);
+    auto put = co_await client_->put(job_.store_prefix() + key, value);
     co_return put ? ok_status() : Status(put.error());
   }
 
@@ -307,9 +224,9 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     while (true) {
       std::vector<std::string> keys{key};
       auto waited =
-          co_await etcd::store_wait(*store_client_, store_prefix_, std::move(keys), timeout);
+          co_await etcd::store_wait(*store_client_, job_.store_prefix(), std::move(keys), timeout);
       if (!waited) co_return waited.error();
-      auto found = co_await client_->range(store_prefix_ + key);
+      auto found = co_await client_->range(job_.store_prefix() + key);
       if (!found) co_return found.error();
       if (!found.value().kvs.empty()) co_return found.value().kvs.front().value;
       if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
@@ -319,15 +236,15 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
 
   // The marker (etcd_store.h) is a key of this call's own, on this node's lease.
   Task<Result<std::int64_t>> add(std::string key, std::int64_t delta) {
-    co_return co_await etcd::store_add(*client_, store_prefix_, std::move(key), delta,
-                                       ops_prefix_ + random_hex(8), lease_);
+    co_return co_await etcd::store_add(*client_, job_.store_prefix(), std::move(key), delta,
+                                       job_.ops_prefix() + random_hex(8), lease_);
   }
 
  private:
   // Leaves this node's join request, then writes the state with it (and any others) taken in,
   // unless another agent's write takes it in first.
   Task<Status> ask_to_join(std::string request, Change enter) {
-    const std::string key = joins_prefix_ + node_id_;
+    const std::string key = job_.joins_prefix() + job_.node_id();
     auto put = co_await client_->put(key, request, lease_);
     if (!put) co_return put.error();
     etcd::KeyValue kv;
@@ -335,56 +252,23 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     kv.value = request;
     kv.mod_revision = put.value();
     kv.lease = lease_;
-    joins_[node_id_] = kv;
+    job_.own_join_put(std::move(kv));
     co_await reload_state();  // every request so far, to take in with this one
     co_return co_await mutate(std::move(enter));
   }
 
   Task<void> drop_join_request() {
-    if (node_id_.empty() || !joins_.count(node_id_)) co_return;
-    joins_.erase(node_id_);
-    (void)co_await client_->erase(joins_prefix_ + node_id_);
-  }
-
-  // Takes the pending join requests into the running job, this node's first, at most
-  // kJoinsPerWrite. Each is deleted by the same write, on condition that it is the very
-  // request that was read: no request is ever taken in twice. Requests that do not fit the
-  // job (another nnodes, a taken rank) are left to their agents, whose own join says why.
-  Status take_in_joins(Edit& edit) {
-    Rendezvous& r = *edit.state;
-    if (r.state() != JobState::kRunning) return ok_status();
-    std::vector<std::string> order;
-    if (joins_.count(node_id_)) order.push_back(node_id_);
-    for (const auto& [id, kv] : joins_) {
-      if (id != node_id_) order.push_back(id);
-    }
-    for (const auto& id : order) {
-      if (edit.applied.size() >= kJoinsPerWrite) break;
-      const etcd::KeyValue& kv = joins_.at(id);
-      auto request = parse_join_request(id, kv.value);
-      if (!request || request->config.min_nodes != r.config().min_nodes ||
-          request->config.max_nodes != r.config().max_nodes) {
-        continue;
-      }
-      if (auto joined = r.join(request->node); !joined) {
-        if (id == node_id_) return joined.error();
-        continue;
-      }
-      edit.checks.push_back(etcd::Compare{kv.key, etcd::Compare::Target::kMod,
-                                          etcd::Compare::Result::kEqual, kv.mod_revision, ""});
-      edit.also.push_back(etcd::delete_op(kv.key));
-      edit.applied.push_back(id);
-    }
-    return ok_status();
+    if (job_.node_id().empty() || !job_.own_join_dropped()) co_return;
+    (void)co_await client_->erase(job_.joins_prefix() + job_.node_id());
   }
 
   // Puts this node's key on its lease, taking a new lease when the old one is gone.
   Task<Status> put_node_key() {
     for (int attempt = 0; attempt < 2; ++attempt) {
-      auto put = co_await client_->put(nodes_prefix_ + node_id_, local_address_, lease_);
+      auto put =
+          co_await client_->put(job_.nodes_prefix() + job_.node_id(), local_address_, lease_);
       if (put) {
-        live_.insert(node_id_);
-        dead_.erase(node_id_);
+        job_.own_node_key_put();
         co_return ok_status();
       }
       if (put.error().code != ErrorCode::kNotFound || attempt > 0) co_return put.error();
@@ -400,106 +284,24 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     co_return ok_status();
   }
 
-  // The cached state as a Rendezvous (null when the key does not exist), deadlines carried.
-  Result<std::unique_ptr<Rendezvous>> restore_current(Rendezvous::Logger log = {}) const {
-    if (state_json_.is_null()) return std::unique_ptr<Rendezvous>();
-    if (state_json_.is_discarded()) {
-      return Error{ErrorCode::kBadRequest,
-                   "etcd key " + state_key_ + " does not hold a ctrun rendezvous"};
-    }
-    return Rendezvous::restore(state_json_, clock_, std::move(log), Rendezvous::Timers::kCarried);
-  }
-
-  // The cached state restored once per revision, for reading: every agent reads it on every
-  // change, and a restore is O(nodes). Null when the key does not exist.
-  Result<const Rendezvous*> view() {
-    if (view_rev_ != state_rev_ || !view_ok_) {
-      auto current = restore_current();
-      if (!current) return current.error();
-      view_ = std::move(current).value();
-      view_rev_ = state_rev_;
-      view_ok_ = true;
-    }
-    return static_cast<const Rendezvous*>(view_.get());
-  }
-
-  // Takes what a read at `revision` saw of the state key, unless the cache is newer.
-  void take_state(const etcd::KeyValue* kv, std::int64_t revision) {
-    if (revision < state_rev_) return;
-    if (kv) {
-      state_json_ = Json::parse(kv->value, nullptr, false);
-      state_rev_ = kv->mod_revision;
-      view_ok_ = false;
-    } else {
-      state_json_ = nullptr;
-      state_rev_ = 0;
-      view_ok_ = false;
-    }
-  }
-
-  // One consistent read of the state and the live nodes; the revision it saw.
+  // One consistent read of the state, the live nodes and the join requests; the revision it saw.
   Task<Result<std::int64_t>> load() {
-    etcd::Txn txn;
-    txn.success.push_back(etcd::range_op(state_key_, ""));
-    txn.success.push_back(etcd::range_op(nodes_prefix_, etcd::prefix_end(nodes_prefix_)));
-    txn.success.push_back(etcd::range_op(joins_prefix_, etcd::prefix_end(joins_prefix_)));
-    auto read = co_await client_->txn(std::move(txn));
+    auto read = co_await client_->txn(job_.load_request());
     if (!read) co_return read.error();
-    const etcd::TxnResult& r = read.value();
-    if (r.ranges.size() != 3) {
-      co_return Error{ErrorCode::kInternal, "etcd: a three-range transaction answered " +
-                                                std::to_string(r.ranges.size()) + " ranges"};
-    }
-    const etcd::KeyValue* state = r.ranges[0].kvs.empty() ? nullptr : &r.ranges[0].kvs.front();
-    take_state(state, r.revision);
-    take_joins(r.ranges[2].kvs, r.revision);
-    live_.clear();
-    for (const auto& kv : r.ranges[1].kvs) live_.insert(kv.key.substr(nodes_prefix_.size()));
-    // Dead: nodes of the state *as this read saw it* without a key (the cache may be newer, with
-    // nodes whose keys this read predates), and those seen deleted before, unless back now.
-    std::erase_if(dead_, [this](const std::string& id) { return live_.count(id) != 0; });
-    if (state) {
-      auto read = etcd_restore_state(*state, clock_);
-      if (read) {
-        for (const auto& id : read.value()->node_ids()) {
-          if (!live_.count(id)) dead_.insert(id);
-        }
-      }
-    }
-    loaded_ = true;
+    if (auto s = job_.take_load(read.value()); !s) co_return s.error();
     after_change();
-    co_return r.revision;
+    co_return read.value().revision;
   }
 
   // The state and the pending join requests, read together: a request is deleted by the write
   // that takes it in, so the two must come from one revision.
   Task<void> reload_state() {
-    etcd::Txn txn;
-    txn.success.push_back(etcd::range_op(state_key_, ""));
-    txn.success.push_back(etcd::range_op(joins_prefix_, etcd::prefix_end(joins_prefix_)));
-    auto read = co_await client_->txn(std::move(txn));
-    if (!read || read.value().ranges.size() != 2) {
+    auto read = co_await client_->txn(job_.reload_request());
+    if (!read || !job_.take_reload(read.value())) {
       co_await sleep_for(io_, std::chrono::milliseconds(100));
       co_return;
     }
-    const etcd::TxnResult& r = read.value();
-    take_state(r.ranges[0].kvs.empty() ? nullptr : &r.ranges[0].kvs.front(), r.revision);
-    take_joins(r.ranges[1].kvs, r.revision);
     after_change();
-  }
-
-  // Takes what a read at `revision` saw under joins/, unless the cache is newer.
-  void take_joins(const std::vector<etcd::KeyValue>& kvs, std::int64_t revision) {
-    if (revision < joins_rev_) return;
-    // This node's own request, put after the read was answered, stays.
-    std::optional<etcd::KeyValue> own;
-    if (auto it = joins_.find(node_id_); it != joins_.end() && it->second.mod_revision > revision) {
-      own = it->second;
-    }
-    joins_.clear();
-    for (const auto& kv : kvs) joins_[kv.key.substr(joins_prefix_.size())] = kv;
-    if (own) joins_[node_id_] = *own;
-    joins_rev_ = revision;
   }
 
   // Reads everything, then follows the changes; again from a fresh read whenever the stream
@@ -517,38 +319,11 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       // nodes/ to rendezvous (ops/ lies between): not the join requests, read when a write is
       // due, nor store/, where every worker's key goes: N of them seen by N watchers would be N^2
       // messages.
-      (void)co_await client_->watch(nodes_prefix_, etcd::prefix_end(state_key_), loaded.value() + 1,
-                                    [this](const etcd::WatchMessage& m) { on_watch(m); });
+      (void)co_await client_->watch(job_.nodes_prefix(), etcd::prefix_end(job_.state_key()),
+                                    loaded.value() + 1, [this](const etcd::WatchMessage& m) {
+                                      if (job_.take_watch(m)) after_change();
+                                    });
     }
-  }
-
-  void on_watch(const etcd::WatchMessage& message) {
-    bool changed = false;  // ops/ (store add markers) changes nothing here
-    for (const auto& e : message.events) {
-      const std::string& key = e.kv.key;
-      if (key == state_key_) {
-        take_state(e.deleted ? nullptr : &e.kv, e.kv.mod_revision);
-        changed = true;
-      } else if (key.compare(0, nodes_prefix_.size(), nodes_prefix_) == 0) {
-        changed = true;
-        const std::string id = key.substr(nodes_prefix_.size());
-        if (e.deleted) {
-          live_.erase(id);
-          dead_.insert(id);
-        } else {
-          live_.insert(id);
-          dead_.erase(id);
-        }
-      }
-    }
-    if (changed) after_change();
-  }
-
-  bool any_live(const Rendezvous& r) const {
-    for (const auto& id : r.node_ids()) {
-      if (id != node_id_ && live_.count(id)) return true;
-    }
-    return false;
   }
 
   // What every change of the cache sets off: waiters wake, this node's notices go out, nodes
@@ -556,40 +331,15 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   void after_change() {
     notify();
     if (closed_) return;
-    auto current = view();
-    if (!current || !current.value()) return;
-    const Rendezvous& r = *current.value();
-    deliver_notices(r);
-    arm_tick(r);
-    remove_dead(r);
+    const auto notice = job_.notice();
+    if (notice.event) emit(*notice.event);
+    if (notice.lost) lose(*notice.lost);
+    arm_tick();
+    remove_dead();
   }
 
-  void deliver_notices(const Rendezvous& r) {
-    if (!running_round_) return;
-    if (r.state() != JobState::kRunning) {
-      if (!end_sent_) {
-        end_sent_ = true;
-        emit(BackendEvent{.kind = BackendEvent::Kind::kJobEnded,
-                          .state = std::string(job_state_name(r.state())),
-                          .reason = r.end_reason()});
-      }
-      return;
-    }
-    if (r.round() > reported_round_) {
-      reported_round_ = r.round();
-      emit(BackendEvent{.kind = BackendEvent::Kind::kRoundReopened,
-                        .round = r.round(),
-                        .reason = r.open_reason()});
-      return;
-    }
-    if (!r.has_node(node_id_) && !lost_) {
-      lose("dropped from job '" + options_.job +
-           "': " + r.departure(node_id_).value_or("removed by another node"));
-    }
-  }
-
-  void arm_tick(const Rendezvous& r) {
-    auto due = r.next_deadline();
+  void arm_tick() {
+    auto due = job_.next_deadline();
     if (!due) {
       tick_timer_.cancel();
       tick_at_.reset();
@@ -610,43 +360,19 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       auto self = weak.lock();
       if (ec || !self || self->closed_) return;
       self->tick_at_.reset();
-      auto tick = [](Edit& edit) -> Status {
-        if (edit.state) edit.state->tick();
-        return ok_status();
-      };
-      asio::co_spawn(self->io_, self->apply(self, tick, false), asio::detached);
+      asio::co_spawn(self->io_, self->apply(self, self->job_.tick(), false), asio::detached);
     });
   }
 
-  void remove_dead(const Rendezvous& view) {
+  void remove_dead() {
     if (removing_) return;
-    auto candidate = [&](const std::string& id) {
-      return id != node_id_ && !live_.count(id) && view.has_node(id);
-    };
-    if (std::none_of(dead_.begin(), dead_.end(), candidate)) return;
-    // Which removals would change the state (not, e.g., a member that already succeeded): tried
-    // on a copy of its own.
-    auto current = restore_current();
-    if (!current || !current.value()) return;
-    Rendezvous& r = *current.value();
-    std::vector<std::string> gone;
-    for (const auto& id : dead_) {
-      if (!candidate(id)) continue;
-      const auto before = r.revision();
-      r.remove_node(id, "");
-      if (r.revision() != before) gone.push_back(id);
-    }
+    auto gone = job_.removable_dead();
     if (gone.empty()) return;
     removing_ = true;
     const std::string why = "its etcd lease expired (no keep-alive for " +
                             std::to_string(whole_seconds_up(options_.lease_ttl)) + " s)";
-    auto remove = [gone, why](Edit& edit) -> Status {
-      for (const auto& id : gone) {
-        if (edit.state) edit.state->remove_node(id, why);
-      }
-      return ok_status();
-    };
-    asio::co_spawn(io_, apply(shared_from_this(), remove, true), asio::detached);
+    asio::co_spawn(io_, apply(shared_from_this(), job_.remove(std::move(gone), why), true),
+                   asio::detached);
   }
 
   // mutate() for a detached caller, which keeps this alive. A removal, once done, looks again:
@@ -670,71 +396,25 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     int lost = 0;
     while (true) {
       if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
-      // Lines and events are kept until the write lands: a lost race must not tell them twice.
-      std::vector<std::string> lines;
-      std::vector<std::pair<std::string, Json>> events;
-      auto log = [&lines](const std::string& line) { lines.push_back(line); };
-      auto sink = [&events](const std::string& name, Json fields) {
-        events.emplace_back(name, std::move(fields));
-      };
-      auto current = restore_current(log);
-      if (!current) co_return current.error();
-      std::unique_ptr<Rendezvous> state = std::move(current).value();
-      const Rendezvous* original = state.get();
-      if (state) state->set_event_sink(sink);
-      const std::uint64_t before = state ? state->revision() : 0;
-      std::vector<etcd::Operation> also;
-      std::vector<etcd::Compare> checks;
-      std::vector<std::string> applied;
-      Edit edit{state, also, checks, applied, log, sink};
-      if (auto s = change(edit); !s) co_return s;
-      if (state && state->round_restart_count_unset()) {
-        // This write forms the round: its members' restart count is the counter now, and the
-        // write lands only if the counter is still what was read (a peer's restart for a
-        // failure in the new round must not be counted in it).
-        if (state.get() != original) {
-          state->set_round_restart_count(0);  // a new job: this write deletes the old store
-        } else {
-          auto counter = co_await client_->range(store_prefix_ + kRestartsKey);
-          if (!counter) co_return counter.error();
-          const auto& kvs = counter.value().kvs;
-          const long long used = kvs.empty() ? 0 : counter_value(kvs.front().value, 0);
-          state->set_round_restart_count(static_cast<int>(std::max(0LL, used)));
-          checks.push_back(etcd::unchanged_since(store_prefix_ + kRestartsKey,
-                                                 kvs.empty() ? 0 : kvs.front().mod_revision));
+      auto planned = job_.plan(change);
+      if (planned && planned.value().needs_restart_counter) {
+        auto counter = co_await client_->range(job_.store_prefix() + kRestartsKey);
+        if (!counter) co_return counter.error();
+        EtcdReducer::RestartCounter read;
+        if (!counter.value().kvs.empty()) {
+          read.value = counter_value(counter.value().kvs.front().value, 0);
+          read.mod_revision = counter.value().kvs.front().mod_revision;
         }
+        // The cache may have moved while the counter was read: plan anew on it.
+        planned = job_.plan(change, read);
       }
-      if (!state || (state.get() == original && state->revision() == before)) co_return ok_status();
-
-      Json saved = state->save();
-      etcd::Txn txn;
-      txn.compare.push_back(etcd::unchanged_since(state_key_, state_rev_));
-      for (auto& c : checks) txn.compare.push_back(std::move(c));
-      // Text from workers (failure reasons) may not be UTF-8: replaced, never a throw.
-      const std::string text = saved.dump(-1, ' ', false, Json::error_handler_t::replace);
-      txn.success.push_back(etcd::put_op(state_key_, text));
-      for (auto& op : also) txn.success.push_back(std::move(op));
-      auto written = co_await client_->txn(std::move(txn));
+      if (!planned) co_return planned.error();
+      if (!planned.value().write) co_return ok_status();
+      const EtcdReducer::Write write = std::move(*planned.value().write);
+      auto written = co_await client_->txn(write.txn);
       if (written && written.value().succeeded) {
-        if (written.value().revision >= state_rev_) {
-          state_json_ = std::move(saved);
-          state_rev_ = written.value().revision;
-          view_ok_ = false;
-        }
-        for (const auto& id : applied) {  // the write deleted their keys
-          auto it = joins_.find(id);
-          if (it != joins_.end() && it->second.mod_revision < written.value().revision) {
-            joins_.erase(it);
-          }
-        }
-        // A read older than this write must not bring those requests back.
-        joins_rev_ = std::max(joins_rev_, written.value().revision);
-        if (options_.log) {
-          for (const auto& line : lines) options_.log(line);
-        }
-        if (options_.events) {
-          for (auto& [name, fields] : events) options_.events(name, std::move(fields));
-        }
+        job_.written(write, written.value().revision);
+        tell(write);
         after_change();
         co_return ok_status();
       }
@@ -747,18 +427,28 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
                           : written.error();
       }
       // Another agent wrote first, or the answer was lost, or a try cut short landed and its
-      // retry lost to it: read the state again. Our own write (its save time makes it unique)
-      // is done; anything else gets the change applied anew. Many agents racing back off a
-      // random while, growing with each loss: the winner's write may take their joins in.
+      // retry lost to it: read the state again. Our own write is done; anything else gets the
+      // change applied anew. Many agents racing back off a random while, growing with each
+      // loss: the winner's write may take their joins in.
       co_await sleep_for(io_, etcd::contention_backoff(++lost));
       co_await reload_state();
-      if (state_json_ == Json::parse(text, nullptr, false)) {
+      if (job_.holds(write)) {
         if (options_.log) {
-          for (const auto& line : lines) options_.log(line);
+          for (const auto& line : write.lines) options_.log(line);
         }
         after_change();
         co_return ok_status();
       }
+    }
+  }
+
+  // The log lines and events of a write that landed.
+  void tell(const EtcdReducer::Write& write) {
+    if (options_.log) {
+      for (const auto& line : write.lines) options_.log(line);
+    }
+    if (options_.events) {
+      for (const auto& [name, fields] : write.events) options_.events(name, fields);
     }
   }
 
@@ -825,13 +515,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
 
   asio::io_context& io_;
   EtcdBackendOptions options_;
-  const std::string prefix_;
-  const std::string state_key_;
-  const std::string nodes_prefix_;
-  const std::string joins_prefix_;
-  const std::string store_prefix_;
-  const std::string ops_prefix_;
   SteadyClock clock_;
+  EtcdReducer job_;
   std::unique_ptr<etcd::Kv> client_;
   std::unique_ptr<etcd::Kv> lease_client_;
   std::unique_ptr<etcd::Kv> store_client_;  // store gets: their watches end by cancelling all of it
@@ -848,25 +533,6 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   bool lost_ = false;
   int keep_alive_epoch_ = 0;
   Duration keep_alive_interval_{};  // zero until start_keep_alive()
-
-  // The cache, kept by the watch: the state (null: no key; discarded: not ours) at state_rev_,
-  // and the nodes whose keys exist (live_) or were seen to go (dead_).
-  bool loaded_ = false;
-  Json state_json_;
-  std::int64_t state_rev_ = 0;
-  std::unique_ptr<Rendezvous> view_;  // state_json_ restored, while view_ok_, at view_rev_
-  std::int64_t view_rev_ = 0;
-  bool view_ok_ = false;
-  std::set<std::string> live_;
-  std::set<std::string> dead_;
-  // Join requests not taken in yet (joins/<id>) as the last read saw them, at joins_rev_.
-  std::map<std::string, etcd::KeyValue> joins_;
-  std::int64_t joins_rev_ = 0;
-
-  std::string node_id_;
-  std::optional<int> running_round_;  // the round this node runs in, after its join returned
-  int reported_round_ = 0;            // the newest round this node knows of
-  bool end_sent_ = false;
 };
 
 class EtcdBackend final : public Backend {
