@@ -6,31 +6,31 @@
 
 #include "rendezvous/protocol/auth.h"
 #include "rendezvous/protocol/message.h"
-#include "rendezvous/service/service_state.h"
+#include "rendezvous/service/service_impl.h"
 
 namespace ctrun::rendezvous {
 
-const std::unordered_map<std::string_view, Service::Handler> Service::kHandlers = {
-    {"hello", &Service::op_hello},
-    {"ping", &Service::op_ping},
-    {"set", &Service::op_set},
-    {"get", &Service::op_get},
-    {"add", &Service::op_add},
-    {"compare_set", &Service::op_compare_set},
-    {"check", &Service::op_check},
-    {"wait", &Service::op_wait},
-    {"delete", &Service::op_delete},
-    {"num_keys", &Service::op_num_keys},
-    {"multi_get", &Service::op_multi_get},
-    {"multi_set", &Service::op_multi_set},
-    {"join", &Service::op_join},
-    {"leave", &Service::op_leave},
-    {"keep_alive", &Service::op_keep_alive},
-    {"report", &Service::op_report},
-    {"close", &Service::op_close},
-    {"resume", &Service::op_resume},
-    {"status", &Service::op_status},
-    {"jobs", &Service::op_jobs},
+const std::unordered_map<std::string_view, Service::Impl::Handler> Service::Impl::kHandlers = {
+    {"hello", &Service::Impl::op_hello},
+    {"ping", &Service::Impl::op_ping},
+    {"set", &Service::Impl::op_set},
+    {"get", &Service::Impl::op_get},
+    {"add", &Service::Impl::op_add},
+    {"compare_set", &Service::Impl::op_compare_set},
+    {"check", &Service::Impl::op_check},
+    {"wait", &Service::Impl::op_wait},
+    {"delete", &Service::Impl::op_delete},
+    {"num_keys", &Service::Impl::op_num_keys},
+    {"multi_get", &Service::Impl::op_multi_get},
+    {"multi_set", &Service::Impl::op_multi_set},
+    {"join", &Service::Impl::op_join},
+    {"leave", &Service::Impl::op_leave},
+    {"keep_alive", &Service::Impl::op_keep_alive},
+    {"report", &Service::Impl::op_report},
+    {"close", &Service::Impl::op_close},
+    {"resume", &Service::Impl::op_resume},
+    {"status", &Service::Impl::op_status},
+    {"jobs", &Service::Impl::op_jobs},
 };
 
 namespace {
@@ -90,19 +90,17 @@ std::int64_t restarts_used(const KeyValueStore& store) {
 
 }  // namespace
 
-Service::Service(ServiceOptions options, const Clock& clock, Transport& transport)
+Service::Impl::Impl(ServiceOptions options, const Clock& clock, Transport& transport)
     : options_(std::move(options)), clock_(clock), transport_(transport) {
   if (!options_.random) options_.random = random_bytes;
 }
 
-Service::~Service() = default;
-
-void Service::log(const std::string& line) const {
+void Service::Impl::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-void Service::on_connect(ConnectionId id, std::string peer,
-                         std::optional<std::string> worker_store_job) {
+void Service::Impl::on_connect(ConnectionId id, std::string peer,
+                               std::optional<std::string> worker_store_job) {
   if (connections_.size() >= options_.max_connections) {
     log(peer + " refused: " + std::to_string(connections_.size()) + " connections already open");
     transport_.send(id, encode_frame(error_response(
@@ -142,14 +140,14 @@ void Service::on_connect(ConnectionId id, std::string peer,
   connections_.emplace(id, std::move(c));
 }
 
-void Service::send_challenge(const Connection& c) {
+void Service::Impl::send_challenge(const Connection& c) {
   transport_.send(c.id, encode_frame(Json{{"event", "challenge"},
                                           {"version", kProtocolVersion},
                                           {"nonce", to_binary(c.nonce)},
                                           {"auth", options_.token.has_value()}}));
 }
 
-void Service::on_data(ConnectionId id, const char* data, std::size_t size) {
+void Service::Impl::on_data(ConnectionId id, const char* data, std::size_t size) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;
   Connection& first = *it->second;
@@ -197,11 +195,11 @@ void Service::on_data(ConnectionId id, const char* data, std::size_t size) {
   }
 }
 
-void Service::on_disconnect(ConnectionId id) {
+void Service::Impl::on_disconnect(ConnectionId id) {
   if (connections_.count(id)) drop(id, "connection closed by peer");
 }
 
-void Service::drop(ConnectionId id, const std::string& why) {
+void Service::Impl::drop(ConnectionId id, const std::string& why) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;
   std::unique_ptr<Connection> c = std::move(it->second);
@@ -225,7 +223,7 @@ void Service::drop(ConnectionId id, const std::string& why) {
   }
 }
 
-void Service::reply(const Connection& c, std::uint64_t id, Json body) {
+void Service::Impl::reply(const Connection& c, std::uint64_t id, Json body) {
   body["id"] = id;
   body["ok"] = true;
   std::string frame = encode_frame(body);
@@ -240,11 +238,11 @@ void Service::reply(const Connection& c, std::uint64_t id, Json body) {
   transport_.send(c.id, std::move(frame));
 }
 
-void Service::fail(const Connection& c, std::uint64_t id, const Error& e) {
+void Service::Impl::fail(const Connection& c, std::uint64_t id, const Error& e) {
   transport_.send(c.id, encode_frame(error_response(id, e)));
 }
 
-void Service::reject(Connection& c, std::uint64_t id, const Error& e) {
+void Service::Impl::reject(Connection& c, std::uint64_t id, const Error& e) {
   ++(e.code == ErrorCode::kAuthFailed ? counters_.auth_failures : counters_.frame_errors);
   log(c.peer + " closed: " + std::string(error_code_name(e.code)) + ": " + e.message);
   if (c.wire != Wire::kTcpStore) fail(c, id, e);  // TCPStore's wire has no error answer
@@ -253,9 +251,9 @@ void Service::reject(Connection& c, std::uint64_t id, const Error& e) {
   transport_.close(cid);
 }
 
-Service::Job& Service::job_of(Connection& c) { return *jobs_.at(c.job); }
+Service::Impl::Job& Service::Impl::job_of(Connection& c) { return *jobs_.at(c.job); }
 
-void Service::handle_frame(Connection& c, Json frame) {
+void Service::Impl::handle_frame(Connection& c, Json frame) {
   // Any non-negative integer encoding is accepted: MessagePack libraries differ in which
   // integer format they pick for small positive numbers.
   auto id_field = frame.find("id");
@@ -286,7 +284,7 @@ void Service::handle_frame(Connection& c, Json frame) {
 
 // ---- handshake -------------------------------------------------------------------------------
 
-void Service::op_hello(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_hello(Connection& c, std::uint64_t id, const Json& req) {
   if (c.authenticated) return fail(c, id, Error{ErrorCode::kBadRequest, "hello was already said"});
   auto version = get_int(req, "version");
   if (!version) return reject(c, id, version.error());
@@ -349,13 +347,13 @@ void Service::op_hello(Connection& c, std::uint64_t id, const Json& req) {
   reply(c, id, std::move(body));
 }
 
-void Service::op_ping(Connection& c, std::uint64_t id, const Json&) {
+void Service::Impl::op_ping(Connection& c, std::uint64_t id, const Json&) {
   reply(c, id, Json::object());
 }
 
 // ---- store -----------------------------------------------------------------------------------
 
-void Service::op_set(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_set(Connection& c, std::uint64_t id, const Json& req) {
   auto key = get_string(req, "key");
   if (!key) return reject(c, id, key.error());
   auto value = get_bytes(req, "value");
@@ -366,19 +364,20 @@ void Service::op_set(Connection& c, std::uint64_t id, const Json& req) {
   reply(c, id, Json::object());
 }
 
-void Service::op_get(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_get(Connection& c, std::uint64_t id, const Json& req) {
   wait_for_keys(c, id, req, /*with_values=*/true);
 }
 
-void Service::op_wait(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_wait(Connection& c, std::uint64_t id, const Json& req) {
   wait_for_keys(c, id, req, /*with_values=*/false);
 }
 
-void Service::op_multi_get(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_multi_get(Connection& c, std::uint64_t id, const Json& req) {
   wait_for_keys(c, id, req, /*with_values=*/true);
 }
 
-void Service::wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bool with_values) {
+void Service::Impl::wait_for_keys(Connection& c, std::uint64_t id, const Json& req,
+                                  bool with_values) {
   // get names one "key" and answers "value"; wait and multi_get name "keys".
   const bool single = req.contains("key");
   std::vector<std::string> keys;
@@ -445,7 +444,7 @@ void Service::wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bo
   if (*slot != 0) c.waiters.insert(*slot);
 }
 
-void Service::op_add(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_add(Connection& c, std::uint64_t id, const Json& req) {
   auto key = get_string(req, "key");
   if (!key) return reject(c, id, key.error());
   auto delta = get_int(req, "delta");
@@ -457,7 +456,7 @@ void Service::op_add(Connection& c, std::uint64_t id, const Json& req) {
   reply(c, id, Json{{"value", v.value()}});
 }
 
-void Service::op_compare_set(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_compare_set(Connection& c, std::uint64_t id, const Json& req) {
   auto key = get_string(req, "key");
   if (!key) return reject(c, id, key.error());
   auto expected = get_bytes(req, "expected");
@@ -470,13 +469,13 @@ void Service::op_compare_set(Connection& c, std::uint64_t id, const Json& req) {
   reply(c, id, Json{{"value", to_binary(v.value())}});
 }
 
-void Service::op_check(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_check(Connection& c, std::uint64_t id, const Json& req) {
   auto keys = get_string_list(req, "keys");
   if (!keys) return reject(c, id, keys.error());
   reply(c, id, Json{{"ready", job_of(c).store.check(keys.value())}});
 }
 
-void Service::op_delete(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_delete(Connection& c, std::uint64_t id, const Json& req) {
   auto key = get_string(req, "key");
   if (!key) return reject(c, id, key.error());
   const bool deleted = job_of(c).store.erase(key.value());
@@ -484,11 +483,11 @@ void Service::op_delete(Connection& c, std::uint64_t id, const Json& req) {
   reply(c, id, Json{{"deleted", deleted}});
 }
 
-void Service::op_num_keys(Connection& c, std::uint64_t id, const Json&) {
+void Service::Impl::op_num_keys(Connection& c, std::uint64_t id, const Json&) {
   reply(c, id, Json{{"count", job_of(c).store.num_keys()}});
 }
 
-void Service::op_multi_set(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_multi_set(Connection& c, std::uint64_t id, const Json& req) {
   auto keys = get_string_list(req, "keys");
   if (!keys) return reject(c, id, keys.error());
   auto values = get_bytes_list(req, "values");
@@ -501,7 +500,7 @@ void Service::op_multi_set(Connection& c, std::uint64_t id, const Json& req) {
 
 // ---- rendezvous ------------------------------------------------------------------------------
 
-void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_join(Connection& c, std::uint64_t id, const Json& req) {
   auto request = join_request_from_json(req);
   if (!request) return reject(c, id, request.error());
   const NodeInfo& info = request.value().node;
@@ -558,7 +557,7 @@ void Service::op_join(Connection& c, std::uint64_t id, const Json& req) {
 }
 
 // A node that reconnects on a new connection takes its binding along.
-void Service::bind_node(Connection& c, Job& job, const std::string& node) {
+void Service::Impl::bind_node(Connection& c, Job& job, const std::string& node) {
   if (auto bound = job.node_connections.find(node);
       bound != job.node_connections.end() && bound->second != c.id) {
     auto old = connections_.find(bound->second);
@@ -578,7 +577,7 @@ void Service::bind_node(Connection& c, Job& job, const std::string& node) {
 
 // A node coming back on a new connection (its agent lost the old one, or the daemon restarted
 // from --state_dir) takes up its place without asking for a new round.
-void Service::op_resume(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_resume(Connection& c, std::uint64_t id, const Json& req) {
   auto node = get_string(req, "node");
   if (!node) return reject(c, id, node.error());
   Job& job = job_of(c);
@@ -599,7 +598,7 @@ void Service::op_resume(Connection& c, std::uint64_t id, const Json& req) {
         Json{{"round", r.round()}, {"formed", r.formed()}, {"state", job_state_name(r.state())}});
 }
 
-void Service::deliver(Job& job, std::vector<Notice> notices) {
+void Service::Impl::deliver(Job& job, std::vector<Notice> notices) {
   // Every member of a round learns the job's restart count as the round formed: read after
   // the join, a peer's restart for a failure in this very round could already be in it (its
   // workers would then think this round a later attempt than the others' do).
@@ -647,7 +646,7 @@ void Service::deliver(Job& job, std::vector<Notice> notices) {
   }
 }
 
-void Service::op_leave(Connection& c, std::uint64_t id, const Json&) {
+void Service::Impl::op_leave(Connection& c, std::uint64_t id, const Json&) {
   Job& job = job_of(c);
   if (c.node.empty() || !job.rendezvous) {
     return fail(c, id, Error{ErrorCode::kConflict, "this connection has not joined"});
@@ -662,11 +661,11 @@ void Service::op_leave(Connection& c, std::uint64_t id, const Json&) {
   reply(c, id, Json::object());
 }
 
-void Service::op_keep_alive(Connection& c, std::uint64_t id, const Json&) {
+void Service::Impl::op_keep_alive(Connection& c, std::uint64_t id, const Json&) {
   reply(c, id, Json::object());  // handle_frame already refreshed the node
 }
 
-void Service::op_report(Connection& c, std::uint64_t id, const Json& req) {
+void Service::Impl::op_report(Connection& c, std::uint64_t id, const Json& req) {
   Job& job = job_of(c);
   if (c.node.empty() || !job.rendezvous) {
     return fail(c, id, Error{ErrorCode::kConflict, "this connection has not joined"});
@@ -684,7 +683,7 @@ void Service::op_report(Connection& c, std::uint64_t id, const Json& req) {
   deliver(job, std::move(notices).value());
 }
 
-void Service::op_close(Connection& c, std::uint64_t id, const Json&) {
+void Service::Impl::op_close(Connection& c, std::uint64_t id, const Json&) {
   Job& job = job_of(c);
   if (job.rendezvous) {
     const std::string by = c.node.empty() ? c.peer : "node '" + c.node + "'";
@@ -693,7 +692,7 @@ void Service::op_close(Connection& c, std::uint64_t id, const Json&) {
   reply(c, id, Json::object());
 }
 
-void Service::op_status(Connection& c, std::uint64_t id, const Json&) {
+void Service::Impl::op_status(Connection& c, std::uint64_t id, const Json&) {
   Job& job = job_of(c);
   Json body{{"job", c.job},
             {"keys", job.store.num_keys()},
@@ -703,7 +702,7 @@ void Service::op_status(Connection& c, std::uint64_t id, const Json&) {
   reply(c, id, std::move(body));
 }
 
-ServiceMetrics Service::metrics() const {
+ServiceMetrics Service::Impl::metrics() const {
   ServiceMetrics m = counters_;
   for (const auto& [op, n] : request_counts_) m.requests[std::string(op)] = n;
   for (const auto& [op, n] : tcpstore_counts_) m.requests["tcpstore_" + std::string(op)] = n;
@@ -722,7 +721,7 @@ ServiceMetrics Service::metrics() const {
   return m;
 }
 
-void Service::op_jobs(Connection& c, std::uint64_t id, const Json&) {
+void Service::Impl::op_jobs(Connection& c, std::uint64_t id, const Json&) {
   Json list = Json::array();
   for (const auto& [name, job] : jobs_) {
     // The asker's own job, when it holds nothing, only exists because it asked (ctrun status).
@@ -740,7 +739,7 @@ void Service::op_jobs(Connection& c, std::uint64_t id, const Json&) {
 
 // ---- time ------------------------------------------------------------------------------------
 
-void Service::tick() {
+void Service::Impl::tick() {
   const TimePoint now = clock_.now();
   std::vector<std::pair<ConnectionId, std::string>> late;
   for (const auto& [id, c] : connections_) {
@@ -781,7 +780,7 @@ void Service::tick() {
 // A node the rendezvous dropped on its timers (keep-alives missed, join timed out) whose
 // connection is still open, say across a network partition that healed, must not go on as if it
 // were a member: closing the connection sends its agent back through resume, which tells it.
-void Service::close_dropped_nodes(Job& job) {
+void Service::Impl::close_dropped_nodes(Job& job) {
   std::vector<std::pair<std::string, ConnectionId>> dropped;
   for (const auto& [node, cid] : job.node_connections) {
     if (!job.rendezvous->has_node(node)) dropped.emplace_back(node, cid);
@@ -801,7 +800,7 @@ void Service::close_dropped_nodes(Job& job) {
 
 // ---- state (--state_dir) ---------------------------------------------------------------------
 
-void Service::record(const Json& r) {
+void Service::Impl::record(const Json& r) {
   if (!options_.state || state_broken_) return;
   if (auto s = options_.state->append(r); !s) {
     // Later records would not add up without this one: rewrite the whole state instead.
@@ -810,7 +809,7 @@ void Service::record(const Json& r) {
   }
 }
 
-void Service::record_key(const std::string& job, const std::string& key) {
+void Service::Impl::record_key(const std::string& job, const std::string& key) {
   if (!options_.state) return;
   const std::string* value = jobs_.at(job)->store.find(key);
   if (value) {
@@ -820,7 +819,7 @@ void Service::record_key(const std::string& job, const std::string& key) {
   }
 }
 
-void Service::record_rendezvous(Job& job) {
+void Service::Impl::record_rendezvous(Job& job) {
   if (!options_.state) return;
   const Rendezvous* r = job.rendezvous.get();
   if (r == job.saved_rendezvous && (!r || r->revision() == job.saved_revision)) return;
@@ -832,7 +831,7 @@ void Service::record_rendezvous(Job& job) {
               {"state", r ? r->save() : Json()}});
 }
 
-void Service::compact() {
+void Service::Impl::compact() {
   std::vector<Json> records;
   for (const auto& [name, job] : jobs_) {
     for (const auto& [key, value] : job->store.entries()) {
@@ -852,7 +851,7 @@ void Service::compact() {
   state_broken_ = false;
 }
 
-Status Service::apply_record(const Json& r) {
+Status Service::Impl::apply_record(const Json& r) {
   auto type = get_string(r, "t");
   if (!type) return type.error();
   auto name = get_string(r, "job");
@@ -898,7 +897,7 @@ Status Service::apply_record(const Json& r) {
   return Error{ErrorCode::kBadRequest, "unknown record type '" + type.value() + "'"};
 }
 
-Status Service::restore() {
+Status Service::Impl::restore() {
   if (!options_.state) return ok_status();
   auto records = options_.state->load();
   if (!records) return records.error();
@@ -926,7 +925,7 @@ Status Service::restore() {
                        : ok_status();
 }
 
-void Service::gc_jobs() {
+void Service::Impl::gc_jobs() {
   const TimePoint now = clock_.now();
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     const Job& job = *it->second;
@@ -948,5 +947,25 @@ void Service::gc_jobs() {
     }
   }
 }
+
+// ---- the public face ---------------------------------------------------------------------------
+
+Service::Service(ServiceOptions options, const Clock& clock, Transport& transport)
+    : impl_(std::make_unique<Impl>(std::move(options), clock, transport)) {}
+Service::~Service() = default;
+Status Service::restore() { return impl_->restore(); }
+void Service::shutdown() { impl_->shutdown(); }
+void Service::on_connect(ConnectionId id, std::string peer,
+                         std::optional<std::string> worker_store_job) {
+  impl_->on_connect(id, std::move(peer), std::move(worker_store_job));
+}
+void Service::on_data(ConnectionId id, const char* data, std::size_t size) {
+  impl_->on_data(id, data, size);
+}
+void Service::on_disconnect(ConnectionId id) { impl_->on_disconnect(id); }
+void Service::tick() { impl_->tick(); }
+std::size_t Service::num_connections() const { return impl_->connections_.size(); }
+std::size_t Service::num_jobs() const { return impl_->jobs_.size(); }
+ServiceMetrics Service::metrics() const { return impl_->metrics(); }
 
 }  // namespace ctrun::rendezvous

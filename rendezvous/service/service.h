@@ -6,13 +6,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
-#include <unordered_map>
-#include <vector>
 
 #include "ctrun/rendezvous/clock.h"
 #include "ctrun/rendezvous/frame.h"
@@ -24,10 +20,6 @@
 namespace ctrun::rendezvous {
 
 using ConnectionId = std::uint64_t;
-
-namespace tcpstore {
-struct Request;
-}
 
 // What the service needs from the network: queue bytes for a connection, close it (after what
 // is queued is sent). The service never calls either for a connection it has closed.
@@ -90,7 +82,7 @@ class Service {
 
   // The daemon is going away (SIGTERM, Server::stop): the connections it closes now do not
   // take their nodes out of the rendezvous, so a daemon restarted from --state_dir finds them.
-  void shutdown() { shutting_down_ = true; }
+  void shutdown();
 
   // `worker_store_job`: the connection came to that job's own worker-store port and speaks
   // torch's TCPStore wire from its first byte.
@@ -101,82 +93,16 @@ class Service {
   // Applies every deadline: store waits, rendezvous timers, slow or silent connections.
   void tick();
 
-  std::size_t num_connections() const { return connections_.size(); }
-  std::size_t num_jobs() const { return jobs_.size(); }
+  std::size_t num_connections() const;
+  std::size_t num_jobs() const;
   // Counters since start and the jobs as they are now (ctrund --metrics_port).
   ServiceMetrics metrics() const;
 
  private:
-  struct Connection;
-  struct Job;
-  using Handler = void (Service::*)(Connection&, std::uint64_t, const Json&);
-
-  void log(const std::string& line) const;
-  void handle_frame(Connection& c, Json frame);
-  void reply(const Connection& c, std::uint64_t id, Json body);
-  void fail(const Connection& c, std::uint64_t id, const Error& e);
-  // Sends an error and closes: for protocol violations.
-  void reject(Connection& c, std::uint64_t id, const Error& e);
-  void drop(ConnectionId id, const std::string& why);
-  void deliver(Job& job, std::vector<Notice> notices);
-  void close_dropped_nodes(Job& job);
-  Job& job_of(Connection& c);
-  void gc_jobs();
-
-  void op_hello(Connection& c, std::uint64_t id, const Json& req);
-  void op_ping(Connection& c, std::uint64_t id, const Json& req);
-  void op_set(Connection& c, std::uint64_t id, const Json& req);
-  void op_get(Connection& c, std::uint64_t id, const Json& req);
-  void op_add(Connection& c, std::uint64_t id, const Json& req);
-  void op_compare_set(Connection& c, std::uint64_t id, const Json& req);
-  void op_check(Connection& c, std::uint64_t id, const Json& req);
-  void op_wait(Connection& c, std::uint64_t id, const Json& req);
-  void op_delete(Connection& c, std::uint64_t id, const Json& req);
-  void op_num_keys(Connection& c, std::uint64_t id, const Json& req);
-  void op_multi_get(Connection& c, std::uint64_t id, const Json& req);
-  void op_multi_set(Connection& c, std::uint64_t id, const Json& req);
-  void op_join(Connection& c, std::uint64_t id, const Json& req);
-  void op_leave(Connection& c, std::uint64_t id, const Json& req);
-  void op_keep_alive(Connection& c, std::uint64_t id, const Json& req);
-  void op_report(Connection& c, std::uint64_t id, const Json& req);
-  void op_close(Connection& c, std::uint64_t id, const Json& req);
-  void op_resume(Connection& c, std::uint64_t id, const Json& req);
-  void op_status(Connection& c, std::uint64_t id, const Json& req);
-  void op_jobs(Connection& c, std::uint64_t id, const Json& req);
-  // --state_dir: a record per change, written before the change is acknowledged.
-  void record(const Json& r);
-  void record_key(const std::string& job, const std::string& key);
-  void record_rendezvous(Job& job);
-  Status apply_record(const Json& r);
-  void compact();
-  // Binds a node to the connection that now speaks for it, superseding an older binding.
-  void bind_node(Connection& c, Job& job, const std::string& node);
-  // get, wait and multi_get: answer when every key exists, or time out.
-  void wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bool with_values);
-  void send_challenge(const Connection& c);
-
-  // torch's TCPStore wire (service_tcpstore.cc).
-  void start_tcpstore(Connection& c, const std::string& job);
-  void on_tcpstore_data(Connection& c, const char* data, std::size_t size);
-  void handle_tcpstore(Connection& c, tcpstore::Request& req);
-  void tcpstore_wait(Connection& c, std::vector<std::string> keys);
-  void tcpstore_barrier(Connection& c, const std::string& key, std::int64_t world_size);
-  void tcpstore_watch(Connection& c, const std::string& key);
-  // Drops what the connection waits for (waits, barriers) and, unless kept, its watches.
-  void end_tcpstore(Connection& c, bool keep_watches);
-
-  ServiceOptions options_;
-  const Clock& clock_;
-  Transport& transport_;
-  std::unordered_map<ConnectionId, std::unique_ptr<Connection>> connections_;
-  std::unordered_map<std::string, std::size_t> connections_per_host_;
-  std::map<std::string, std::unique_ptr<Job>> jobs_;
-  ServiceMetrics counters_;  // the counter fields only; requests are counted apart
-  std::unordered_map<std::string_view, std::uint64_t> request_counts_;   // keys: kHandlers'
-  std::unordered_map<std::string_view, std::uint64_t> tcpstore_counts_;  // keys: op_name()
-  bool state_broken_ = false;
-  bool shutting_down_ = false;  // an append failed: rewrite everything at the next tick
-  static const std::unordered_map<std::string_view, Handler> kHandlers;
+  // Everything else (ctrund's ops, the jobs, the journal, the TCPStore wire) is the part's own:
+  // service_impl.h.
+  class Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace ctrun::rendezvous

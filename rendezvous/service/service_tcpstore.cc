@@ -6,7 +6,7 @@
 
 #include "rendezvous/protocol/tcpstore_wire.h"
 #include "rendezvous/service/service.h"
-#include "rendezvous/service/service_state.h"
+#include "rendezvous/service/service_impl.h"
 
 namespace ctrun::rendezvous {
 namespace {
@@ -20,7 +20,7 @@ constexpr std::uint8_t kKeyDeleted = 2;
 
 }  // namespace
 
-void Service::start_tcpstore(Connection& c, const std::string& job_name) {
+void Service::Impl::start_tcpstore(Connection& c, const std::string& job_name) {
   c.wire = Wire::kTcpStore;
   c.job = job_name;
   auto [it, created] = jobs_.try_emplace(c.job, nullptr);
@@ -35,7 +35,7 @@ void Service::start_tcpstore(Connection& c, const std::string& job_name) {
   c.tcpstore = std::make_unique<tcpstore::Decoder>();
 }
 
-void Service::on_tcpstore_data(Connection& first, const char* data, std::size_t size) {
+void Service::Impl::on_tcpstore_data(Connection& first, const char* data, std::size_t size) {
   const ConnectionId id = first.id;
   first.tcpstore->feed(data, size);
   while (true) {
@@ -57,7 +57,7 @@ void Service::on_tcpstore_data(Connection& first, const char* data, std::size_t 
   }
 }
 
-void Service::handle_tcpstore(Connection& c, tcpstore::Request& req) {
+void Service::Impl::handle_tcpstore(Connection& c, tcpstore::Request& req) {
   Job& job = job_of(c);
   KeyValueStore& store = job.store;
   auto full = [&](const std::string& key) { return c.key_prefix + key; };
@@ -175,7 +175,7 @@ void Service::handle_tcpstore(Connection& c, tcpstore::Request& req) {
   }
 }
 
-void Service::tcpstore_wait(Connection& c, std::vector<std::string> keys) {
+void Service::Impl::tcpstore_wait(Connection& c, std::vector<std::string> keys) {
   Job& job = job_of(c);
   if (!job.store.check(keys) && c.waiters.size() >= options_.max_waiters_per_connection) {
     return reject(c, 0, Error{ErrorCode::kLimit, "too many waits outstanding on this connection"});
@@ -196,7 +196,8 @@ void Service::tcpstore_wait(Connection& c, std::vector<std::string> keys) {
 }
 
 // torch 2.x's barrier: every arrival counts at `key`; the last of `world_size` releases all.
-void Service::tcpstore_barrier(Connection& c, const std::string& key, std::int64_t world_size) {
+void Service::Impl::tcpstore_barrier(Connection& c, const std::string& key,
+                                     std::int64_t world_size) {
   Job& job = job_of(c);
   auto count = job.store.add(key, 1);
   if (!count) return reject(c, 0, Error{count.error().code, "barrier: " + count.error().message});
@@ -221,7 +222,7 @@ void Service::tcpstore_barrier(Connection& c, const std::string& key, std::int64
 
 // torch 1.13's watch_key (on the second connection each of its TCPStores opens): registered,
 // then a notice on that connection for every change of the key, from any client.
-void Service::tcpstore_watch(Connection& c, const std::string& key) {
+void Service::Impl::tcpstore_watch(Connection& c, const std::string& key) {
   Job& job = job_of(c);
   if (c.watches.size() >= options_.max_waiters_per_connection) {
     return reject(c, 0, Error{ErrorCode::kLimit, "too many watches on this connection"});
@@ -251,7 +252,7 @@ void Service::tcpstore_watch(Connection& c, const std::string& key) {
   transport_.send(c.id, std::move(out));
 }
 
-void Service::end_tcpstore(Connection& c, bool keep_watches) {
+void Service::Impl::end_tcpstore(Connection& c, bool keep_watches) {
   Job& job = job_of(c);
   for (auto w : c.waiters) job.store.cancel(w);
   c.waiters.clear();
