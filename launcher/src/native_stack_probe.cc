@@ -1,8 +1,6 @@
 #include "native_stack_probe.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +19,7 @@
 #include <fstream>
 #include <optional>
 
+#include "child_process.h"
 #include "native_stacks.h"
 
 namespace ctrun::launcher {
@@ -32,20 +31,6 @@ using namespace asio::experimental::awaitable_operators;
 namespace {
 
 constexpr std::size_t kMaxOutput = 256 * 1024;
-
-#ifndef CLOSE_RANGE_CLOEXEC
-#define CLOSE_RANGE_CLOEXEC (1U << 2)
-#endif
-
-// eu-stack holds none of the agent's descriptors (its rendezvous connection) and goes with it.
-struct ProbeSetup {
-  template <typename Launcher>
-  bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*&) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);  // before Linux 5.11: inherited
-    return {};
-  }
-};
 
 std::optional<int> yama_ptrace_scope() {
   std::ifstream in("/proc/sys/kernel/yama/ptrace_scope");
@@ -74,8 +59,7 @@ asio::awaitable<void> read_until_end(asio::readable_pipe& pipe, std::string& tex
 
 asio::awaitable<NativeStacks> capture_native_stacks(asio::any_io_executor executor, int pid,
                                                     std::chrono::milliseconds timeout) {
-  const bp::filesystem::path exe = bp::environment::find_executable("eu-stack");
-  if (exe.empty()) {
+  if (bp::environment::find_executable("eu-stack").empty()) {
     co_return NativeStacks{"eu-stack (elfutils) not found on PATH: no native stacks", false};
   }
   asio::readable_pipe output(executor);
@@ -83,17 +67,11 @@ asio::awaitable<NativeStacks> capture_native_stacks(asio::any_io_executor execut
   boost::system::error_code ec;
   asio::connect_pipe(output, child_output, ec);
   if (ec) co_return NativeStacks{"cannot run eu-stack: " + ec.message(), false};
-  std::optional<bp::process> probe;
-  try {
-    probe.emplace(
-        executor, exe, std::vector<std::string>{"-p", std::to_string(pid)},
-        bp::process_stdio{nullptr, child_output.native_handle(), child_output.native_handle()},
-        ProbeSetup{});
-  } catch (const boost::system::system_error& e) {
-    co_return NativeStacks{"cannot run eu-stack: " + e.code().message(), false};
-  } catch (const std::exception& e) {
-    co_return NativeStacks{"cannot run eu-stack: " + std::string(e.what()), false};
-  }
+  auto started = start_child(
+      executor, "eu-stack", {"-p", std::to_string(pid)},
+      bp::process_stdio{nullptr, child_output.native_handle(), child_output.native_handle()}, {});
+  if (!started) co_return NativeStacks{"cannot run eu-stack: " + started.error().message, false};
+  std::unique_ptr<bp::process> probe = std::move(started).value();
   child_output.close(ec);  // the child holds its copy: the output ends when eu-stack does
 
   std::string text;

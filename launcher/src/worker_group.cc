@@ -1,23 +1,18 @@
 #include "worker_group.h"
 
-#include <fcntl.h>
-#include <linux/mempolicy.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <boost/asio/readable_pipe.hpp>
-#include <boost/process/v2/environment.hpp>
 #include <boost/process/v2/process.hpp>
 #include <boost/process/v2/stdio.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
+#include "child_process.h"
 #include "output_sink.h"
 #include "stderr_tail.h"
 
@@ -29,85 +24,6 @@ using rendezvous::Error;
 using rendezvous::ErrorCode;
 
 namespace {
-
-#ifndef CLOSE_RANGE_CLOEXEC
-#define CLOSE_RANGE_CLOEXEC (1U << 2)
-#endif
-
-// Marks every descriptor above stderr close-on-exec. Boost 1.81's close_all() skips the range
-// between stderr and its own error pipe (it compares each whitelist entry with itself), so
-// without this a worker inherits the agent's sockets and pipes: the daemon would not see a
-// SIGKILLed agent go while its workers' children still hold its connection.
-void close_inherited_descriptors() {
-  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
-  for (int fd = 3; fd < 4096; ++fd) {  // kernels before 5.11; no allocation after fork
-    const int flags = fcntl(fd, F_GETFD);
-    if (flags >= 0 && !(flags & FD_CLOEXEC)) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-  }
-}
-
-// A --numa-binding made ready in the agent, so that the child only makes two system calls
-// (nothing that allocates may run between fork and exec).
-class PreparedBinding {
- public:
-  explicit PreparedBinding(const CpuBinding& b) {
-    constexpr int kBits = 8 * sizeof(unsigned long);
-    const int max_cpu = b.cpus.empty() ? 0 : b.cpus.back();
-    cpu_mask_.assign(static_cast<std::size_t>(max_cpu / kBits + 1), 0);
-    for (int cpu : b.cpus) cpu_mask_[cpu / kBits] |= 1UL << (cpu % kBits);
-    node_mask_.assign(static_cast<std::size_t>(b.memory_node / kBits + 1), 0);
-    node_mask_[b.memory_node / kBits] |= 1UL << (b.memory_node % kBits);
-    failed_ =
-        "ctrun: --numa-binding: cannot bind the worker to CPUs " + cpu_list_text(b.cpus) + "\n";
-  }
-
-  // In the child. Memory is only preferred from the node, not bound to it: a strict binding
-  // would kill a worker whose node is full while the others have room.
-  void apply() const {
-    if (sched_setaffinity(0, cpu_mask_.size() * sizeof(unsigned long),
-                          reinterpret_cast<const cpu_set_t*>(cpu_mask_.data())) != 0) {
-      [[maybe_unused]] auto n = write(STDERR_FILENO, failed_.data(), failed_.size());
-      _exit(127);
-    }
-    // A kernel without NUMA (ENOSYS) has nothing to prefer.
-    syscall(SYS_set_mempolicy, MPOL_PREFERRED, node_mask_.data(),
-            node_mask_.size() * 8 * sizeof(unsigned long) + 1);
-  }
-
- private:
-  std::vector<unsigned long> cpu_mask_;
-  std::vector<unsigned long> node_mask_;
-  std::string failed_;
-};
-
-// Runs in the child between fork and exec: its own process group (so a signal to the group
-// reaches its children too), death with the agent, none of the agent's descriptors, and the
-// --numa-binding when there is one.
-struct ChildSetup {
-  pid_t agent;
-  const PreparedBinding* binding;
-  const rlimit* open_files;  // the user's RLIMIT_NOFILE, where the agent raised its own; or null
-  template <typename Launcher>
-  bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*&) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != agent) _exit(127);  // the agent died before prctl took effect
-    // Under Yama's ptrace_scope=1 only ancestors may trace: let the agent and its children
-    // (eu-stack, for a hung worker's stacks) do so too. Without Yama this fails, harmlessly.
-    prctl(PR_SET_PTRACER, agent, 0, 0, 0);
-    close_inherited_descriptors();
-    // Start as a fresh process would: dispositions the agent set to "ignore" (SIGPIPE) survive
-    // exec, and so does a blocked mask.
-    signal(SIGPIPE, SIG_DFL);
-    signal(SIGCHLD, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (binding) binding->apply();
-    if (open_files) setrlimit(RLIMIT_NOFILE, open_files);
-    return {};
-  }
-};
 
 // The descriptors the agent holds per worker: a pipe end per stream, the exit's pidfd, and the
 // worker's log files.
@@ -123,17 +39,6 @@ std::size_t open_descriptors() {
     ++n;
   }
   return n;
-}
-
-// Why exec failed, in our words (not Boost's "default_launcher: ... [system:2]").
-std::string start_error(const std::string& exe, const boost::system::error_code& ec) {
-  std::string why = "cannot start '" + exe + "': " + ec.message();
-  if (ec == boost::system::errc::executable_format_error) {
-    why += " (not a program this machine runs; a Python script needs no --no-python)";
-  } else if (ec == boost::system::errc::permission_denied) {
-    why += " (not executable: chmod +x, or run it through its interpreter)";
-  }
-  return why;
 }
 
 }  // namespace
@@ -230,17 +135,7 @@ rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler
   kill_groups(SIGKILL);  // whatever the last group left behind goes before its pgids are forgotten
   workers_.clear();
   if (auto s = ensure_descriptors(specs); !s) return s;
-  const pid_t agent = getpid();
   for (const auto& spec : specs) {
-    bp::filesystem::path exe = spec.command.executable;
-    if (spec.command.executable.find('/') == std::string::npos) {
-      exe = bp::environment::find_executable(spec.command.executable);
-      if (exe.empty()) {
-        kill_groups(SIGKILL);
-        return Error{ErrorCode::kBadRequest,
-                     "cannot find executable '" + spec.command.executable + "' on PATH"};
-      }
-    }
     auto w = std::make_shared<Worker>(io_, spec);
     for (OutputSink* sink : {&w->out, &w->err}) {
       sink->set_file_error_handler(
@@ -254,24 +149,20 @@ rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler
       const std::string& failed = w->out.file_ok() ? spec.stderr_file : spec.stdout_file;
       return Error{ErrorCode::kBadRequest, "cannot open log file '" + failed + "'"};
     }
-    std::optional<PreparedBinding> binding;
-    if (spec.binding) binding.emplace(*spec.binding);
-    try {
-      w->process = std::make_unique<bp::process>(
-          io_.get_executor(), exe, spec.command.args, bp::process_environment(spec.env),
-          bp::process_stdio{{}, w->out_pipe, w->err_pipe},
-          ChildSetup{agent, binding ? &*binding : nullptr,
-                     user_open_files_ ? &*user_open_files_ : nullptr});
-    } catch (const boost::system::system_error& e) {
+    ChildOptions child;
+    child.own_process_group = true;
+    child.traceable_by_agent = true;
+    child.binding = spec.binding;
+    child.open_files = user_open_files_;
+    child.environment = spec.env;
+    auto started = start_child(io_.get_executor(), spec.command.executable, spec.command.args,
+                               bp::process_stdio{{}, w->out_pipe, w->err_pipe}, child);
+    if (!started) {
       kill_groups(SIGKILL);
-      return Error{ErrorCode::kBadRequest, start_error(exe.string(), e.code())};
-    } catch (const std::exception& e) {
-      kill_groups(SIGKILL);
-      return Error{ErrorCode::kBadRequest, "cannot start '" + exe.string() + "': " + e.what()};
+      return started.error();
     }
+    w->process = std::move(started).value();
     w->pid = w->process->id();
-    // The child may not have called setpgid yet; doing it from this side too closes the race.
-    setpgid(w->pid, w->pid);
     std::weak_ptr<int> alive = alive_;
     read_stream(w->out_pipe, w->out_buf, w->out, nullptr, nullptr, w, alive);
     read_stream(w->err_pipe, w->err_buf, w->err, &w->err_tail, &w->err_closed, w, alive);
