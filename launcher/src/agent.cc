@@ -78,17 +78,18 @@ rdzv::Duration seconds(double s) {
 
 class Agent::Impl {
  public:
-  Impl(asio::io_context& io, LaunchOptions options, int local_world_size)
+  Impl(asio::io_context& io, LaunchOptions options, int local_world_size, AgentWorld world)
       : io_(io),
         options_(std::move(options)),
         local_world_size_(local_world_size),
+        world_(std::move(world)),
         wake_(io),
         signals_(io),
         adopted_timer_(io),
         heartbeat_timer_(io),
         heartbeats_(std::chrono::duration_cast<std::chrono::milliseconds>(
             seconds(options_.worker_timeout))),
-        workers_(io),
+        workers_(world_.make_workers ? world_.make_workers(io) : std::make_unique<WorkerGroup>(io)),
         barrier_(io),
         waiting_line_timer_(io) {}
 
@@ -97,7 +98,9 @@ class Agent::Impl {
       log("error: " + s.error().message);
       return kAgentExitFailure;
     }
-    if (auto s = become_child_subreaper(); !s) {
+    if (!world_.adopt_orphans) {
+      // (a test's in-memory workers have no descendants)
+    } else if (auto s = become_child_subreaper(); !s) {
       log("warning: " + s.error().message +
           ": descendants of workers that outlive them go to init");
     } else {
@@ -119,8 +122,8 @@ class Agent::Impl {
     io_.run();
     // Workers still there (a second stop signal exits at once), and what they left, go before
     // their logs' directory.
-    workers_.kill_all();
-    kill_adopted_children(workers_.pids());
+    workers_->kill_all();
+    if (world_.adopt_orphans) kill_adopted_children(workers_->pids());
     event("agent_exit",
           {{"exit_code", code}, {"signal", exit_signal_ ? signal_name(exit_signal_) : ""}});
     cleanup();
@@ -240,6 +243,7 @@ class Agent::Impl {
   asio::io_context& io_;
   LaunchOptions options_;
   int local_world_size_;
+  AgentWorld world_;
   asio::steady_timer wake_;
   asio::signal_set signals_;
   // Adopted descendants that exited are reaped every second. Not on SIGCHLD: asio installs its
@@ -253,7 +257,7 @@ class Agent::Impl {
   std::vector<std::string> lost_logs_;        // log files a write to failed, in this run
   bool workers_run_python_ = false;           // the entrypoint runs under $PYTHON_EXEC
   std::map<int, std::string> hung_stacks_;    // by pid, this group's workers killed as hung
-  WorkerGroup workers_;
+  std::unique_ptr<WorkerRunner> workers_;
   std::deque<AgentInput> inputs_;
   std::optional<AgentMachine> machine_;
   bool exiting_ = false;
@@ -374,7 +378,8 @@ rdzv::Status Agent::Impl::setup() {
   backend.lease_ttl = config_.keep_alive_interval * config_.keep_alive_max_attempt;
   backend.log = [](const std::string& line) { rdzv::log_line("ctrun rendezvous", line); };
   backend.events = hosted_events();
-  client_ = rdzv::make_backend(io_, std::move(backend));
+  client_ = world_.make_backend ? world_.make_backend(io_, std::move(backend))
+                                : rdzv::make_backend(io_, std::move(backend));
   client_->set_event_handler([this](const rdzv::BackendEvent& e) {
     if (e.kind == rdzv::BackendEvent::Kind::kConnectAttemptFailed) {
       last_attempt_ = e.reason;  // for the waiting lines
@@ -550,19 +555,19 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     specs.push_back(std::move(spec));
   }
   heartbeats_.reset(initial_stamps, std::chrono::steady_clock::now());
-  workers_.set_log_error_handler([this, offset = round.rank_offset](
-                                     int local_rank, const std::string& path, int error) {
+  workers_->set_log_error_handler([this, offset = round.rank_offset](
+                                      int local_rank, const std::string& path, int error) {
     const int rank = offset + local_rank;
     report_lost_log(
         "worker rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) + ")",
         path, error, {{"rank", rank}, {"local_rank", local_rank}});
   });
-  auto started = workers_.start(std::move(specs), [this](const WorkerExit& e) {
+  auto started = workers_->start(std::move(specs), [this](const WorkerExit& e) {
     post({.kind = AgentInput::Kind::kWorkerExit, .exit = e});
   });
   if (started) {
     event("workers_started",
-          {{"round", round.round}, {"restart", restart_count}, {"pids", workers_.pids()}});
+          {{"round", round.round}, {"restart", restart_count}, {"pids", workers_->pids()}});
   }
   return started;
 }
@@ -572,7 +577,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
 Task<void> Agent::Impl::stop_workers(int signo) {
   asio::steady_timer done(io_, asio::steady_timer::time_point::max());
   bool stopped = false;
-  workers_.stop(
+  workers_->stop(
       signo,
       std::chrono::duration_cast<std::chrono::milliseconds>(seconds(options_.shutdown_timeout)),
       [&] {
@@ -581,7 +586,7 @@ Task<void> Agent::Impl::stop_workers(int signo) {
       });
   while (!stopped) co_await done.async_wait(asio::as_tuple(asio::use_awaitable));
   // What the workers left that escaped their process groups (a setsid daemon) goes too.
-  kill_adopted_children(workers_.pids());
+  if (world_.adopt_orphans) kill_adopted_children(workers_->pids());
 }
 
 Task<int> Agent::Impl::main() {
@@ -647,7 +652,7 @@ Task<std::optional<int>> Agent::Impl::perform(AgentAction a) {
       break;
     }
     case K::kForwardSignal:
-      for (int r = 0; r < local_world_size_; ++r) workers_.kill(r, a.signo);
+      for (int r = 0; r < local_world_size_; ++r) workers_->kill(r, a.signo);
       break;
     case K::kAwaitFailureWindow:
       spawn(await_failure_window());
@@ -705,7 +710,7 @@ Task<std::optional<int>> Agent::Impl::perform(AgentAction a) {
 
 Task<void> Agent::Impl::await_failure_window() {
   const auto window = std::chrono::steady_clock::now() + seconds(options_.monitor_interval);
-  while (workers_.running() > 0 && std::chrono::steady_clock::now() < window) {
+  while (workers_->running() > 0 && std::chrono::steady_clock::now() < window) {
     co_await linger(std::chrono::milliseconds(5));
   }
   post({.kind = AgentInput::Kind::kFailureWindowOver});
@@ -767,7 +772,7 @@ void Agent::Impl::arm_adopted_reaping() {
   adopted_timer_.expires_after(std::chrono::seconds(1));
   adopted_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) return;
-    reap_adopted_children(workers_.pids());
+    reap_adopted_children(workers_->pids());
     arm_adopted_reaping();
   });
 }
@@ -844,7 +849,7 @@ void Agent::Impl::check_heartbeats() {
                           {"reason", std::string(why)}});
     write_error_file_if_absent(attempt_dir(machine_->restart_count(), local_rank) + "/error.json",
                                why);
-    const int pid = workers_.running_pid(local_rank);
+    const int pid = workers_->running_pid(local_rank);
     if (pid == 0) continue;  // it exited meanwhile; that exit is on its way
     hung_stacks_[pid] = "";
     asio::co_spawn(io_, kill_hung_worker(local_rank, pid), asio::detached);
@@ -860,10 +865,10 @@ Task<void> Agent::Impl::kill_hung_worker(int local_rank, int pid) {
   NativeStacks stacks =
       co_await capture_native_stacks(io_.get_executor(), pid, kNativeStacksTimeout);
   // Gone meanwhile (the group was stopped for another reason): a new group may use this rank.
-  if (workers_.running_pid(local_rank) != pid) co_return;
+  if (workers_->running_pid(local_rank) != pid) co_return;
   hung_stacks_[pid] = stacks.text;
-  workers_.write_stderr_note(local_rank, "ctrun: " + who + " hung: native stacks (eu-stack -p " +
-                                             std::to_string(pid) + "):\n" + stacks.text);
+  workers_->write_stderr_note(local_rank, "ctrun: " + who + " hung: native stacks (eu-stack -p " +
+                                              std::to_string(pid) + "):\n" + stacks.text);
   if (stacks.taken) {
     log(who + ": native stacks (eu-stack) written to " + place);
   } else {
@@ -879,15 +884,16 @@ Task<void> Agent::Impl::kill_hung_worker(int local_rank, int pid) {
     // The abort is the agent's: no core file of what may be a process of many GiB.
     const rlimit no_core{0, 0};
     prlimit(pid, RLIMIT_CORE, &no_core, nullptr);
-    workers_.signal_process(local_rank, SIGABRT);
+    workers_->signal_process(local_rank, SIGABRT);
     log(who + ": sent SIGABRT: Python stacks (faulthandler) to " + place);
     const auto deadline = std::chrono::steady_clock::now() + kPythonStacksTimeout;
-    while (workers_.running_pid(local_rank) == pid && std::chrono::steady_clock::now() < deadline) {
+    while (workers_->running_pid(local_rank) == pid &&
+           std::chrono::steady_clock::now() < deadline) {
       co_await linger(std::chrono::milliseconds(20));
     }
   }
   // SIGKILL: a hung process may not run a SIGTERM handler. Its exit restarts the job.
-  if (workers_.running_pid(local_rank) == pid) workers_.kill(local_rank, SIGKILL);
+  if (workers_->running_pid(local_rank) == pid) workers_->kill(local_rank, SIGKILL);
 }
 
 void Agent::Impl::say_lost_logs() const {
@@ -909,7 +915,7 @@ FailureInfo Agent::Impl::failure_info(const WorkerExit& exit) const {
   info.signal = exit.signal;
   info.at = exit.at;
   info.error_file = attempt_dir(machine_->restart_count(), exit.local_rank) + "/error.json";
-  info.stderr_tail = workers_.stderr_tail(exit.local_rank);
+  info.stderr_tail = workers_->stderr_tail(exit.local_rank);
   if (static_cast<std::size_t>(exit.local_rank) < stderr_files_.size()) {
     info.stderr_log = stderr_files_[static_cast<std::size_t>(exit.local_rank)];
   }
@@ -924,12 +930,12 @@ Task<void> Agent::Impl::report_failure(WorkerExit first) {
   // Every rank that failed in this attempt, the first observed first (the root cause); what
   // each wrote before it died (a traceback, faulthandler's stacks) is read to its end.
   std::vector<WorkerExit> failed{first};
-  for (const WorkerExit& other : workers_.failures()) {
+  for (const WorkerExit& other : workers_->failures()) {
     if (other.pid != first.pid) failed.push_back(other);
   }
   const auto drained = std::chrono::steady_clock::now() + kStderrDrainTimeout;
   for (const WorkerExit& f : failed) {
-    while (!workers_.stderr_closed(f.local_rank) && std::chrono::steady_clock::now() < drained) {
+    while (!workers_->stderr_closed(f.local_rank) && std::chrono::steady_clock::now() < drained) {
       co_await linger(std::chrono::milliseconds(20));
     }
   }
@@ -947,8 +953,8 @@ Task<void> Agent::Impl::report_failure(WorkerExit first) {
   post({.kind = AgentInput::Kind::kRendezvousTold});
 }
 
-Agent::Agent(asio::io_context& io, LaunchOptions options, int local_world_size)
-    : impl_(std::make_unique<Impl>(io, std::move(options), local_world_size)) {}
+Agent::Agent(asio::io_context& io, LaunchOptions options, int local_world_size, AgentWorld world)
+    : impl_(std::make_unique<Impl>(io, std::move(options), local_world_size, std::move(world))) {}
 Agent::~Agent() = default;
 int Agent::run() { return impl_->run(); }
 

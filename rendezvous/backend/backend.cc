@@ -12,6 +12,7 @@ std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, BackendSpec s
     options.lease_ttl = spec.lease_ttl;
     options.log = std::move(spec.log);
     options.events = std::move(spec.events);
+    options.connect_kv = std::move(spec.connect_kv);
     return make_etcd_backend(io, std::move(options));
   }
   ClientOptions options;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,11 @@
 #include "rendezvous/base/event_log.h"
 
 namespace ctrun::rendezvous {
+
+namespace etcd {
+class Kv;
+struct ClientOptions;
+}  // namespace etcd
 
 struct BackendSpec {
   enum class Service { kCtrund, kEtcd };
@@ -27,6 +33,8 @@ struct BackendSpec {
   // etcd: the Rendezvous runs in the agents, so its log lines and events come from them.
   std::function<void(const std::string&)> log;
   EventSink events;
+  // etcd: how to reach it (EtcdBackendOptions::connect_kv); absent: the gateway client.
+  std::function<std::unique_ptr<etcd::Kv>(const etcd::ClientOptions&)> connect_kv;
 };
 
 }  // namespace ctrun::rendezvous

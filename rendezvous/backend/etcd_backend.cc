@@ -166,23 +166,22 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     const Change enter = job_.enter(node, config);
     if (auto asked = co_await ask_to_join(request, enter); !asked) co_return asked.error();
     // The answer is in the state once the round forms; each change wakes this.
+    using Kind = EtcdReducer::JoinStep::Kind;
     while (true) {
       if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
       auto step = job_.join_step();
       if (!step) co_return step.error();
-      switch (step.value().kind) {
-        case EtcdReducer::JoinStep::Kind::kJoined:
-          co_return step.value().assignment;
-        case EtcdReducer::JoinStep::Kind::kTakeIn:
-          if (auto joined = co_await mutate(enter); !joined) co_return joined.error();
-          break;
-        case EtcdReducer::JoinStep::Kind::kAskAgain:
-          if (auto asked = co_await ask_to_join(request, enter); !asked) co_return asked.error();
-          break;
-        case EtcdReducer::JoinStep::Kind::kWait:
-          co_await wait_change(Clock::now() + std::chrono::seconds(1));
-          break;
+      const Kind kind = step.value().kind;
+      if (kind == Kind::kJoined) co_return step.value().assignment;
+      Status done = ok_status();
+      if (kind == Kind::kTakeIn) {
+        done = co_await mutate(enter);
+      } else if (kind == Kind::kAskAgain) {
+        done = co_await ask_to_join(request, enter);
+      } else {
+        co_await wait_change(Clock::now() + std::chrono::seconds(1));
       }
+      if (!done) co_return done.error();
     }
   }
 

@@ -1,0 +1,187 @@
+// The agent's shell (agent.cc) run whole in this process, on fakes: workers in memory
+// (fake_workers.h) and the etcd backend on the memory etcd. Its decisions are the machine's
+// (agent_machine_test.cc); these check that the shell carries them out: workers started with
+// the round's environment, stopped and started again, failures reported, the exit code. The
+// same flows with real processes: agent_test.cc and etcd_agent_test.cc.
+#include <boost/asio.hpp>
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent.h"
+#include "fake_env.h"
+#include "fake_workers.h"
+#include "memory_etcd.h"
+#include "rendezvous/backend/backend.h"
+
+using namespace ctrun::launcher;
+using namespace ctrun::testing;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+namespace rdzv = ctrun::rendezvous;
+
+namespace {
+
+// One agent on the fakes; the test's own nodes may join the same memory etcd.
+struct InMemoryAgent {
+  asio::io_context io;
+  std::shared_ptr<MemoryEtcd> etcd = MemoryEtcd::create(io);
+  std::shared_ptr<WorkerScript> workers = std::make_shared<WorkerScript>();
+
+  // ctrun's command line (after "ctrun"), on this test's etcd; the agent's exit code.
+  int run(std::vector<std::string> args, int local_world_size) {
+    args.insert(args.begin(), {"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:2379"});
+    auto parsed = parse_launch_options(args, env_of({}));
+    REQUIRE(parsed.ok());
+    AgentWorld world;
+    world.make_workers = [this](asio::io_context& on) {
+      return std::make_unique<FakeWorkers>(on, workers);
+    };
+    world.make_backend = [this](asio::io_context& on, rdzv::BackendSpec spec) {
+      spec.connect_kv = [this](const rdzv::etcd::ClientOptions& o) { return etcd->connect(o); };
+      return rdzv::make_backend(on, std::move(spec));
+    };
+    world.adopt_orphans = false;
+    // Bounded: a stuck agent is stopped as a user would stop it, and the test fails on it.
+    asio::steady_timer watchdog(io, 30s);
+    bool stuck = false;
+    watchdog.async_wait([&stuck](boost::system::error_code ec) {
+      if (ec) return;
+      stuck = true;
+      std::raise(SIGTERM);
+    });
+    Agent agent(io, parsed.value().options, local_world_size, std::move(world));
+    const int code = agent.run();
+    watchdog.cancel();
+    CHECK_FALSE(stuck);
+    return code;
+  }
+
+  // The job's state as etcd holds it; its end reason is kept in end_reason.
+  rdzv::JobState state(const std::string& job) {
+    io.restart();
+    auto kv = etcd->connect();
+    std::optional<rdzv::Result<rdzv::etcd::RangeResult>> read;
+    asio::co_spawn(io, kv->range("/ctrun/" + job + "/rendezvous"),
+                   [&read](std::exception_ptr, rdzv::Result<rdzv::etcd::RangeResult> r) {
+                     read = std::move(r);
+                   });
+    io.run_for(1s);
+    REQUIRE(read.has_value());
+    REQUIRE(read->ok());
+    REQUIRE(read->value().kvs.size() == 1);
+    rdzv::ManualClock clock;
+    auto saved =
+        rdzv::Rendezvous::restore(rdzv::Json::parse(read->value().kvs.front().value), clock);
+    REQUIRE(saved.ok());
+    end_reason = saved.value()->end_reason();
+    return saved.value()->state();
+  }
+  std::string end_reason;
+};
+
+std::vector<std::string> values(const std::vector<WorkerSpec>& attempt, const std::string& name) {
+  std::vector<std::string> out;
+  for (const auto& spec : attempt) out.push_back(env_value(spec, name));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("agent in memory: a failed worker within the budget restarts the group, then succeeds") {
+  InMemoryAgent a;
+  a.workers->on_start = [](FakeWorkers& w, int attempt) {
+    if (attempt == 0) {
+      w.exit(1, 1);  // rank 1 fails; rank 0 is stopped by the restart
+    } else {
+      w.exit(0, 0);
+      w.exit(1, 0);
+    }
+  };
+  const int code = a.run({"--nnodes=1", "--nproc_per_node=2", "--max_restarts=1",
+                          "--rdzv_id=restarts", "--monitor_interval=0.1", "train.py"},
+                         2);
+  CHECK(code == 0);
+  REQUIRE(a.workers->attempts.size() == 2);
+  for (const auto& attempt : a.workers->attempts) {
+    CHECK(values(attempt, "RANK") == std::vector<std::string>{"0", "1"});
+    CHECK(values(attempt, "WORLD_SIZE") == std::vector<std::string>{"2", "2"});
+    CHECK(values(attempt, "TORCHELASTIC_RUN_ID") ==
+          std::vector<std::string>{"restarts", "restarts"});
+  }
+  CHECK(values(a.workers->attempts[0], "TORCHELASTIC_RESTART_COUNT") ==
+        std::vector<std::string>{"0", "0"});
+  CHECK(values(a.workers->attempts[1], "TORCHELASTIC_RESTART_COUNT") ==
+        std::vector<std::string>{"1", "1"});
+  CHECK(a.workers->stop_signals == std::vector<int>{SIGTERM});  // the restart's stop
+  CHECK(a.state("restarts") == rdzv::JobState::kSucceeded);
+}
+
+TEST_CASE("agent in memory: past the budget the failure is reported and the agent exits 1") {
+  InMemoryAgent a;
+  a.workers->on_start = [](FakeWorkers& w, int) { w.exit(0, 3); };
+  const int code = a.run({"--nnodes=1", "--nproc_per_node=2", "--max_restarts=0",
+                          "--rdzv_id=budget", "--monitor_interval=0.1", "train.py"},
+                         2);
+  CHECK(code == 1);
+  CHECK(a.workers->attempts.size() == 1);
+  CHECK(a.state("budget") == rdzv::JobState::kFailed);
+  INFO(a.end_reason);
+  CHECK(a.end_reason.find("rank 0 on ") != std::string::npos);
+  CHECK(a.end_reason.find("exit code 3") != std::string::npos);
+}
+
+TEST_CASE(
+    "agent in memory: a node that joins reopens the round, and the workers start again wider") {
+  InMemoryAgent a;
+  std::unique_ptr<rdzv::Backend> other;
+  std::optional<rdzv::Result<rdzv::RoundAssignment>> other_joined;
+  a.workers->on_start = [&](FakeWorkers& w, int attempt) {
+    if (attempt == 0) {
+      // A second node comes while the first round runs.
+      rdzv::EtcdBackendOptions o;
+      o.endpoints = {rdzv::Endpoint{"127.0.0.1", 2379}};
+      o.job = "grow";
+      o.connect_kv = [&a](const rdzv::etcd::ClientOptions& c) { return a.etcd->connect(c); };
+      other = rdzv::make_etcd_backend(a.io, o);
+      // Made here, not as a temporary in co_await's operand, which g++ 12 miscompiles.
+      const rdzv::NodeInfo node{"other", "127.0.0.2", 2, 0, -1};
+      asio::co_spawn(
+          a.io,
+          [&, node]() -> rdzv::Task<void> {
+            if (auto s = co_await other->connect(); !s) co_return;
+            other->start_keep_alive(1s, 3);
+            rdzv::RendezvousConfig config;
+            config.min_nodes = 1;
+            config.max_nodes = 2;
+            config.last_call_timeout = 0s;
+            auto joined = co_await other->join(node, config);
+            other_joined = joined;
+            const std::string no_message;  // (no temporary in co_await's operand either)
+            if (joined) co_await other->report(true, no_message);
+          },
+          asio::detached);
+    } else {
+      w.exit(0, 0);
+      w.exit(1, 0);
+    }
+  };
+  const int code =
+      a.run({"--nnodes=1:2", "--nproc_per_node=2", "--max_restarts=0", "--rdzv_id=grow",
+             "--rdzv_conf=last_call_timeout=0", "--monitor_interval=0.1", "train.py"},
+            2);
+  CHECK(code == 0);
+  REQUIRE(other_joined.has_value());
+  REQUIRE(other_joined->ok());
+  CHECK(other_joined->value().round == 1);
+  REQUIRE(a.workers->attempts.size() == 2);
+  CHECK(values(a.workers->attempts[0], "WORLD_SIZE") == std::vector<std::string>{"2", "2"});
+  CHECK(values(a.workers->attempts[1], "WORLD_SIZE") == std::vector<std::string>{"4", "4"});
+  CHECK(values(a.workers->attempts[1], "GROUP_WORLD_SIZE") == std::vector<std::string>{"2", "2"});
+  // A membership change is not a failure: the budget of 0 restarts is untouched.
+  CHECK(a.workers->stop_signals == std::vector<int>{SIGTERM});
+  CHECK(a.state("grow") == rdzv::JobState::kSucceeded);
+}
