@@ -68,7 +68,9 @@ class PreparedBinding {
   std::string failed_;
 };
 
-// Runs in the child between fork and exec; it only makes system calls.
+// Runs in the child between fork and exec; it only makes system calls. on_exec_setup is const:
+// Boost.Process v2 silently skips an initializer whose hook it cannot call on the object given
+// (here a const one), and the child would start with none of this.
 struct ChildSetup {
   pid_t agent;
   bool own_process_group;
@@ -123,10 +125,9 @@ rendezvous::Result<std::unique_ptr<bp::process>> start_child(boost::asio::any_io
   }
   std::optional<PreparedBinding> binding;
   if (options.binding) binding.emplace(*options.binding);
-  // Not const: Boost.Process finds a setup's on_exec_setup only on a non-const object.
-  ChildSetup setup{getpid(), options.own_process_group, options.traceable_by_agent,
-                   binding ? &*binding : nullptr,
-                   options.open_files ? &*options.open_files : nullptr};
+  const ChildSetup setup{getpid(), options.own_process_group, options.traceable_by_agent,
+                         binding ? &*binding : nullptr,
+                         options.open_files ? &*options.open_files : nullptr};
   try {
     std::unique_ptr<bp::process> child;
     if (options.environment) {
