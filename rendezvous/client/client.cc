@@ -757,5 +757,12 @@ Status Client::multi_set(const std::vector<std::string>& keys,
 }
 Status Client::ping() { return finish(call(proto::ping()), proto::no_payload); }
 Result<Json> Client::status() { return call(proto::status()); }
+Result<QuorumAssignment> Client::quorum(const QuorumRequest& request,
+                                        std::optional<Duration> timeout) {
+  return finish(call(proto::quorum(request), timeout), quorum_assignment_from_json);
+}
+Status Client::quorum_heartbeat(const std::string& replica) {
+  return finish(call(proto::quorum_heartbeat(replica)), proto::no_payload);
+}
 
 }  // namespace ctrun::rendezvous

@@ -135,6 +135,14 @@ Json multi_set(const std::vector<std::string>& keys, const std::vector<std::stri
 Json ping() { return Json{{"op", "ping"}}; }
 Json keep_alive() { return Json{{"op", "keep_alive"}}; }
 Json status() { return Json{{"op", "status"}}; }
+Json quorum(const QuorumRequest& request) {
+  Json j = to_json(request);
+  j["op"] = "quorum";
+  return j;
+}
+Json quorum_heartbeat(const std::string& replica) {
+  return Json{{"op", "quorum_heartbeat"}, {"replica", replica}};
+}
 
 Status no_payload(const Json&) { return ok_status(); }
 Result<std::string> value_bytes(const Json& answer) { return get_bytes(answer, "value"); }

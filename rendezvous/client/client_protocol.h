@@ -61,6 +61,8 @@ Json multi_set(const std::vector<std::string>& keys, const std::vector<std::stri
 Json ping();
 Json keep_alive();
 Json status();
+Json quorum(const QuorumRequest& request);
+Json quorum_heartbeat(const std::string& replica);
 
 Status no_payload(const Json&);
 Result<std::string> value_bytes(const Json& answer);

@@ -31,6 +31,8 @@ const std::unordered_map<std::string_view, Service::Impl::Handler> Service::Impl
     {"resume", &Service::Impl::op_resume},
     {"status", &Service::Impl::op_status},
     {"jobs", &Service::Impl::op_jobs},
+    {"quorum", &Service::Impl::op_quorum},
+    {"quorum_heartbeat", &Service::Impl::op_quorum_heartbeat},
 };
 
 namespace {
@@ -212,6 +214,7 @@ void Service::Impl::drop(ConnectionId id, const std::string& why) {
     Job& job = *jobs_.at(c->job);
     if (c->wire == Wire::kTcpStore) end_tcpstore(*c, /*keep_watches=*/false);
     for (auto w : c->waiters) job.store.cancel(w);
+    if (!c->replicas.empty() && !shutting_down_) drop_replicas(job, *c);
     if (--job.connections == 0) job.idle_since = clock_.now();
     auto bound = c->node.empty() ? job.node_connections.end() : job.node_connections.find(c->node);
     if (bound != job.node_connections.end() && bound->second == id) {
@@ -699,6 +702,7 @@ void Service::Impl::op_status(Connection& c, std::uint64_t id, const Json&) {
             {"restarts", restarts_used(job.store)},
             {"connections", job.connections},
             {"rendezvous", job.rendezvous ? job.rendezvous->describe() : Json()}};
+  if (job.quorum) body["quorum"] = job.quorum->describe();
   reply(c, id, std::move(body));
 }
 
@@ -765,6 +769,7 @@ void Service::Impl::tick() {
       deliver(*job, job->rendezvous->tick());
       close_dropped_nodes(*job);
     }
+    if (job->quorum) deliver_quorum(*job, job->quorum->tick());
   }
   gc_jobs();
   if (options_.state) {

@@ -13,6 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "rendezvous/core/quorum.h"
 #include "rendezvous/protocol/tcpstore_wire.h"
 #include "rendezvous/service/service.h"
 
@@ -78,6 +79,12 @@ class Service::Impl {
   void op_resume(Connection& c, std::uint64_t id, const Json& req);
   void op_status(Connection& c, std::uint64_t id, const Json& req);
   void op_jobs(Connection& c, std::uint64_t id, const Json& req);
+  // The per-step quorum of a fault-tolerant job (service_quorum.cc).
+  void op_quorum(Connection& c, std::uint64_t id, const Json& req);
+  void op_quorum_heartbeat(Connection& c, std::uint64_t id, const Json& req);
+  void deliver_quorum(Job& job, std::vector<QuorumNotice> notices);
+  // The connection that asked for `replicas` is gone: so are they.
+  void drop_replicas(Job& job, const Connection& c);
   // --state_dir: a record per change, written before the change is acknowledged.
   void record(const Json& r);
   void record_key(const std::string& job, const std::string& key);
@@ -140,6 +147,7 @@ struct Service::Impl::Connection {
   std::unique_ptr<tcpstore::Decoder> tcpstore;
   std::set<std::string> barriers;  // full keys of the barriers it waits at
   std::set<std::string> watches;   // full keys it watches (torch <= 2.0)
+  std::set<std::string> replicas;  // the quorum replicas it asked for
 };
 
 struct Service::Impl::Job {
@@ -161,6 +169,11 @@ struct Service::Impl::Job {
   // ServiceOptions::worker_store_per_job: the port the Transport listens on for this job's
   // TCPStore clients; 0 while none.
   std::uint16_t worker_store_port = 0;
+  // --fault_tolerance=step: the per-step quorum, made at the first ask; each replica's pending
+  // ask (connection, request id) and the connection that speaks for it.
+  std::unique_ptr<Quorum> quorum;
+  std::map<std::string, std::pair<ConnectionId, std::uint64_t>> quorum_asks;
+  std::map<std::string, ConnectionId> replica_connections;
 };
 
 }  // namespace ctrun::rendezvous

@@ -814,3 +814,52 @@ TEST_CASE(
   CHECK(events == std::vector<std::string>{"daemon_start", "join", "join", "round",
                                            "node_succeeded", "node_succeeded", "job_end"});
 }
+
+TEST_CASE("client: three replicas form each step's quorum through ctrund; a killed one is let go") {
+  Daemon daemon;
+  std::vector<std::unique_ptr<Client>> replicas;
+  for (int i = 0; i < 3; ++i) {
+    auto c = Client::connect(daemon.options("ft"));
+    REQUIRE(c);
+    replicas.push_back(std::move(c).value());
+  }
+  auto request = [](const std::string& replica, std::int64_t step) {
+    QuorumRequest r;
+    r.member = QuorumMember{replica, step, replica + ":7000"};
+    r.config.max_replicas = 3;
+    r.config.join_timeout = 5s;
+    return r;
+  };
+  // Blocking calls: each replica asks from a thread of its own, as each worker would.
+  auto step = [&](std::int64_t n, int count) {
+    std::vector<std::optional<Result<QuorumAssignment>>> got(count);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < count; ++i) {
+      threads.emplace_back(
+          [&, i] { got[i] = replicas[i]->quorum(request(std::string(1, char('a' + i)), n), 10s); });
+    }
+    for (auto& t : threads) t.join();
+    return got;
+  };
+  auto first = step(0, 3);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(first[i]->ok());
+    CHECK(first[i]->value().rank == i);
+    CHECK(first[i]->value().quorum_id == 1);
+  }
+  // c's process dies: its connection closes, and a and b's next quorum does not wait 5 s for it.
+  replicas[2].reset();
+  const auto start = std::chrono::steady_clock::now();
+  auto second = step(1, 2);
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(second[i]->ok());
+    CHECK(second[i]->value().quorum_id == 2);
+    CHECK(second[i]->value().members.size() == 2);
+  }
+  CHECK(replicas[0]->quorum_heartbeat("a").ok());
+  // An ask the quorum cannot answer in time is a timeout, not a hang.
+  auto alone = replicas[0]->quorum(request("a", 2), 300ms);
+  REQUIRE_FALSE(alone.ok());
+  CHECK(alone.error().code == ErrorCode::kTimeout);
+}

@@ -22,6 +22,7 @@
 #include "ctrun/rendezvous/endpoint.h"
 #include "ctrun/rendezvous/error.h"
 #include "ctrun/rendezvous/frame.h"
+#include "ctrun/rendezvous/quorum.h"
 #include "ctrun/rendezvous/round.h"
 #include "ctrun/rendezvous/store_client.h"
 
@@ -141,6 +142,13 @@ class Client final : public StoreClient {
   Status multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
   Status ping();
   Result<Json> status();
+  // --fault_tolerance=step: asks for the next step's quorum and waits for it to form (up to
+  // `timeout`; then kTimeout, and the next ask supersedes this one). The connection speaks for
+  // the replica from then on: when it closes, the replica is gone from the quorum.
+  Result<QuorumAssignment> quorum(const QuorumRequest& request,
+                                  std::optional<Duration> timeout = {});
+  // Proof of life during a step longer than the quorum's heartbeat timeout.
+  Status quorum_heartbeat(const std::string& replica);
 
  private:
   class Impl;

@@ -1,0 +1,170 @@
+#include "rendezvous/core/quorum.h"
+
+#include <algorithm>
+
+namespace ctrun::rendezvous {
+
+Quorum::Quorum(QuorumConfig config, const Clock& clock, std::string store_root)
+    : config_(std::move(config)), clock_(clock), store_root_(std::move(store_root)) {}
+
+std::vector<QuorumNotice> Quorum::ask(const QuorumMember& member) {
+  last_heard_[member.replica_id] = clock_.now();
+  removed_.erase(member.replica_id);
+  asks_[member.replica_id] = member;
+  if (!first_ask_) first_ask_ = clock_.now();
+  return maybe_form();
+}
+
+void Quorum::heartbeat(const std::string& replica_id) { last_heard_[replica_id] = clock_.now(); }
+
+std::vector<QuorumNotice> Quorum::remove(const std::string& replica_id) {
+  asks_.erase(replica_id);
+  last_heard_.erase(replica_id);
+  removed_.insert(replica_id);
+  if (asks_.empty()) first_ask_.reset();
+  return maybe_form();
+}
+
+std::vector<QuorumNotice> Quorum::tick() {
+  // A replica that asked and then went silent is not waiting any more.
+  std::erase_if(asks_, [this](const auto& entry) { return !alive(entry.first); });
+  if (asks_.empty()) first_ask_.reset();
+  return maybe_form();
+}
+
+bool Quorum::alive(const std::string& replica_id) const {
+  auto it = last_heard_.find(replica_id);
+  return it != last_heard_.end() && clock_.now() - it->second < config_.heartbeat_timeout;
+}
+
+bool Quorum::has_majority(const std::vector<std::string>& candidates) const {
+  if (members_.empty()) return true;
+  std::size_t kept = 0;
+  for (const auto& m : members_) {
+    if (std::binary_search(candidates.begin(), candidates.end(), m.replica_id)) ++kept;
+  }
+  return 2 * kept > members_.size();
+}
+
+std::vector<QuorumNotice> Quorum::maybe_form() {
+  if (asks_.empty()) return {};
+  std::vector<std::string> candidates;  // sorted: asks_ is
+  for (const auto& [id, member] : asks_) {
+    if (alive(id)) candidates.push_back(id);
+  }
+  const auto count = static_cast<int>(candidates.size());
+  if (count < config_.min_replicas || !has_majority(candidates)) return {};
+  const bool timed_out = clock_.now() - *first_ask_ >= config_.join_timeout;
+  if (members_.empty()) {
+    // The first quorum: everyone the job starts with, or whoever came within the join timeout.
+    const bool whole = config_.max_replicas > 0 && count >= config_.max_replicas;
+    return whole || timed_out ? form() : std::vector<QuorumNotice>{};
+  }
+  // Every live member of the last quorum asked: no reason to wait.
+  const bool all_in = std::all_of(members_.begin(), members_.end(), [&](const QuorumMember& m) {
+    return asks_.count(m.replica_id) || removed_.count(m.replica_id) || !alive(m.replica_id);
+  });
+  return all_in || timed_out ? form() : std::vector<QuorumNotice>{};
+}
+
+std::vector<QuorumNotice> Quorum::form() {
+  std::vector<QuorumMember> next;
+  for (const auto& [id, member] : asks_) {
+    if (alive(id)) next.push_back(member);
+  }
+  const bool same = next.size() == members_.size() &&
+                    std::equal(next.begin(), next.end(), members_.begin(),
+                               [](const QuorumMember& a, const QuorumMember& b) {
+                                 return a.replica_id == b.replica_id;
+                               });
+  if (!same || quorum_id_ == 0) ++quorum_id_;
+  members_ = next;
+  asks_.clear();
+  removed_.clear();
+  first_ask_.reset();
+
+  std::int64_t max_step = 0;
+  for (const auto& m : members_) max_step = std::max(max_step, m.step);
+  std::vector<int> up_to_date;
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i].step == max_step) up_to_date.push_back(static_cast<int>(i));
+  }
+  std::vector<QuorumNotice> out;
+  std::size_t next_source = 0;
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    QuorumAssignment a;
+    a.quorum_id = quorum_id_;
+    a.members = members_;
+    a.rank = static_cast<int>(i);
+    a.max_step = max_step;
+    if (members_[i].step < max_step) a.heal_from = up_to_date[next_source++ % up_to_date.size()];
+    a.store_prefix = store_root_ + std::to_string(quorum_id_) + "/";
+    out.push_back(QuorumNotice{members_[i].replica_id, std::move(a)});
+  }
+  return out;
+}
+
+std::optional<TimePoint> Quorum::next_deadline() const {
+  if (!first_ask_) return std::nullopt;
+  std::optional<TimePoint> due = *first_ask_ + config_.join_timeout;
+  // A waited-for member going silent, or a waiting replica: either may let the quorum form.
+  auto sooner = [&due](TimePoint t) { due = due ? std::min(*due, t) : t; };
+  for (const auto& m : members_) {
+    auto it = last_heard_.find(m.replica_id);
+    if (it != last_heard_.end()) sooner(it->second + config_.heartbeat_timeout);
+  }
+  for (const auto& [id, member] : asks_) {
+    auto it = last_heard_.find(id);
+    if (it != last_heard_.end()) sooner(it->second + config_.heartbeat_timeout);
+  }
+  return due;
+}
+
+std::vector<std::string> Quorum::waiting() const {
+  std::vector<std::string> out;
+  for (const auto& [id, member] : asks_) out.push_back(id);
+  return out;
+}
+
+std::string Quorum::why_waiting() const {
+  if (asks_.empty()) return "";
+  std::vector<std::string> candidates;
+  for (const auto& [id, member] : asks_) {
+    if (alive(id)) candidates.push_back(id);
+  }
+  if (static_cast<int>(candidates.size()) < config_.min_replicas) {
+    return std::to_string(candidates.size()) + " replicas asked, the quorum needs at least " +
+           std::to_string(config_.min_replicas);
+  }
+  if (!has_majority(candidates)) {
+    std::size_t kept = 0;
+    for (const auto& m : members_) {
+      if (std::binary_search(candidates.begin(), candidates.end(), m.replica_id)) ++kept;
+    }
+    return "only " + std::to_string(kept) + " of the last quorum's " +
+           std::to_string(members_.size()) +
+           " replicas asked: a quorum needs a majority of them (a partition's minority stops)";
+  }
+  std::string missing;
+  for (const auto& m : members_) {
+    if (!asks_.count(m.replica_id) && !removed_.count(m.replica_id) && alive(m.replica_id)) {
+      if (!missing.empty()) missing += ", ";
+      missing += m.replica_id;
+    }
+  }
+  if (members_.empty()) return "gathering the first quorum for the join timeout";
+  return "waiting for " + missing + " until the join timeout";
+}
+
+Json Quorum::describe() const {
+  Json members = Json::array();
+  for (const auto& m : members_) {
+    members.push_back({{"replica", m.replica_id}, {"step", m.step}, {"address", m.address}});
+  }
+  return Json{{"quorum_id", quorum_id_},
+              {"members", std::move(members)},
+              {"waiting", waiting()},
+              {"why_waiting", why_waiting()}};
+}
+
+}  // namespace ctrun::rendezvous
