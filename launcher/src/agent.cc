@@ -199,7 +199,20 @@ class Agent::Impl {
   Task<void> kill_hung_worker(int local_rank, int pid);
   bool use_agent_store() const;  // TORCHELASTIC_USE_AGENT_STORE
   rdzv::Status plan_bindings();  // --numa-binding
+  rdzv::Status host_rendezvous();
+  // What every worker of an attempt shares, and one worker's spec.
+  struct Attempt {
+    std::shared_ptr<FilteredLog> stdout_filtered;
+    std::shared_ptr<FilteredLog> stderr_filtered;
+    WorkerCommand command;
+    std::vector<std::string> base;  // the agent's environment
+    bool set_omp = false;
+  };
+  rdzv::Result<Attempt> prepare_attempt(int restart_count);
+  rdzv::Result<WorkerSpec> worker_spec(const Attempt& attempt, const rdzv::RoundAssignment& round,
+                                       int restart_count, int local_rank);
   rdzv::Status start_workers(const rdzv::RoundAssignment& round, int restart_count);
+  rdzv::Status restart_worker(int local_rank, int restart_count);
   // A structured event for --event_log, with the job and this node's id.
   void event(const std::string& name, rdzv::Json fields = rdzv::Json::object()) {
     if (!event_log_) return;
@@ -282,6 +295,9 @@ class Agent::Impl {
   std::unique_ptr<rdzv::EventLog> event_log_;         // --event_log: this agent's events
   std::unique_ptr<rdzv::EventLog> server_event_log_;  // and its hosted rendezvous's
   std::unique_ptr<rdzv::Server> server_;              // when this agent hosts the rendezvous
+  // It was to host the rendezvous, could not, and nobody may be answering there: the first
+  // connect, when refused, hosts it after all.
+  bool retry_hosting_ = false;
   std::unique_ptr<rdzv::Backend> client_;
   std::vector<CpuBinding> bindings_;  // --numa-binding: each local rank's, else empty
   rdzv::RendezvousConfig config_;
@@ -350,27 +366,16 @@ rdzv::Status Agent::Impl::setup() {
   endpoint_port_ = backend.endpoints.front().port;
   requested_rank_ = plan.value().requested_rank;
   if (plan.value().try_host) {
-    rdzv::ServerOptions server_options;
-    server_options.host = endpoint_host_;
-    server_options.port = endpoint_port_;
-    server_options.service.token = token_;
-    server_options.service.log = [](const std::string& line) {
-      rdzv::log_line("ctrun rendezvous", line);
-    };
-    server_options.service.events = hosted_events();
-    // Workers reach the job's store here as torch's TCPStore (TORCHELASTIC_USE_AGENT_STORE).
-    server_options.service.worker_store_job = run_id_;
-    auto server = rdzv::Server::create(io_, server_options);
-    if (server) {
-      server_ = std::move(server).value();
-      server_->start();
-      endpoint_port_ = server_->port();
+    auto hosted = host_rendezvous();
+    if (hosted) {
       backend.endpoints.front().port = endpoint_port_;
-      log("hosting the rendezvous on " + server_->endpoint());
     } else if (plan.value().must_host) {
-      return server.error();
+      return hosted.error();
+    } else {
+      // Another agent on this machine hosts it: join as a client. Should nobody answer there
+      // (the port was held by something else for a moment), the agent tries again to host it.
+      retry_hosting_ = true;
     }
-    // Otherwise another agent on this machine hosts it: join as a client.
   }
   backend.job = run_id_;
   backend.token = token_;
@@ -383,6 +388,12 @@ rdzv::Status Agent::Impl::setup() {
   client_->set_event_handler([this](const rdzv::BackendEvent& e) {
     if (e.kind == rdzv::BackendEvent::Kind::kConnectAttemptFailed) {
       last_attempt_ = e.reason;  // for the waiting lines
+      // Nobody listens where this machine's rendezvous should be: host it after all (the
+      // agent that was to host it may have gone, or its port was only held for a moment).
+      if (retry_hosting_ && !server_ && e.reason.find("refused") != std::string::npos &&
+          host_rendezvous()) {
+        retry_hosting_ = false;
+      }
     } else {
       post(input_from_backend(e));
     }
@@ -390,10 +401,32 @@ rdzv::Status Agent::Impl::setup() {
   return rdzv::ok_status();
 }
 
+// The rendezvous this agent hosts, on endpoint_host_:endpoint_port_ (0: any free port).
+rdzv::Status Agent::Impl::host_rendezvous() {
+  rdzv::ServerOptions server_options;
+  server_options.host = endpoint_host_;
+  server_options.port = endpoint_port_;
+  server_options.service.token = token_;
+  server_options.service.log = [](const std::string& line) {
+    rdzv::log_line("ctrun rendezvous", line);
+  };
+  server_options.service.events = hosted_events();
+  // Workers reach the job's store here as torch's TCPStore (TORCHELASTIC_USE_AGENT_STORE).
+  server_options.service.worker_store_job = run_id_;
+  auto server = rdzv::Server::create(io_, server_options);
+  if (!server) return server.error();
+  server_ = std::move(server).value();
+  server_->start();
+  endpoint_port_ = server_->port();
+  log("hosting the rendezvous on " + server_->endpoint());
+  return rdzv::ok_status();
+}
+
 Task<void> Agent::Impl::connect() {
   const LaunchOptions& o = options_;
   AgentInput connected{.kind = AgentInput::Kind::kConnected};
   connected.status = co_await client_->connect();
+  retry_hosting_ = false;  // only the first connect hosts a rendezvous nobody answers for
   if (exiting_) co_return;
   if (connected.status) {
     client_->start_keep_alive(config_.keep_alive_interval, config_.keep_alive_max_attempt);
@@ -479,81 +512,103 @@ void Agent::Impl::report_lost_log(const std::string& whose, const std::string& p
   lost_logs_.push_back(path);
 }
 
-rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int restart_count) {
+// What every worker of an attempt shares: the filtered logs, the command, the environment.
+rdzv::Result<Agent::Impl::Attempt> Agent::Impl::prepare_attempt(int restart_count) {
   const LaunchOptions& o = options_;
+  Attempt attempt;
   auto stdout_filtered = open_filtered_log(restart_count, "stdout", o.duplicate_stdout_filters);
   if (!stdout_filtered) return stdout_filtered.error();
   auto stderr_filtered = open_filtered_log(restart_count, "stderr", o.duplicate_stderr_filters);
   if (!stderr_filtered) return stderr_filtered.error();
-  const bool set_omp = local_world_size_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr;
+  attempt.stdout_filtered = stdout_filtered.value();
+  attempt.stderr_filtered = stderr_filtered.value();
+  attempt.set_omp = local_world_size_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr;
   const char* python = std::getenv("PYTHON_EXEC");
   const std::string python_exec = python && *python ? python : "python3";
-  const WorkerCommand command = worker_command(o, python_exec);
-  workers_run_python_ = command.executable == python_exec;
-  const std::vector<std::string> base = current_environment();
-  const bool implicit_tee = !o.log_dir.empty() && o.redirects.empty() && o.tee.empty();
-  std::vector<WorkerSpec> specs;
-  std::vector<std::int64_t> initial_stamps;
-  heartbeat_files_.clear();
-  stderr_files_.clear();
-  stderr_places_.clear();
-  hung_stacks_.clear();
-  for (int local_rank = 0; local_rank < local_world_size_; ++local_rank) {
-    const std::string dir = attempt_dir(restart_count, local_rank);
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec)
-      return rdzv::Error{rdzv::ErrorCode::kInternal,
-                         "cannot create '" + dir + "': " + ec.message()};
+  attempt.command = worker_command(o, python_exec);
+  workers_run_python_ = attempt.command.executable == python_exec;
+  attempt.base = current_environment();
+  return attempt;
+}
 
-    WorkerEnvInputs in;
-    in.options = &o;
-    in.run_id = run_id_;
-    in.local_world_size = local_world_size_;
-    in.local_rank = local_rank;
-    in.placement = RoundPlacement{round.group_rank, round.group_world_size, round.rank_offset,
-                                  round.world_size, round.master_addr,      round.master_port,
-                                  restart_count};
-    in.use_agent_store = use_agent_store();
-    in.store = client_->store_address(round.store_prefix);
-    in.error_file = dir + "/error.json";
-    in.set_omp_num_threads = set_omp;
-    in.python_fault_handler = o.worker_timeout > 0 && workers_run_python_;
-    if (o.worker_timeout > 0) {
-      in.heartbeat_file = dir + "/heartbeat";
-      if (std::FILE* f = std::fopen(in.heartbeat_file.c_str(), "w")) std::fclose(f);
-      heartbeat_files_.push_back(in.heartbeat_file);
-      initial_stamps.push_back(modification_stamp(in.heartbeat_file));
-    }
-
-    WorkerSpec spec;
-    spec.local_rank = local_rank;
-    spec.command = command;
-    spec.env = worker_environment(base, in);
-    spec.prefix = console_prefix(o.log_line_prefix_template, o.role, round.rank_offset + local_rank,
-                                 local_rank);
-    const bool console =
-        o.local_ranks_filter.empty() ||
-        std::count(o.local_ranks_filter.begin(), o.local_ranks_filter.end(), local_rank) > 0;
-    const int redirect = o.redirects.for_rank(local_rank);
-    const int tee = implicit_tee ? 3 : o.tee.for_rank(local_rank);
-    const int to_file = redirect | tee;
-    spec.stdout_file = (to_file & 1) ? dir + "/stdout.log" : "";
-    spec.stderr_file = (to_file & 2) ? dir + "/stderr.log" : "";
-    spec.stdout_console = console && !((redirect & 1) && !(tee & 1)) ? 1 : -1;
-    spec.stderr_console = console && !((redirect & 2) && !(tee & 2)) ? 2 : -1;
-    // Only console lines are copied (OutputSink), so ranks and streams kept off the console add
-    // nothing, as under torchrun where the copy follows --tee.
-    spec.stdout_filtered = stdout_filtered.value();
-    spec.stderr_filtered = stderr_filtered.value();
-    stderr_files_.push_back(spec.stderr_file);
-    stderr_places_.push_back(!spec.stderr_file.empty() ? spec.stderr_file
-                             : spec.stderr_console >= 0
-                                 ? "the console"
-                                 : "nowhere (--redirects/--local_ranks_filter)");
-    if (!bindings_.empty()) spec.binding = bindings_[local_rank];
-    specs.push_back(std::move(spec));
+// One worker's spec; its files and places are recorded under its local rank.
+rdzv::Result<WorkerSpec> Agent::Impl::worker_spec(const Attempt& attempt,
+                                                  const rdzv::RoundAssignment& round,
+                                                  int restart_count, int local_rank) {
+  const LaunchOptions& o = options_;
+  const std::size_t slot = static_cast<std::size_t>(local_rank);
+  const std::string dir = attempt_dir(restart_count, local_rank);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return rdzv::Error{rdzv::ErrorCode::kInternal, "cannot create '" + dir + "': " + ec.message()};
   }
+  WorkerEnvInputs in;
+  in.options = &o;
+  in.run_id = run_id_;
+  in.local_world_size = local_world_size_;
+  in.local_rank = local_rank;
+  in.placement =
+      RoundPlacement{round.group_rank,  round.group_world_size, round.rank_offset, round.world_size,
+                     round.master_addr, round.master_port,      restart_count};
+  in.use_agent_store = use_agent_store();
+  in.store = client_->store_address(round.store_prefix);
+  in.error_file = dir + "/error.json";
+  in.set_omp_num_threads = attempt.set_omp;
+  in.python_fault_handler = o.worker_timeout > 0 && workers_run_python_;
+  in.replica_id = node_id_ + "/" + std::to_string(local_rank);
+  if (o.worker_timeout > 0) {
+    in.heartbeat_file = dir + "/heartbeat";
+    if (std::FILE* f = std::fopen(in.heartbeat_file.c_str(), "w")) std::fclose(f);
+    heartbeat_files_.at(slot) = in.heartbeat_file;
+  }
+
+  WorkerSpec spec;
+  spec.local_rank = local_rank;
+  spec.command = attempt.command;
+  spec.env = worker_environment(attempt.base, in);
+  spec.prefix = console_prefix(o.log_line_prefix_template, o.role, round.rank_offset + local_rank,
+                               local_rank);
+  const bool console =
+      o.local_ranks_filter.empty() ||
+      std::count(o.local_ranks_filter.begin(), o.local_ranks_filter.end(), local_rank) > 0;
+  const bool implicit_tee = !o.log_dir.empty() && o.redirects.empty() && o.tee.empty();
+  const int redirect = o.redirects.for_rank(local_rank);
+  const int tee = implicit_tee ? 3 : o.tee.for_rank(local_rank);
+  const int to_file = redirect | tee;
+  spec.stdout_file = (to_file & 1) ? dir + "/stdout.log" : "";
+  spec.stderr_file = (to_file & 2) ? dir + "/stderr.log" : "";
+  spec.stdout_console = console && !((redirect & 1) && !(tee & 1)) ? 1 : -1;
+  spec.stderr_console = console && !((redirect & 2) && !(tee & 2)) ? 2 : -1;
+  // Only console lines are copied (OutputSink), so ranks and streams kept off the console add
+  // nothing, as under torchrun where the copy follows --tee.
+  spec.stdout_filtered = attempt.stdout_filtered;
+  spec.stderr_filtered = attempt.stderr_filtered;
+  stderr_files_.at(slot) = spec.stderr_file;
+  stderr_places_.at(slot) = !spec.stderr_file.empty() ? spec.stderr_file
+                            : spec.stderr_console >= 0
+                                ? "the console"
+                                : "nowhere (--redirects/--local_ranks_filter)";
+  if (!bindings_.empty()) spec.binding = bindings_[slot];
+  return spec;
+}
+
+rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int restart_count) {
+  auto attempt = prepare_attempt(restart_count);
+  if (!attempt) return attempt.error();
+  const auto n = static_cast<std::size_t>(local_world_size_);
+  heartbeat_files_.assign(options_.worker_timeout > 0 ? n : 0, "");
+  stderr_files_.assign(n, "");
+  stderr_places_.assign(n, "");
+  hung_stacks_.clear();
+  std::vector<WorkerSpec> specs;
+  for (int local_rank = 0; local_rank < local_world_size_; ++local_rank) {
+    auto spec = worker_spec(attempt.value(), round, restart_count, local_rank);
+    if (!spec) return spec.error();
+    specs.push_back(std::move(spec).value());
+  }
+  std::vector<std::int64_t> initial_stamps;
+  for (const auto& file : heartbeat_files_) initial_stamps.push_back(modification_stamp(file));
   heartbeats_.reset(initial_stamps, std::chrono::steady_clock::now());
   workers_->set_log_error_handler([this, offset = round.rank_offset](
                                       int local_rank, const std::string& path, int error) {
@@ -568,6 +623,26 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   if (started) {
     event("workers_started",
           {{"round", round.round}, {"restart", restart_count}, {"pids", workers_->pids()}});
+  }
+  return started;
+}
+
+// --fault_tolerance=step: one worker again, in the round the node is in now; the others run on.
+rdzv::Status Agent::Impl::restart_worker(int local_rank, int restart_count) {
+  const rdzv::RoundAssignment& round = machine_->round();
+  auto attempt = prepare_attempt(restart_count);
+  if (!attempt) return attempt.error();
+  auto spec = worker_spec(attempt.value(), round, restart_count, local_rank);
+  if (!spec) return spec.error();
+  if (options_.worker_timeout > 0) {
+    const auto& file = heartbeat_files_.at(static_cast<std::size_t>(local_rank));
+    heartbeats_.replace(local_rank, modification_stamp(file), std::chrono::steady_clock::now());
+  }
+  auto started = workers_->restart(std::move(spec).value());
+  if (started) {
+    event("worker_restarted", {{"local_rank", local_rank},
+                               {"restart", restart_count},
+                               {"pid", workers_->running_pid(local_rank)}});
   }
   return started;
 }
@@ -611,7 +686,8 @@ Task<int> Agent::Impl::run_job() {
       AgentMachineConfig{.local_world_size = local_world_size_,
                          .max_restarts = options_.max_restarts,
                          .endpoint = rdzv::format_endpoint({endpoint_host_, endpoint_port_}),
-                         .join_timeout_s = rdzv::to_millis(config_.join_timeout) / 1000});
+                         .join_timeout_s = rdzv::to_millis(config_.join_timeout) / 1000,
+                         .replace_failed_workers = options_.fault_tolerance == "step"});
   std::vector<AgentAction> actions = machine_->start();
   arm_waiting_line();
   while (true) {
@@ -651,6 +727,18 @@ Task<std::optional<int>> Agent::Impl::perform(AgentAction a) {
       post(std::move(started));
       break;
     }
+    case K::kRestartWorker:
+      if (auto s = restart_worker(a.exit.local_rank, a.restart_count); !s) {
+        // It never ran: as good as a failed start of that rank, which the machine counts again.
+        log("error: " + s.error().message);
+        WorkerExit failed = a.exit;
+        failed.pid = 0;
+        failed.signal = 0;
+        failed.exit_code = 127;
+        failed.at = std::chrono::system_clock::now();
+        post({.kind = AgentInput::Kind::kWorkerExit, .exit = failed});
+      }
+      break;
     case K::kForwardSignal:
       for (int r = 0; r < local_world_size_; ++r) workers_->kill(r, a.signo);
       break;

@@ -191,6 +191,9 @@ void AgentMachine::on_signal(const AgentInput& input) {
 
 void AgentMachine::on_joined(const AgentInput& input) {
   join_in_flight_ = false;
+  if (config_.replace_failed_workers && workers_up_ && phase_ == Phase::kRunning) {
+    return on_rejoined(input);
+  }
   if (phase_ != Phase::kJoining) return;
   const auto& joined = *input.joined;
   if (!joined.ok() && joined.error().code == rdzv::ErrorCode::kConnection) {
@@ -222,6 +225,33 @@ void AgentMachine::on_joined(const AgentInput& input) {
   exited_ok_ = 0;
   emit(
       {.kind = AgentAction::Kind::kStartWorkers, .round = round_, .restart_count = restart_count_});
+}
+
+void AgentMachine::on_rejoined(const AgentInput& input) {
+  const auto& joined = *input.joined;
+  if (!joined.ok() && joined.error().code == rdzv::ErrorCode::kConnection) {
+    if (connected_) {
+      join_in_flight_ = true;
+      emit({.kind = AgentAction::Kind::kJoin});
+    }
+    return;
+  }
+  if (!joined.ok()) {
+    // Out of the job's rounds, this node's workers would train beside the job: stop them.
+    log("error: rendezvous failed: " + joined.error().message);
+    record("join_failed", {{"reason", joined.error().message}});
+    exit_code_after_stop_ = kAgentExitFailure;
+    stop_then(AfterStop::kExit, SIGTERM);
+    return;
+  }
+  round_ = joined.value();
+  rdzv::Json fields = rdzv::to_json(round_);
+  fields["restart"] = restart_count_;
+  fields["workers_run_on"] = true;
+  record("round", std::move(fields));
+  log("round " + std::to_string(round_.round) + ": group rank " +
+      std::to_string(round_.group_rank) + " of " + std::to_string(round_.group_world_size) +
+      ", world size " + std::to_string(round_.world_size) + "; the workers run on");
 }
 
 void AgentMachine::on_worker_exit(const AgentInput& input) {
@@ -266,6 +296,21 @@ void AgentMachine::on_restart_counted(const AgentInput& input) {
     return;
   }
   // The restart budget is the job's, not the node's: one counter in the job's store.
+  if (used && used.value() <= config_.max_restarts && config_.replace_failed_workers) {
+    const WorkerExit& failed = first_failure_;
+    log("replacing worker rank " + std::to_string(round_.rank_offset + failed.local_rank) +
+        " (local rank " + std::to_string(failed.local_rank) + "; " + std::to_string(used.value()) +
+        " of " + std::to_string(config_.max_restarts) + " restarts); the others run on");
+    record(
+        "restart",
+        {{"used", used.value()}, {"max", config_.max_restarts}, {"local_rank", failed.local_rank}});
+    restart_count_ = static_cast<int>(used.value());
+    phase_ = Phase::kRunning;
+    emit({.kind = AgentAction::Kind::kRestartWorker,
+          .restart_count = restart_count_,
+          .exit = failed});
+    return;
+  }
   if (used && used.value() <= config_.max_restarts) {
     log("restarting the job (" + std::to_string(used.value()) + " of " +
         std::to_string(config_.max_restarts) + " restarts)");
@@ -352,6 +397,17 @@ void AgentMachine::on_reconnected(const AgentInput& input) {
 void AgentMachine::on_round_reopened(int round, const std::string& reason) {
   // While joining there is nothing to stop; an old round's news is stale.
   if (phase_ != Phase::kRunning || round <= round_.round) return;
+  if (config_.replace_failed_workers) {
+    // The job's membership changed: this node takes its place in the new round, and its
+    // workers' quorum takes the change in at a step boundary; nobody is stopped.
+    if (join_in_flight_) return;
+    log("round " + std::to_string(round) + " opened (" + reason +
+        "): joining it; the workers run on");
+    record("round_reopened", {{"round", round}, {"reason", reason}, {"workers_run_on", true}});
+    join_in_flight_ = true;
+    emit({.kind = AgentAction::Kind::kJoin});
+    return;
+  }
   log("round " + std::to_string(round) + " opened (" + reason + "): restarting workers");
   record("round_reopened", {{"round", round}, {"reason", reason}});
   stop_then(AfterStop::kJoin, SIGTERM);

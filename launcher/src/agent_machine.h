@@ -5,7 +5,9 @@
 // rendezvous) is tested in memory, input by input (tests/launcher/agent_machine_test.cc).
 //
 // Phases: connecting -> joining -> starting -> running -> (finishing | counting -> stopping ->
-// joining again | counting -> failing -> stopping -> ending) -> done. Some actions take time
+// joining again | counting -> failing -> stopping -> ending) -> done. With
+// --fault_tolerance=step a counted restart goes from counting back to running with one worker
+// replaced, and a reopened round is joined while running. Some actions take time
 // (connect, join, stop, reconnect, the failure window, the restart count); while the machine
 // waits for one of those to finish, news other than a signal is kept and acted on once it has
 // (as the agent always did, one step at a time), and a signal is acted on at once, whatever the
@@ -76,13 +78,16 @@ struct AgentAction {
     kForwardSignal,       // `signo` to every worker
     kAwaitFailureWindow,  // -> kFailureWindowOver
     kStopWorkers,         // `signo`, the grace, then SIGKILL -> kWorkersStopped
-    kCountRestart,        // add one to the job's restart counter -> kRestartCounted
-    kReconnect,           // connect again and resume this node's place -> kReconnected
-    kReportResult,        // tell the rendezvous this node's result: `ok`, `text` -> kRendezvousTold
-    kFailureReport,       // every failed rank (`exit` first) reported, the job failed -> ditto
-    kAwaitBarrier,        // wait for the job's end after success -> kBarrierExpired
-    kLeave,               // leave the rendezvous -> kRendezvousTold
-    kExit,                // end the agent with `code`; or by signal `signo` when not 0
+    // --fault_tolerance=step: start local rank `exit.local_rank` again, alone, with
+    // `restart_count`; the others run on. A start that fails comes back as that rank's exit.
+    kRestartWorker,
+    kCountRestart,   // add one to the job's restart counter -> kRestartCounted
+    kReconnect,      // connect again and resume this node's place -> kReconnected
+    kReportResult,   // tell the rendezvous this node's result: `ok`, `text` -> kRendezvousTold
+    kFailureReport,  // every failed rank (`exit` first) reported, the job failed -> ditto
+    kAwaitBarrier,   // wait for the job's end after success -> kBarrierExpired
+    kLeave,          // leave the rendezvous -> kRendezvousTold
+    kExit,           // end the agent with `code`; or by signal `signo` when not 0
   };
   Kind kind = Kind::kLog;
   std::string text{};
@@ -101,6 +106,9 @@ struct AgentMachineConfig {
   int max_restarts = 0;
   std::string endpoint;            // the rendezvous as log lines name it
   long long join_timeout_s = 600;  // how long a reconnect keeps trying, for the log line
+  // --fault_tolerance=step: a failed worker is replaced alone (each replacement counts against
+  // the budget), and a reopened round is joined while the workers run on.
+  bool replace_failed_workers = false;
 };
 
 class AgentMachine {
@@ -150,6 +158,8 @@ class AgentMachine {
   void on_connection_lost(const AgentInput& input);
   void on_reconnected(const AgentInput& input);
   void on_round_reopened(int round, const std::string& reason);
+  // --fault_tolerance=step: the answer to a join sent while the workers run.
+  void on_rejoined(const AgentInput& input);
   void on_job_ended(const std::string& state, const std::string& reason);
   void stop_then(AfterStop after, int signo);
   void after_stop();

@@ -11,6 +11,14 @@ void HeartbeatMonitor::reset(const std::vector<std::int64_t>& initial_stamps,
   }
 }
 
+void HeartbeatMonitor::replace(int local_rank, std::int64_t initial_stamp, Clock::time_point now) {
+  if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= workers_.size()) return;
+  Worker& w = workers_[static_cast<std::size_t>(local_rank)];
+  w = Worker{};
+  w.stamp = initial_stamp;
+  w.changed = now;
+}
+
 void HeartbeatMonitor::observe(int local_rank, std::int64_t stamp, Clock::time_point now) {
   if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= workers_.size()) return;
   Worker& w = workers_[static_cast<std::size_t>(local_rank)];

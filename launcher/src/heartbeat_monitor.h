@@ -19,6 +19,8 @@ class HeartbeatMonitor {
 
   // A new group of workers; `initial_stamps[i]` is local rank i's file before its first beat.
   void reset(const std::vector<std::int64_t>& initial_stamps, Clock::time_point now);
+  // A new worker in `local_rank`'s place, the others going on (--fault_tolerance=step).
+  void replace(int local_rank, std::int64_t initial_stamp, Clock::time_point now);
   // What the agent just read for `local_rank`.
   void observe(int local_rank, std::int64_t stamp, Clock::time_point now);
   // Workers that beat at least once and not for longer than the timeout since; each is named

@@ -291,6 +291,9 @@ const std::vector<ArgSpec>& launch_option_table() {
       value_option({"--worker-timeout", "--worker_timeout"}, "worker_timeout",
                    "Kill a worker whose heartbeat stops for this many seconds and restart the "
                    "job (0: off, the default)"),
+      value_option({"--fault-tolerance", "--fault_tolerance"}, "fault_tolerance",
+                   "none (the default: a failure restarts every worker) or step: replace a "
+                   "failed worker alone and stop nobody for a membership change"),
       value_option({"--event-log", "--event_log"}, "event_log",
                    "Append the agent's events (join, round, worker exit, restart, job end) to "
                    "this file as JSON lines"),
@@ -527,6 +530,13 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
     return bad(source_label(*v, "--logs_specs") + ": '" + v->text +
                "' is not available: ctrun has only torch's built-in 'default' (DefaultLogsSpecs: "
                "per-rank files under --log_dir); other LogsSpecs are Python classes");
+  }
+  if (const ArgValue* v = given("fault_tolerance")) {
+    if (v->text != "none" && v->text != "step") {
+      return bad(source_label(*v, "--fault_tolerance") + ": invalid choice: '" + v->text +
+                 "' (choose from none, step)");
+    }
+    o.fault_tolerance = v->text;
   }
   if (const ArgValue* v = given("numa_binding")) {
     if (v->text != "node" && v->text != "socket" && v->text != "exclusive" &&

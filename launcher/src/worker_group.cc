@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/readable_pipe.hpp>
 #include <boost/process/v2/process.hpp>
@@ -136,43 +137,64 @@ rendezvous::Status WorkerGroup::start(std::vector<WorkerSpec> specs, ExitHandler
   workers_.clear();
   if (auto s = ensure_descriptors(specs); !s) return s;
   for (const auto& spec : specs) {
-    auto w = std::make_shared<Worker>(io_, spec);
-    for (OutputSink* sink : {&w->out, &w->err}) {
-      sink->set_file_error_handler(
-          [this, rank = spec.local_rank, alive = std::weak_ptr<int>(alive_)](
-              const std::string& path, int error) {
-            if (!alive.expired() && on_log_error_) on_log_error_(rank, path, error);
-          });
-    }
-    if (!w->out.file_ok() || !w->err.file_ok()) {
+    auto launched = launch(spec);
+    if (!launched) {
       kill_groups(SIGKILL);
-      const std::string& failed = w->out.file_ok() ? spec.stderr_file : spec.stdout_file;
-      return Error{ErrorCode::kBadRequest, "cannot open log file '" + failed + "'"};
+      return launched.error();
     }
-    ChildOptions child;
-    child.own_process_group = true;
-    child.traceable_by_agent = true;
-    child.binding = spec.binding;
-    child.open_files = user_open_files_;
-    child.environment = spec.env;
-    auto started = start_child(io_.get_executor(), spec.command.executable, spec.command.args,
-                               bp::process_stdio{{}, w->out_pipe, w->err_pipe}, child);
-    if (!started) {
-      kill_groups(SIGKILL);
-      return started.error();
-    }
-    w->process = std::move(started).value();
-    w->pid = w->process->id();
-    std::weak_ptr<int> alive = alive_;
-    read_stream(w->out_pipe, w->out_buf, w->out, nullptr, nullptr, w, alive);
-    read_stream(w->err_pipe, w->err_buf, w->err, &w->err_tail, &w->err_closed, w, alive);
-    w->process->async_wait([this, w, alive](boost::system::error_code ec, int) {
-      if (alive.expired()) return;
-      on_worker_exit(*w, ec ? -1 : w->process->native_exit_code());
-    });
-    workers_.push_back(std::move(w));
+    workers_.push_back(std::move(launched).value());
   }
   return rendezvous::ok_status();
+}
+
+rendezvous::Status WorkerGroup::restart(WorkerSpec spec) {
+  auto old = std::find_if(workers_.begin(), workers_.end(),
+                          [&](const auto& w) { return w->local_rank == spec.local_rank; });
+  if (old == workers_.end() || !(*old)->exited) {
+    return Error{ErrorCode::kInternal,
+                 "local rank " + std::to_string(spec.local_rank) + " is not an exited worker"};
+  }
+  // What the old worker left in its process group goes with it.
+  if ((*old)->pid > 0) ::kill(-(*old)->pid, SIGKILL);
+  if (auto s = ensure_descriptors({spec}); !s) return s;
+  auto launched = launch(spec);
+  if (!launched) return launched.error();
+  *old = std::move(launched).value();
+  return rendezvous::ok_status();
+}
+
+rendezvous::Result<std::shared_ptr<WorkerGroup::Worker>> WorkerGroup::launch(
+    const WorkerSpec& spec) {
+  auto w = std::make_shared<Worker>(io_, spec);
+  for (OutputSink* sink : {&w->out, &w->err}) {
+    sink->set_file_error_handler([this, rank = spec.local_rank, alive = std::weak_ptr<int>(alive_)](
+                                     const std::string& path, int error) {
+      if (!alive.expired() && on_log_error_) on_log_error_(rank, path, error);
+    });
+  }
+  if (!w->out.file_ok() || !w->err.file_ok()) {
+    const std::string& failed = w->out.file_ok() ? spec.stderr_file : spec.stdout_file;
+    return Error{ErrorCode::kBadRequest, "cannot open log file '" + failed + "'"};
+  }
+  ChildOptions child;
+  child.own_process_group = true;
+  child.traceable_by_agent = true;
+  child.binding = spec.binding;
+  child.open_files = user_open_files_;
+  child.environment = spec.env;
+  auto started = start_child(io_.get_executor(), spec.command.executable, spec.command.args,
+                             bp::process_stdio{{}, w->out_pipe, w->err_pipe}, child);
+  if (!started) return started.error();
+  w->process = std::move(started).value();
+  w->pid = w->process->id();
+  std::weak_ptr<int> alive = alive_;
+  read_stream(w->out_pipe, w->out_buf, w->out, nullptr, nullptr, w, alive);
+  read_stream(w->err_pipe, w->err_buf, w->err, &w->err_tail, &w->err_closed, w, alive);
+  w->process->async_wait([this, w, alive](boost::system::error_code ec, int) {
+    if (alive.expired()) return;
+    on_worker_exit(*w, ec ? -1 : w->process->native_exit_code());
+  });
+  return w;
 }
 
 void WorkerGroup::on_worker_exit(Worker& w, int native_status) {

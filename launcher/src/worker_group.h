@@ -30,6 +30,7 @@ class WorkerGroup final : public WorkerRunner {
 
   rendezvous::Status start(std::vector<WorkerSpec> specs, ExitHandler on_exit) override;
   void stop(int signo, std::chrono::milliseconds grace, std::function<void()> done) override;
+  rendezvous::Status restart(WorkerSpec spec) override;
   void kill(int local_rank, int signo) override;
   void kill_all() override { kill_groups(SIGKILL); }
   void signal_process(int local_rank, int signo) override;
@@ -50,6 +51,8 @@ class WorkerGroup final : public WorkerRunner {
   // agent's soft limit (up to the hard one) when that is enough.
   rendezvous::Status ensure_descriptors(const std::vector<WorkerSpec>& specs);
   Worker* find(int local_rank) const;
+  // Starts one worker, its output pumped and its exit awaited.
+  rendezvous::Result<std::shared_ptr<Worker>> launch(const WorkerSpec& spec);
   void on_worker_exit(Worker& w, int native_status);
   void check_stopped();
   void kill_groups(int signo);

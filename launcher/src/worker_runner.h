@@ -47,6 +47,9 @@ class WorkerRunner {
   // Sends `signo` to every worker's process group, waits up to `grace`, SIGKILLs what is left,
   // then calls `done` once every worker has exited.
   virtual void stop(int signo, std::chrono::milliseconds grace, std::function<void()> done) = 0;
+  // Starts one worker in place of local rank `spec.local_rank`, which has exited; the others run
+  // on, and its exit arrives through the same handler (--fault_tolerance=step).
+  virtual rendezvous::Status restart(WorkerSpec spec) = 0;
   // Sends `signo` to one worker's process group (a hung worker, a forwarded SIGUSR1); an exit
   // it causes arrives as usual.
   virtual void kill(int local_rank, int signo) = 0;

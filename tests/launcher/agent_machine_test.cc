@@ -493,3 +493,75 @@ TEST_CASE("agent machine: SIGUSR1 after a failure is not forwarded and a missing
   REQUIRE(find(start, Kind::kStartWorkers) != nullptr);
   CHECK(find(start, Kind::kStartWorkers)->restart_count == 0);
 }
+
+namespace {
+
+AgentMachineConfig fault_tolerant(int max_restarts = 2) {
+  AgentMachineConfig c = two_workers(max_restarts);
+  c.replace_failed_workers = true;
+  return c;
+}
+
+AgentInput counted(std::int64_t used) { return {.kind = In::kRestartCounted, .count = used}; }
+
+}  // namespace
+
+TEST_CASE("agent machine, fault tolerant: a failed worker is replaced alone, each counted") {
+  AgentMachine m = running(fault_tolerant(2));
+  CHECK(kinds(m.handle(exited(1, 3))) == std::vector{Kind::kCountRestart});
+  // Another exit while the count is on its way is kept for afterwards.
+  CHECK(kinds(m.handle(exited(0, 9))).empty());
+  auto first = m.handle(counted(1));
+  // Rank 1 is replaced; then the kept exit of rank 0 is counted in turn. Nobody is stopped.
+  CHECK(kinds(first) == std::vector{Kind::kRestartWorker, Kind::kCountRestart});
+  REQUIRE(find(first, Kind::kRestartWorker) != nullptr);
+  CHECK(find(first, Kind::kRestartWorker)->exit.local_rank == 1);
+  CHECK(find(first, Kind::kRestartWorker)->restart_count == 1);
+  CHECK(logs(first).find("replacing worker rank 1 (local rank 1; 1 of 2 restarts); the others "
+                         "run on") != std::string::npos);
+  auto second = m.handle(counted(2));
+  CHECK(kinds(second) == std::vector{Kind::kRestartWorker});
+  CHECK(find(second, Kind::kRestartWorker)->exit.local_rank == 0);
+  CHECK(m.workers_running());
+  CHECK(m.restart_count() == 2);
+  // Both replacements finish: the node's result is reported as usual.
+  CHECK(kinds(m.handle(exited(1, 0))).empty());
+  CHECK(kinds(m.handle(exited(0, 0))) == std::vector{Kind::kReportResult, Kind::kAwaitBarrier});
+}
+
+TEST_CASE("agent machine, fault tolerant: past the budget the job fails as without it") {
+  AgentMachine m = running(fault_tolerant(1));
+  m.handle(exited(0, 1));
+  CHECK(kinds(m.handle(counted(1))) == std::vector{Kind::kRestartWorker});
+  m.handle(exited(0, 1));
+  CHECK(kinds(m.handle(counted(2))) == std::vector{Kind::kAwaitFailureWindow});
+  CHECK(kinds(m.handle(simple(In::kFailureWindowOver))) == std::vector{Kind::kStopWorkers});
+  CHECK(kinds(m.handle(simple(In::kWorkersStopped))) == std::vector{Kind::kFailureReport});
+  CHECK(told(m) == 1);
+}
+
+TEST_CASE("agent machine, fault tolerant: a reopened round is joined while the workers run on") {
+  AgentMachine m = running(fault_tolerant());
+  auto reopened = m.handle({.kind = In::kRoundReopened, .round = 1, .reason = "new node 'b'"});
+  CHECK(kinds(reopened) == std::vector{Kind::kJoin});
+  CHECK(logs(reopened).find("joining it; the workers run on") != std::string::npos);
+  // The same news again while the join is out: nothing more.
+  CHECK(kinds(m.handle({.kind = In::kRoundReopened, .round = 1, .reason = "x"})).empty());
+  auto rejoined = m.handle(joined(1));
+  CHECK(kinds(rejoined).empty());  // no stop, no start
+  CHECK(m.workers_running());
+  CHECK(m.round().round == 1);
+  // A later replacement starts in the new round.
+  m.handle(exited(1, 1));
+  CHECK(kinds(m.handle(counted(1))) == std::vector{Kind::kRestartWorker});
+
+  // A rejoin the rendezvous refuses: this node's workers must not train beside the job.
+  m.handle({.kind = In::kRoundReopened, .round = 2, .reason = "node 'c' lost"});
+  auto refused = m.handle({.kind = In::kJoined,
+                           .joined = rdzv::Result<rdzv::RoundAssignment>(
+                               rdzv::Error{rdzv::ErrorCode::kClosed, "ended"})});
+  CHECK(kinds(refused) == std::vector{Kind::kStopWorkers});
+  auto stopped = m.handle(simple(In::kWorkersStopped));
+  CHECK(kinds(stopped) == std::vector{Kind::kExit});
+  CHECK(stopped.back().code == 1);
+}

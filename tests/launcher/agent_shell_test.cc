@@ -185,3 +185,73 @@ TEST_CASE(
   CHECK(a.workers->stop_signals == std::vector<int>{SIGTERM});
   CHECK(a.state("grow") == rdzv::JobState::kSucceeded);
 }
+
+TEST_CASE("agent in memory, fault tolerant: a failed worker is replaced alone, the other runs on") {
+  InMemoryAgent a;
+  a.workers->on_start = [](FakeWorkers& w, int) { w.exit(1, 1); };
+  a.workers->on_restart = [](FakeWorkers& w, int local_rank, int generation) {
+    CHECK(local_rank == 1);
+    CHECK(generation == 1);
+    w.exit(0, 0);
+    w.exit(1, 0);
+  };
+  const int code = a.run({"--nnodes=1", "--nproc_per_node=2", "--max_restarts=2",
+                          "--fault_tolerance=step", "--rdzv_id=ft", "train.py"},
+                         2);
+  CHECK(code == 0);
+  CHECK(a.workers->attempts.size() == 1);    // the group was never started again
+  CHECK(a.workers->stop_signals.empty());    // nobody was stopped
+  REQUIRE(a.workers->restarts.size() == 1);  // only rank 1 was
+  const WorkerSpec& again = a.workers->restarts.front();
+  CHECK(again.local_rank == 1);
+  CHECK(env_value(again, "TORCHELASTIC_RESTART_COUNT") == "1");
+  CHECK(env_value(again, "CTRUN_FAULT_TOLERANCE") == "step");
+  const std::string replica = env_value(again, "CTRUN_REPLICA_ID");
+  CHECK(replica == env_value(a.workers->attempts[0][1], "CTRUN_REPLICA_ID"));  // its slot
+  CHECK(replica.size() > 2);
+  CHECK(replica.substr(replica.size() - 2) == "/1");
+  CHECK(a.state("ft") == rdzv::JobState::kSucceeded);
+}
+
+TEST_CASE("agent in memory, fault tolerant: a node that joins does not stop the workers") {
+  InMemoryAgent a;
+  std::unique_ptr<rdzv::Backend> other;
+  bool other_in = false;
+  a.workers->on_start = [&](FakeWorkers& w, int) {
+    rdzv::EtcdBackendOptions o;
+    o.endpoints = {rdzv::Endpoint{"127.0.0.1", 2379}};
+    o.job = "ft-grow";
+    o.connect_kv = [&a](const rdzv::etcd::ClientOptions& c) { return a.etcd->connect(c); };
+    other = rdzv::make_etcd_backend(a.io, o);
+    // Made here, not as a temporary in co_await's operand, which g++ 12 miscompiles.
+    const rdzv::NodeInfo node{"other", "127.0.0.2", 2, 0, -1};
+    asio::co_spawn(
+        a.io,
+        [&, node]() -> rdzv::Task<void> {
+          if (auto s = co_await other->connect(); !s) co_return;
+          other->start_keep_alive(1s, 3);
+          rdzv::RendezvousConfig config;
+          config.min_nodes = 1;
+          config.max_nodes = 2;
+          config.last_call_timeout = 0s;
+          auto joined = co_await other->join(node, config);
+          other_in = joined.ok();
+          const std::string no_message;
+          if (joined) co_await other->report(true, no_message);
+          // The first node's workers finish their training.
+          w.exit(0, 0);
+          w.exit(1, 0);
+        },
+        asio::detached);
+  };
+  const int code =
+      a.run({"--nnodes=1:2", "--nproc_per_node=2", "--max_restarts=0", "--fault_tolerance=step",
+             "--rdzv_id=ft-grow", "--rdzv_conf=last_call_timeout=0", "train.py"},
+            2);
+  CHECK(code == 0);
+  CHECK(other_in);
+  CHECK(a.workers->attempts.size() == 1);
+  CHECK(a.workers->stop_signals.empty());
+  CHECK(a.workers->restarts.empty());
+  CHECK(a.state("ft-grow") == rdzv::JobState::kSucceeded);
+}

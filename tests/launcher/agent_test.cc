@@ -1,6 +1,8 @@
 // Multi-process tests of the ctrun agent on loopback: real agents, real workers (test_worker and
 // a real PyTorch DDP script), every process stopped and reaped by PID when a test ends.
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -762,5 +764,62 @@ TEST_CASE("agent: a real PyTorch DDP script (gloo, env://) trains to the end") {
   CHECK(*code == 0);
   CHECK(log.find("[default0]:epoch 1: loss=") != std::string::npos);
   CHECK(log.find("[default0]:done: 2 epochs, world size 2, parameters identical") !=
+        std::string::npos);
+}
+
+TEST_CASE(
+    "agent: with --fault_tolerance=step a failed worker is replaced alone, its peer keeps its "
+    "PID") {
+  Scratch s;
+  ChildProcess agent(
+      ctrun_args({"--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                  "--fault_tolerance=step", TEST_WORKER_PATH, "ft_once", s.path("starts")}),
+      s.path("agent.log"));
+  auto code = agent.wait(30s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  // Three processes in all: local rank 0 once, local rank 1 twice (restart counts 0 then 1).
+  std::map<std::string, std::vector<std::string>> starts;  // local rank -> "pid restart"
+  std::istringstream lines(read_file(s.path("starts")));
+  for (std::string rank, pid, restart; lines >> rank >> pid >> restart;) {
+    starts[rank].push_back(restart);
+  }
+  CHECK(starts["0"] == std::vector<std::string>{"0"});
+  CHECK(starts["1"] == std::vector<std::string>{"0", "1"});
+  CHECK(log.find("replacing worker rank 1 (local rank 1; 1 of 1 restarts); the others run on") !=
+        std::string::npos);
+  CHECK(log.find("restarting the job") == std::string::npos);
+}
+
+TEST_CASE("agent: a rendezvous port held by something else for a while is hosted once it frees") {
+  Scratch s;
+  // A socket bound to the endpoint's port and not listening (no SO_REUSEADDR): the agent cannot
+  // host there, and its connects are refused. The agent used to wait for a host that never came.
+  const int held = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // not the agent's
+  REQUIRE(held >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::uint16_t port = 0;
+  for (int attempt = 0; attempt < 20 && port == 0; ++attempt) {
+    const std::uint16_t candidate = free_port();
+    address.sin_port = htons(candidate);
+    if (::bind(held, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) port = candidate;
+  }
+  REQUIRE(port != 0);
+  ChildProcess agent(ctrun_args({"--nnodes=1", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                                 "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                                 "--rdzv_id=held", TEST_WORKER_PATH, "exit", "0"}),
+                     s.path("agent.log"));
+  std::this_thread::sleep_for(1500ms);
+  ::close(held);
+  auto code = agent.wait(20s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  CHECK(log.find("hosting the rendezvous on 127.0.0.1:" + std::to_string(port)) !=
         std::string::npos);
 }

@@ -32,10 +32,13 @@ class FakeWorkers;
 struct WorkerScript {
   // Called (on the loop) after each start, with the attempt's number from 0.
   std::function<void(FakeWorkers& workers, int attempt)> on_start;
+  // Called (on the loop) after a restart of one worker, with its local rank and generation.
+  std::function<void(FakeWorkers& workers, int local_rank, int generation)> on_restart;
   std::vector<std::vector<WorkerSpec>> attempts;
   std::vector<int> stop_signals;                   // each stop()'s signal
   std::vector<std::pair<int, int>> killed;         // kill(): (local rank, signal)
   std::vector<std::pair<int, std::string>> notes;  // write_stderr_note()
+  std::vector<WorkerSpec> restarts;                // restart(), in order
 };
 
 // The value of `name` in a worker's environment ("" when absent).
@@ -67,6 +70,7 @@ class FakeWorkers final : public WorkerRunner {
     stopping_ = false;
     running_.clear();
     failures_.clear();
+    generation_.clear();
     for (const auto& spec : specs) running_.insert(spec.local_rank);
     script_->attempts.push_back(std::move(specs));
     attempt_ = static_cast<int>(script_->attempts.size()) - 1;
@@ -82,6 +86,26 @@ class FakeWorkers final : public WorkerRunner {
     stopping_ = true;
     for (int rank : std::set<int>(running_)) end(rank, 0, signo, true);
     boost::asio::post(io_, std::move(done));
+  }
+  // One worker again: a new attempt of its own for the script (on_start with that number), the
+  // others untouched.
+  rendezvous::Status restart(WorkerSpec spec) override {
+    if (running_.count(spec.local_rank)) {
+      return rendezvous::Error{rendezvous::ErrorCode::kInternal, "restart of a running worker"};
+    }
+    script_->restarts.push_back(spec);
+    running_.insert(spec.local_rank);
+    const int generation = ++generation_[spec.local_rank];
+    boost::asio::post(io_, [this, rank = spec.local_rank, generation,
+                            alive = std::weak_ptr<int>(alive_)] {
+      if (!alive.expired() && script_->on_restart) script_->on_restart(*this, rank, generation);
+    });
+    return rendezvous::ok_status();
+  }
+  // The replaced worker's generation (0: the first process of the attempt).
+  int generation(int local_rank) const {
+    auto it = generation_.find(local_rank);
+    return it == generation_.end() ? 0 : it->second;
   }
   void kill(int local_rank, int signo) override {
     script_->killed.emplace_back(local_rank, signo);
@@ -109,7 +133,9 @@ class FakeWorkers final : public WorkerRunner {
  private:
   // Numbers no process has (above Linux's largest pid_max): nothing the agent sends them can
   // reach a real process.
-  int pid_of(int local_rank) const { return 5'000'000 + attempt_ * 1000 + local_rank; }
+  int pid_of(int local_rank) const {
+    return 5'000'000 + attempt_ * 1000 + generation(local_rank) * 100 + local_rank;
+  }
 
   void end(int local_rank, int code, int signal, bool by_stop) {
     running_.erase(local_rank);
@@ -128,6 +154,7 @@ class FakeWorkers final : public WorkerRunner {
   std::shared_ptr<WorkerScript> script_;
   ExitHandler on_exit_;
   std::set<int> running_;
+  std::map<int, int> generation_;  // by local rank, in this attempt
   std::vector<WorkerExit> failures_;
   int attempt_ = -1;
   bool stopping_ = false;

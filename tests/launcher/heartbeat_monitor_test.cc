@@ -52,3 +52,17 @@ TEST_CASE("heartbeat monitor: a new group starts clean, out-of-range ranks are i
   CHECK(m.take_overdue(t0 + 10s).empty());
   CHECK(m.silent_for(9, t0) == 0ms);
 }
+
+TEST_CASE("heartbeat monitor: a replaced worker starts afresh, the others keep their history") {
+  HeartbeatMonitor m(2000ms);
+  const auto t0 = HeartbeatMonitor::Clock::time_point{} + 1h;
+  m.reset({10, 20}, t0);
+  m.observe(0, 11, t0 + 100ms);
+  m.observe(1, 21, t0 + 100ms);
+  // Rank 1 hangs and is named; its replacement has not beaten yet, so it is not overdue.
+  CHECK(m.take_overdue(t0 + 2200ms) == std::vector<int>{0, 1});
+  m.replace(1, 30, t0 + 2300ms);
+  CHECK(m.take_overdue(t0 + 5000ms).empty());
+  m.observe(1, 31, t0 + 5100ms);
+  CHECK(m.take_overdue(t0 + 7200ms) == std::vector<int>{1});
+}

@@ -117,6 +117,18 @@ int main(int argc, char** argv) {
     if (argc > 2) write_env(argv[2]);
     return 0;
   }
+  // --fault_tolerance=step: each process appends "<local rank> <pid> <restart count>" to the
+  // file; local rank 1's first process fails, local rank 0 outlives its replacement's start.
+  if (mode == "ft_once" && argc > 2) {
+    {
+      std::ofstream out(argv[2], std::ios::app);
+      out << env("LOCAL_RANK") << " " << getpid() << " " << env("TORCHELASTIC_RESTART_COUNT")
+          << "\n";
+    }
+    if (env("TORCHELASTIC_RESTART_COUNT") == "0" && env("LOCAL_RANK") == "1") return 3;
+    if (env("LOCAL_RANK") == "0") std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    return 0;
+  }
   if (mode == "sleep" && argc > 2) {
     std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(argv[2])));
     if (const char* out = std::getenv("CTRUN_TEST_OUT")) write_env(out);

@@ -96,6 +96,10 @@ struct LaunchOptions {
   // ctrun's own: a worker whose heartbeat file (CTRUN_HEARTBEAT_FILE) stops changing for this
   // long after its first beat is SIGKILLed and the job restarts; 0 turns it off.
   double worker_timeout = 0;
+  // ctrun's own: "none" (torchrun's: any failure restarts every worker) or "step" (a failed
+  // worker is replaced alone and nobody is stopped for a membership change; the workers keep
+  // their replicas consistent step by step: docs/fault_tolerance.md).
+  std::string fault_tolerance = "none";
   // ctrun's own: append the agent's events (join, round, worker exit, restart, ...) to this
   // file as JSON lines; empty: none.
   std::string event_log;

@@ -37,6 +37,9 @@ struct WorkerEnvInputs {
   // dumps every thread's stack on the agent's SIGABRT (--worker_timeout).
   bool python_fault_handler = false;
   bool set_omp_num_threads = false;  // OMP_NUM_THREADS unset and more than one local worker
+  // --fault_tolerance=step: the worker's replica slot (CTRUN_REPLICA_ID), which its replacement
+  // keeps.
+  std::string replica_id;
 };
 
 // The agent's own environment ("K=V" entries) with the worker's variables set over it. With
