@@ -116,3 +116,91 @@ TEST_CASE("sampler: bad arguments are errors") {
   CHECK(s.num_samples() == 0);
   CHECK(s.indices().empty());
 }
+
+namespace {
+
+using ctrun::worker::StepSampler;
+
+// Trains one step with a quorum of replicas 0..world-1 (each its own sampler, as each worker
+// has) and, when `commits`, commits it on each; returns what the quorum trained. A replica that
+// joins the quorum behind the others heals first: it takes replica 0's place.
+std::vector<std::uint64_t> train_step(std::vector<StepSampler>& replicas, int world, bool commits) {
+  for (int r = 1; r < world; ++r) {
+    auto& s = replicas[static_cast<std::size_t>(r)];
+    if (s.committed() != replicas[0].committed()) {
+      s.restore(replicas[0].epoch(), replicas[0].committed());
+    }
+  }
+  std::vector<std::uint64_t> trained;
+  for (int r = 0; r < world; ++r) {
+    auto mine = replicas[static_cast<std::size_t>(r)].step(r, world);
+    CHECK(mine.size() <= 4);
+    trained.insert(trained.end(), mine.begin(), mine.end());
+  }
+  if (commits) {
+    for (int r = 0; r < world; ++r) replicas[static_cast<std::size_t>(r)].commit(world);
+  }
+  return trained;
+}
+
+}  // namespace
+
+TEST_CASE("step sampler: every sample of an epoch exactly once, whatever the membership does") {
+  const SamplerOptions o{203, true, 7, false};
+  std::vector<StepSampler> replicas(6, StepSampler(o, 4));
+  for (auto& r : replicas) r.set_epoch(3);
+  std::multiset<std::uint64_t> done;
+  // The quorum's size step by step; a step of a failed replica does not commit and is redone.
+  const int worlds[] = {4, 4, 3, 3, 5, 6, 2, 6, 6, 6, 6, 6, 6, 6, 6};
+  int failed_steps = 0;
+  int step = 0;
+  while (!replicas[0].epoch_done(worlds[step % 15])) {
+    const int world = worlds[step % 15];
+    const bool commits = step % 4 != 2;  // every fourth step fails and is redone
+    auto trained = train_step(replicas, world, commits);
+    if (commits) {
+      done.insert(trained.begin(), trained.end());
+    } else {
+      ++failed_steps;
+    }
+    ++step;
+  }
+  CHECK(failed_steps > 2);
+  CHECK(done.size() == 203);
+  CHECK(std::set<std::uint64_t>(done.begin(), done.end()).size() == 203);
+  CHECK(*done.rbegin() == 202);
+  // The epoch's order is DistributedSampler's, so both samplers agree on what an epoch is.
+  DistributedSampler whole(o, 0, 1);
+  whole.set_epoch(3);
+  StepSampler fresh(o, 4);
+  fresh.set_epoch(3);
+  auto order = whole.epoch_order();
+  CHECK(fresh.step(0, 2) == std::vector<std::uint64_t>{order[0], order[2], order[4], order[6]});
+  CHECK(fresh.step(1, 2) == std::vector<std::uint64_t>{order[1], order[3], order[5], order[7]});
+}
+
+TEST_CASE("step sampler: a healed replica takes its peer's place; the short last step, drop_last") {
+  const SamplerOptions o{10, false, 0, false};
+  StepSampler peer(o, 2);
+  peer.set_epoch(1);
+  peer.commit(3);  // 6 of 10 done
+  StepSampler healed(o, 2);
+  healed.restore(peer.epoch(), peer.committed());
+  CHECK(healed.step(1, 3) == peer.step(1, 3));
+  // 4 left for a quorum of 3 taking 6: a short step of 4, shared unevenly, nothing repeated.
+  CHECK(peer.step_size(3) == 4);
+  CHECK(peer.step(0, 3) == std::vector<std::uint64_t>{6, 9});
+  CHECK(peer.step(1, 3) == std::vector<std::uint64_t>{7});
+  CHECK(peer.step(2, 3) == std::vector<std::uint64_t>{8});
+  peer.commit(3);
+  CHECK(peer.epoch_done(3));
+  CHECK(peer.step(0, 3).empty());
+
+  StepSampler dropping(SamplerOptions{10, false, 0, true}, 2);
+  dropping.commit(3);
+  CHECK(dropping.epoch_done(3));        // 4 left: less than a whole step of 6
+  CHECK_FALSE(dropping.epoch_done(2));  // a quorum of 2 takes exactly 4
+  CHECK_THROWS_AS(dropping.step(3, 3), std::invalid_argument);
+  CHECK_THROWS_AS(StepSampler(o, 0), std::invalid_argument);
+  CHECK_THROWS_AS(StepSampler(SamplerOptions{0, false, 0, false}, 1), std::invalid_argument);
+}

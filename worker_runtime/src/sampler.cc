@@ -1,5 +1,6 @@
 #include "ctrun/worker/sampler.h"
 
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -72,5 +73,49 @@ std::vector<std::uint64_t> DistributedSampler::indices() const {
   }
   return out;
 }
+
+StepSampler::StepSampler(SamplerOptions options, std::uint64_t batch_per_replica)
+    : options_(options), batch_(batch_per_replica) {
+  if (batch_ == 0) throw std::invalid_argument("step sampler: the batch per replica is 0");
+  set_epoch(0);  // an empty dataset throws here, as DistributedSampler's constructor does
+}
+
+void StepSampler::set_epoch(std::uint64_t epoch) { restore(epoch, 0); }
+
+void StepSampler::restore(std::uint64_t epoch, std::uint64_t committed) {
+  if (order_.empty() || epoch != epoch_) {
+    DistributedSampler whole(options_, 0, 1);
+    whole.set_epoch(epoch);
+    order_ = whole.epoch_order();
+  }
+  epoch_ = epoch;
+  committed_ = std::min<std::uint64_t>(committed, order_.size());
+}
+
+std::uint64_t StepSampler::step_size(int world_size) const {
+  if (world_size < 1) throw std::invalid_argument("step sampler: a quorum of no replicas");
+  const std::uint64_t whole = batch_ * static_cast<std::uint64_t>(world_size);
+  const std::uint64_t left = order_.size() - committed_;
+  if (left >= whole) return whole;
+  return options_.drop_last ? 0 : left;
+}
+
+bool StepSampler::epoch_done(int world_size) const { return step_size(world_size) == 0; }
+
+std::vector<std::uint64_t> StepSampler::step(int rank, int world_size) const {
+  if (rank < 0 || rank >= world_size) {
+    throw std::invalid_argument("step sampler: rank " + std::to_string(rank) +
+                                " is outside a quorum of " + std::to_string(world_size));
+  }
+  const std::uint64_t size = step_size(world_size);
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t k = static_cast<std::uint64_t>(rank); k < size;
+       k += static_cast<std::uint64_t>(world_size)) {
+    out.push_back(order_[committed_ + k]);
+  }
+  return out;
+}
+
+void StepSampler::commit(int world_size) { committed_ += step_size(world_size); }
 
 }  // namespace ctrun::worker
