@@ -115,6 +115,18 @@ Result<WorkerEnv> read_worker_env(const EnvLookup& env) {
     store.prefix = env("CTRUN_STORE_PREFIX").value_or("");
     store.token = env("CTRUN_RDZV_TOKEN");
   }
+  if (auto mode = env("CTRUN_FAULT_TOLERANCE")) {
+    if (*mode != "step" && *mode != "none")
+      return bad("CTRUN_FAULT_TOLERANCE", "step or none", *mode);
+    w.fault_tolerant = *mode == "step";
+  }
+  if (w.fault_tolerant) {
+    w.replica_id = env("CTRUN_REPLICA_ID").value_or("");
+    if (w.replica_id.empty() || w.replica_id.size() > 256) {
+      return bad("CTRUN_REPLICA_ID", "1 to 256 bytes with CTRUN_FAULT_TOLERANCE=step",
+                 w.replica_id);
+    }
+  }
   if (w.world_size > 1 && !w.store && w.master_port == 0) {
     return Error{ErrorCode::kBadRequest,
                  "MASTER_PORT: not set, and no CTRUN_STORE_ADDR: a world of " +

@@ -31,6 +31,10 @@ struct WorkerEnv {
   // MASTER_ADDR:MASTER_PORT; otherwise rank 0's worker starts one there.
   bool use_agent_store = false;
   bool launched = false;  // started by a launcher (RANK and WORLD_SIZE were set)
+  // ctrun --fault_tolerance=step (CTRUN_FAULT_TOLERANCE=step): the replica slot this worker
+  // asks the per-step quorum as (CTRUN_REPLICA_ID), which its replacement keeps.
+  bool fault_tolerant = false;
+  std::string replica_id;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;

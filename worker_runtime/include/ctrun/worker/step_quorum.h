@@ -1,0 +1,44 @@
+// A worker's side of the per-step quorum (ctrun --fault_tolerance=step; docs/fault_tolerance.md):
+// one connection to the job's ctrund, on which the worker asks for each step's quorum. The
+// connection speaks for the worker's replica: when the worker dies the kernel closes it, and
+// the quorum lets the replica go at once instead of waiting for it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/quorum.h"
+#include "ctrun/worker/env.h"
+
+namespace ctrun::worker {
+
+class StepQuorum {
+ public:
+  // Needs a worker started with CTRUN_FAULT_TOLERANCE=step whose job's store is ctrund's; other
+  // workers get an error that says which of those is missing. `config` is the job's quorum
+  // settings, the same on every replica.
+  static Result<std::unique_ptr<StepQuorum>> connect(const WorkerEnv& env,
+                                                     rendezvous::QuorumConfig config,
+                                                     rendezvous::Duration connect_timeout);
+
+  // The quorum of the step after `committed_step` (the last step this replica committed);
+  // `address` is where peers fetch this replica's state. kTimeout after `timeout`: no quorum
+  // formed (e.g. this replica is on a partition's minority side).
+  Result<rendezvous::QuorumAssignment> next(std::int64_t committed_step, const std::string& address,
+                                            rendezvous::Duration timeout);
+  // Proof of life during a step longer than the quorum's heartbeat timeout.
+  rendezvous::Status heartbeat();
+
+  const std::string& replica_id() const { return replica_id_; }
+
+ private:
+  StepQuorum(std::unique_ptr<rendezvous::Client> client, std::string replica_id,
+             rendezvous::QuorumConfig config);
+  std::unique_ptr<rendezvous::Client> client_;
+  std::string replica_id_;
+  rendezvous::QuorumConfig config_;
+};
+
+}  // namespace ctrun::worker

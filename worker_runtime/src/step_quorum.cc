@@ -1,0 +1,53 @@
+#include "ctrun/worker/step_quorum.h"
+
+namespace ctrun::worker {
+
+using rendezvous::ErrorCode;
+
+Result<std::unique_ptr<StepQuorum>> StepQuorum::connect(const WorkerEnv& env,
+                                                        rendezvous::QuorumConfig config,
+                                                        rendezvous::Duration connect_timeout) {
+  if (!env.fault_tolerant) {
+    return Error{ErrorCode::kBadRequest,
+                 "the per-step quorum needs a worker started by ctrun --fault_tolerance=step "
+                 "(CTRUN_FAULT_TOLERANCE=step)"};
+  }
+  if (!env.store) {
+    return Error{ErrorCode::kBadRequest,
+                 "the per-step quorum needs the job's ctrund store (CTRUN_STORE_ADDR); this "
+                 "worker was not given one"};
+  }
+  if (env.store->backend != rendezvous::StoreAddress::Backend::kCtrund) {
+    return Error{ErrorCode::kBadRequest,
+                 "the per-step quorum is served by ctrund; a job on etcd "
+                 "(CTRUN_STORE_BACKEND=etcd) cannot use it yet"};
+  }
+  if (auto s = rendezvous::validate(config); !s) return s.error();
+  rendezvous::ClientOptions options;
+  options.host = env.store->host;
+  options.port = static_cast<std::uint16_t>(env.store->port);
+  options.job = env.run_id.empty() ? "default" : env.run_id;
+  options.token = env.store->token;
+  options.connect_timeout = connect_timeout;
+  auto client = rendezvous::Client::connect(options);
+  if (!client) return client.error();
+  return std::unique_ptr<StepQuorum>(
+      new StepQuorum(std::move(client).value(), env.replica_id, config));
+}
+
+StepQuorum::StepQuorum(std::unique_ptr<rendezvous::Client> client, std::string replica_id,
+                       rendezvous::QuorumConfig config)
+    : client_(std::move(client)), replica_id_(std::move(replica_id)), config_(config) {}
+
+Result<rendezvous::QuorumAssignment> StepQuorum::next(std::int64_t committed_step,
+                                                      const std::string& address,
+                                                      rendezvous::Duration timeout) {
+  rendezvous::QuorumRequest request;
+  request.member = rendezvous::QuorumMember{replica_id_, committed_step, address};
+  request.config = config_;
+  return client_->quorum(request, timeout);
+}
+
+rendezvous::Status StepQuorum::heartbeat() { return client_->quorum_heartbeat(replica_id_); }
+
+}  // namespace ctrun::worker
