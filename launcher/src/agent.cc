@@ -241,6 +241,12 @@ class Agent::Impl {
   std::string attempt_dir(int restart_count, int local_rank) const {
     return attempt_root(restart_count) + "/" + std::to_string(local_rank);
   }
+  // Where local rank `local_rank`'s running worker keeps its files.
+  std::string worker_dir(int local_rank) const {
+    const auto slot = static_cast<std::size_t>(local_rank);
+    if (slot < worker_dirs_.size() && !worker_dirs_[slot].empty()) return worker_dirs_[slot];
+    return attempt_dir(machine_->restart_count(), local_rank);
+  }
   std::string attempt_root(int restart_count) const {
     return log_root_ + "/" + run_id_ + "/attempt_" + std::to_string(restart_count);
   }
@@ -266,10 +272,13 @@ class Agent::Impl {
   HeartbeatMonitor heartbeats_;
   std::vector<std::string> heartbeat_files_;  // by local rank; empty without --worker_timeout
   std::vector<std::string> stderr_files_;     // by local rank; empty: no stderr.log
-  std::vector<std::string> stderr_places_;    // by local rank: where its stderr goes, in words
-  std::vector<std::string> lost_logs_;        // log files a write to failed, in this run
-  bool workers_run_python_ = false;           // the entrypoint runs under $PYTHON_EXEC
-  std::map<int, std::string> hung_stacks_;    // by pid, this group's workers killed as hung
+  // By local rank: the attempt directory its running worker was started in (with
+  // --fault_tolerance=step a replaced worker's differs from its peers').
+  std::vector<std::string> worker_dirs_;
+  std::vector<std::string> stderr_places_;  // by local rank: where its stderr goes, in words
+  std::vector<std::string> lost_logs_;      // log files a write to failed, in this run
+  bool workers_run_python_ = false;         // the entrypoint runs under $PYTHON_EXEC
+  std::map<int, std::string> hung_stacks_;  // by pid, this group's workers killed as hung
   std::unique_ptr<WorkerRunner> workers_;
   std::deque<AgentInput> inputs_;
   std::optional<AgentMachine> machine_;
@@ -543,6 +552,7 @@ rdzv::Result<WorkerSpec> Agent::Impl::worker_spec(const Attempt& attempt,
   if (ec) {
     return rdzv::Error{rdzv::ErrorCode::kInternal, "cannot create '" + dir + "': " + ec.message()};
   }
+  worker_dirs_.at(slot) = dir;
   WorkerEnvInputs in;
   in.options = &o;
   in.run_id = run_id_;
@@ -600,6 +610,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   heartbeat_files_.assign(options_.worker_timeout > 0 ? n : 0, "");
   stderr_files_.assign(n, "");
   stderr_places_.assign(n, "");
+  worker_dirs_.assign(n, "");
   hung_stacks_.clear();
   std::vector<WorkerSpec> specs;
   for (int local_rank = 0; local_rank < local_world_size_; ++local_rank) {
@@ -935,8 +946,7 @@ void Agent::Impl::check_heartbeats() {
     event("worker_hung", {{"rank", round.rank_offset + local_rank},
                           {"local_rank", local_rank},
                           {"reason", std::string(why)}});
-    write_error_file_if_absent(attempt_dir(machine_->restart_count(), local_rank) + "/error.json",
-                               why);
+    write_error_file_if_absent(worker_dir(local_rank) + "/error.json", why);
     const int pid = workers_->running_pid(local_rank);
     if (pid == 0) continue;  // it exited meanwhile; that exit is on its way
     hung_stacks_[pid] = "";
@@ -1002,7 +1012,7 @@ FailureInfo Agent::Impl::failure_info(const WorkerExit& exit) const {
   info.exit_code = exit.exit_code;
   info.signal = exit.signal;
   info.at = exit.at;
-  info.error_file = attempt_dir(machine_->restart_count(), exit.local_rank) + "/error.json";
+  info.error_file = worker_dir(exit.local_rank) + "/error.json";
   info.stderr_tail = workers_->stderr_tail(exit.local_rank);
   if (static_cast<std::size_t>(exit.local_rank) < stderr_files_.size()) {
     info.stderr_log = stderr_files_[static_cast<std::size_t>(exit.local_rank)];

@@ -458,10 +458,13 @@ void AgentMachine::after_stop() {
 
 void AgentMachine::join() {
   phase_ = Phase::kJoining;
-  join_in_flight_ = true;
   // Exits of the group just stopped must not be read as news about the next one.
   std::erase_if(kept_,
                 [](const AgentInput& in) { return in.kind == AgentInput::Kind::kWorkerExit; });
+  // A join sent while the workers ran (--fault_tolerance=step) is still out: its answer, kept
+  // or to come, is this join's. A second one would make that answer look stale or duplicate.
+  if (config_.replace_failed_workers && join_in_flight_) return;
+  join_in_flight_ = true;
   emit({.kind = AgentAction::Kind::kJoin});
 }
 

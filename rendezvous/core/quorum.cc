@@ -25,14 +25,12 @@ std::vector<QuorumNotice> Quorum::remove(const std::string& replica_id) {
   return maybe_form();
 }
 
-std::vector<QuorumNotice> Quorum::tick() {
-  // A replica that asked and then went silent is not waiting any more.
-  std::erase_if(asks_, [this](const auto& entry) { return !alive(entry.first); });
-  if (asks_.empty()) first_ask_.reset();
-  return maybe_form();
-}
+std::vector<QuorumNotice> Quorum::tick() { return maybe_form(); }
 
+// A pending ask is proof of life: a replica that waits for its answer cannot send heartbeats,
+// and the caller removes it when the connection it asked on closes.
 bool Quorum::alive(const std::string& replica_id) const {
+  if (asks_.count(replica_id)) return true;
   auto it = last_heard_.find(replica_id);
   return it != last_heard_.end() && clock_.now() - it->second < config_.heartbeat_timeout;
 }
@@ -107,15 +105,14 @@ std::vector<QuorumNotice> Quorum::form() {
 std::optional<TimePoint> Quorum::next_deadline() const {
   if (!first_ask_) return std::nullopt;
   std::optional<TimePoint> due = *first_ask_ + config_.join_timeout;
-  // A waited-for member going silent, or a waiting replica: either may let the quorum form.
-  auto sooner = [&due](TimePoint t) { due = due ? std::min(*due, t) : t; };
+  // A waited-for member going silent may let the quorum form sooner (times already past are
+  // no news).
+  const TimePoint now = clock_.now();
   for (const auto& m : members_) {
     auto it = last_heard_.find(m.replica_id);
-    if (it != last_heard_.end()) sooner(it->second + config_.heartbeat_timeout);
-  }
-  for (const auto& [id, member] : asks_) {
-    auto it = last_heard_.find(id);
-    if (it != last_heard_.end()) sooner(it->second + config_.heartbeat_timeout);
+    if (it == last_heard_.end() || asks_.count(m.replica_id)) continue;
+    const TimePoint silent = it->second + config_.heartbeat_timeout;
+    if (silent > now && silent < *due) due = silent;
   }
   return due;
 }

@@ -62,6 +62,13 @@ void Service::Impl::op_quorum_heartbeat(Connection& c, std::uint64_t id, const J
   if (!job.quorum) {
     return fail(c, id, Error{ErrorCode::kNotFound, "job '" + c.job + "' has no quorum"});
   }
+  // Only for a replica this connection asked for: a heartbeat must not revive one that left.
+  auto bound = job.replica_connections.find(replica.value());
+  if (bound == job.replica_connections.end() || bound->second != c.id) {
+    return fail(c, id,
+                Error{ErrorCode::kNotFound,
+                      "this connection does not speak for replica '" + replica.value() + "'"});
+  }
   job.quorum->heartbeat(replica.value());
   reply(c, id, Json::object());
 }

@@ -565,3 +565,20 @@ TEST_CASE("agent machine, fault tolerant: a reopened round is joined while the w
   CHECK(kinds(stopped) == std::vector{Kind::kExit});
   CHECK(stopped.back().code == 1);
 }
+
+TEST_CASE("agent machine, fault tolerant: a join still out is not sent twice after a stop") {
+  AgentMachine m = running(fault_tolerant());
+  CHECK(kinds(m.handle({.kind = In::kRoundReopened, .round = 1, .reason = "new node"})) ==
+        std::vector{Kind::kJoin});
+  CHECK(kinds(m.handle({.kind = In::kConnectionLost, .reason = "gone", .connected = false})) ==
+        std::vector{Kind::kReconnect});
+  // Back, but dropped while away: the workers stop and the node joins again, with the join
+  // that is still out, not a second one.
+  AgentInput back{.kind = In::kReconnected};
+  back.place.known = false;
+  back.place.why = "keep-alives missed";
+  CHECK(kinds(m.handle(back)) == std::vector{Kind::kStopWorkers});
+  CHECK(kinds(m.handle(simple(In::kWorkersStopped))).empty());
+  CHECK(m.phase() == AgentMachine::Phase::kJoining);
+  CHECK(kinds(m.handle(joined(2))) == std::vector{Kind::kStartWorkers});
+}

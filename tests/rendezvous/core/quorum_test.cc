@@ -211,3 +211,25 @@ TEST_CASE("quorum: answers round-trip through JSON and malformed ones are refuse
   CHECK_FALSE(validate(config(0)).ok());
   CHECK(validate(config(1)).ok());
 }
+
+TEST_CASE("quorum: a replica waiting for its answer is alive however long the wait") {
+  ManualClock clock;
+  Quorum q(config(2), clock);
+  CHECK(q.ask(replica("a")).empty());
+  for (int i = 0; i < 10; ++i) {
+    clock.advance(1s);  // five heartbeat timeouts: a is blocked in its ask and cannot beat
+    CHECK(q.tick().empty());
+  }
+  CHECK(q.waiting() == std::vector<std::string>{"a"});
+  auto formed = by_replica(q.ask(replica("b")));
+  REQUIRE(formed.size() == 2);
+  CHECK(formed.count("a") == 1);
+  // A waited-for member's silence is a deadline; one already past is not.
+  CHECK(q.ask(replica("a", 1)).empty());
+  REQUIRE(q.next_deadline().has_value());
+  CHECK(*q.next_deadline() == clock.now() + 500ms);
+  q.heartbeat("b");
+  clock.advance(100ms);
+  CHECK(q.ask(replica("a", 1)).empty());  // a second ask replaces the first
+  CHECK(*q.next_deadline() > clock.now());
+}

@@ -146,4 +146,6 @@ TEST_CASE("service quorum: bad asks are refused by field, other settings are a c
 
   Json beat = h.call(c, Json{{"op", "quorum_heartbeat"}, {"replica", "c"}});
   CHECK(beat.value("ok", false));
+  // Not for a replica the connection does not speak for (d's ask was refused).
+  CHECK(is_error(h.call(c, Json{{"op", "quorum_heartbeat"}, {"replica", "d"}}), "not_found"));
 }
