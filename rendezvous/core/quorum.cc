@@ -35,23 +35,21 @@ bool Quorum::alive(const std::string& replica_id) const {
   return it != last_heard_.end() && clock_.now() - it->second < config_.heartbeat_timeout;
 }
 
-bool Quorum::has_majority(const std::vector<std::string>& candidates) const {
-  if (members_.empty()) return true;
-  std::size_t kept = 0;
-  for (const auto& m : members_) {
-    if (std::binary_search(candidates.begin(), candidates.end(), m.replica_id)) ++kept;
-  }
-  return 2 * kept > members_.size();
+std::size_t Quorum::members_asking() const {
+  return static_cast<std::size_t>(
+      std::count_if(members_.begin(), members_.end(),
+                    [this](const QuorumMember& m) { return asks_.count(m.replica_id) != 0; }));
 }
 
+bool Quorum::has_majority() const {
+  return members_.empty() || 2 * members_asking() > members_.size();
+}
+
+// Every replica that asked is alive (alive()): all of asks_ are candidates.
 std::vector<QuorumNotice> Quorum::maybe_form() {
   if (asks_.empty()) return {};
-  std::vector<std::string> candidates;  // sorted: asks_ is
-  for (const auto& [id, member] : asks_) {
-    if (alive(id)) candidates.push_back(id);
-  }
-  const auto count = static_cast<int>(candidates.size());
-  if (count < config_.min_replicas || !has_majority(candidates)) return {};
+  const auto count = static_cast<int>(asks_.size());
+  if (count < config_.min_replicas || !has_majority()) return {};
   const bool timed_out = clock_.now() - *first_ask_ >= config_.join_timeout;
   if (members_.empty()) {
     // The first quorum: everyone the job starts with, or whoever came within the join timeout.
@@ -67,9 +65,7 @@ std::vector<QuorumNotice> Quorum::maybe_form() {
 
 std::vector<QuorumNotice> Quorum::form() {
   std::vector<QuorumMember> next;
-  for (const auto& [id, member] : asks_) {
-    if (alive(id)) next.push_back(member);
-  }
+  for (const auto& [id, member] : asks_) next.push_back(member);
   const bool same = next.size() == members_.size() &&
                     std::equal(next.begin(), next.end(), members_.begin(),
                                [](const QuorumMember& a, const QuorumMember& b) {
@@ -125,31 +121,23 @@ std::vector<std::string> Quorum::waiting() const {
 
 std::string Quorum::why_waiting() const {
   if (asks_.empty()) return "";
-  std::vector<std::string> candidates;
-  for (const auto& [id, member] : asks_) {
-    if (alive(id)) candidates.push_back(id);
-  }
-  if (static_cast<int>(candidates.size()) < config_.min_replicas) {
-    return std::to_string(candidates.size()) + " replicas asked, the quorum needs at least " +
+  if (static_cast<int>(asks_.size()) < config_.min_replicas) {
+    return std::to_string(asks_.size()) + " replicas asked, the quorum needs at least " +
            std::to_string(config_.min_replicas);
   }
-  if (!has_majority(candidates)) {
-    std::size_t kept = 0;
-    for (const auto& m : members_) {
-      if (std::binary_search(candidates.begin(), candidates.end(), m.replica_id)) ++kept;
-    }
-    return "only " + std::to_string(kept) + " of the last quorum's " +
+  if (!has_majority()) {
+    return "only " + std::to_string(members_asking()) + " of the last quorum's " +
            std::to_string(members_.size()) +
            " replicas asked: a quorum needs a majority of them (a partition's minority stops)";
   }
+  if (members_.empty()) return "gathering the first quorum for the join timeout";
   std::string missing;
   for (const auto& m : members_) {
-    if (!asks_.count(m.replica_id) && !removed_.count(m.replica_id) && alive(m.replica_id)) {
+    if (!removed_.count(m.replica_id) && alive(m.replica_id) && !asks_.count(m.replica_id)) {
       if (!missing.empty()) missing += ", ";
       missing += m.replica_id;
     }
   }
-  if (members_.empty()) return "gathering the first quorum for the join timeout";
   return "waiting for " + missing + " until the join timeout";
 }
 

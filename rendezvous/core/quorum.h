@@ -66,7 +66,10 @@ class Quorum {
   bool alive(const std::string& replica_id) const;
   // Forms the quorum if the rule allows it now.
   std::vector<QuorumNotice> maybe_form();
-  bool has_majority(const std::vector<std::string>& candidates) const;
+  // How many members of the last quorum have asked; whether that is a strict majority of it
+  // (always, before the first quorum).
+  std::size_t members_asking() const;
+  bool has_majority() const;
   std::vector<QuorumNotice> form();
 
   QuorumConfig config_;

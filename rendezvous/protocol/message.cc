@@ -82,6 +82,18 @@ Result<std::int64_t> get_int_or(const Json& msg, const char* field, std::int64_t
   return get_int(msg, field);
 }
 
+Result<std::int64_t> get_int_within(const Json& msg, const char* field,
+                                    std::optional<std::int64_t> fallback, std::int64_t lo,
+                                    std::int64_t hi) {
+  auto v = fallback ? get_int_or(msg, field, *fallback) : get_int(msg, field);
+  if (!v) return v.error();
+  if (v.value() < lo || v.value() > hi) {
+    return Error{ErrorCode::kBadRequest, std::string("field '") + field + "' is outside " +
+                                             std::to_string(lo) + ".." + std::to_string(hi)};
+  }
+  return v;
+}
+
 Result<std::string> get_string_or(const Json& msg, const char* field, std::string fallback) {
   if (!msg.contains(field)) return fallback;
   return get_string(msg, field);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,11 @@ Result<std::vector<std::string>> get_bytes_list(const Json& msg, const char* fie
 // Optional fields: `fallback` when absent, an error when present with the wrong type.
 Result<std::int64_t> get_int_or(const Json& msg, const char* field, std::int64_t fallback);
 Result<std::string> get_string_or(const Json& msg, const char* field, std::string fallback);
+// An integer field within [lo, hi] ("field 'f' is outside lo..hi" otherwise): required when
+// `fallback` is nullopt, else `fallback` when absent.
+Result<std::int64_t> get_int_within(const Json& msg, const char* field,
+                                    std::optional<std::int64_t> fallback, std::int64_t lo,
+                                    std::int64_t hi);
 
 // {"id": id, "error": {"code": name, "message": text}}
 Json error_response(std::uint64_t id, const Error& error);

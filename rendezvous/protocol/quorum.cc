@@ -112,24 +112,20 @@ Result<QuorumRequest> quorum_request_from_json(const Json& j) {
   r.member.address = address.value();
   struct IntField {
     const char* name;
-    std::int64_t fallback;  // -1: required
+    std::optional<std::int64_t> fallback;  // nullopt: required
     std::int64_t min;
     std::int64_t max;
     std::int64_t value = 0;
   };
   IntField fields[] = {
-      {"step", -1, 0, std::int64_t{1} << 62},
+      {"step", std::nullopt, 0, std::int64_t{1} << 62},
       {"min_replicas", r.config.min_replicas, 1, 1 << 20},
       {"max_replicas", r.config.max_replicas, 0, 1 << 20},
       {"join_timeout_ms", to_millis(r.config.join_timeout), 1, kMaxTimeoutMillis},
       {"heartbeat_timeout_ms", to_millis(r.config.heartbeat_timeout), 1, kMaxTimeoutMillis}};
   for (auto& f : fields) {
-    auto v = f.fallback < 0 ? get_int(j, f.name) : get_int_or(j, f.name, f.fallback);
+    auto v = get_int_within(j, f.name, f.fallback, f.min, f.max);
     if (!v) return v.error();
-    if (v.value() < f.min || v.value() > f.max) {
-      return bad(std::string("field '") + f.name + "' is outside " + std::to_string(f.min) + ".." +
-                 std::to_string(f.max));
-    }
     f.value = v.value();
   }
   r.member.step = fields[0].value;

@@ -107,12 +107,9 @@ Result<JoinRequest> join_request_from_json(const Json& j) {
       {"keep_alive_interval_ms", false, to_millis(config.keep_alive_interval), kMaxTimeoutMillis},
       {"keep_alive_max_attempt", false, config.keep_alive_max_attempt, 1 << 20}};
   for (auto& f : fields) {
-    auto v = f.required ? get_int(j, f.name) : get_int_or(j, f.name, f.fallback);
+    const auto fallback = f.required ? std::nullopt : std::optional<std::int64_t>(f.fallback);
+    auto v = get_int_within(j, f.name, fallback, -1, f.max);
     if (!v) return v.error();
-    if (v.value() < -1 || v.value() > f.max) {
-      return Error{ErrorCode::kBadRequest,
-                   std::string("field '") + f.name + "' is outside -1.." + std::to_string(f.max)};
-    }
     f.value = v.value();
   }
   r.node.local_world_size = static_cast<int>(fields[0].value);

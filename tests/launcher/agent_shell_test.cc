@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,35 @@ struct InMemoryAgent {
     CHECK_FALSE(stuck);
     return code;
   }
+
+  // A second node, "other" (one of at most two, 2 workers), joins `job` on the loop, reports
+  // success once in a round, then calls `then` with its join's answer.
+  void second_node_joins(const std::string& job,
+                         std::function<void(const rdzv::Result<rdzv::RoundAssignment>&)> then) {
+    rdzv::EtcdBackendOptions o;
+    o.endpoints = {rdzv::Endpoint{"127.0.0.1", 2379}};
+    o.job = job;
+    o.connect_kv = [this](const rdzv::etcd::ClientOptions& c) { return etcd->connect(c); };
+    other = rdzv::make_etcd_backend(io, o);
+    // Made here, not as a temporary in co_await's operand, which g++ 12 miscompiles.
+    const rdzv::NodeInfo node{"other", "127.0.0.2", 2, 0, -1};
+    asio::co_spawn(
+        io,
+        [this, node, then = std::move(then)]() -> rdzv::Task<void> {
+          if (auto s = co_await other->connect(); !s) co_return;
+          other->start_keep_alive(1s, 3);
+          rdzv::RendezvousConfig config;
+          config.min_nodes = 1;
+          config.max_nodes = 2;
+          config.last_call_timeout = 0s;
+          auto joined = co_await other->join(node, config);
+          const std::string no_message;  // (no temporary in co_await's operand either)
+          if (joined) co_await other->report(true, no_message);
+          then(joined);
+        },
+        asio::detached);
+  }
+  std::unique_ptr<rdzv::Backend> other;  // second_node_joins()'s
 
   // The job's state as etcd holds it; its end reason is kept in end_reason.
   rdzv::JobState state(const std::string& job) {
@@ -137,33 +167,11 @@ TEST_CASE("agent in memory: past the budget the failure is reported and the agen
 TEST_CASE(
     "agent in memory: a node that joins reopens the round, and the workers start again wider") {
   InMemoryAgent a;
-  std::unique_ptr<rdzv::Backend> other;
   std::optional<rdzv::Result<rdzv::RoundAssignment>> other_joined;
   a.workers->on_start = [&](FakeWorkers& w, int attempt) {
     if (attempt == 0) {
       // A second node comes while the first round runs.
-      rdzv::EtcdBackendOptions o;
-      o.endpoints = {rdzv::Endpoint{"127.0.0.1", 2379}};
-      o.job = "grow";
-      o.connect_kv = [&a](const rdzv::etcd::ClientOptions& c) { return a.etcd->connect(c); };
-      other = rdzv::make_etcd_backend(a.io, o);
-      // Made here, not as a temporary in co_await's operand, which g++ 12 miscompiles.
-      const rdzv::NodeInfo node{"other", "127.0.0.2", 2, 0, -1};
-      asio::co_spawn(
-          a.io,
-          [&, node]() -> rdzv::Task<void> {
-            if (auto s = co_await other->connect(); !s) co_return;
-            other->start_keep_alive(1s, 3);
-            rdzv::RendezvousConfig config;
-            config.min_nodes = 1;
-            config.max_nodes = 2;
-            config.last_call_timeout = 0s;
-            auto joined = co_await other->join(node, config);
-            other_joined = joined;
-            const std::string no_message;  // (no temporary in co_await's operand either)
-            if (joined) co_await other->report(true, no_message);
-          },
-          asio::detached);
+      a.second_node_joins("grow", [&](const auto& joined) { other_joined = joined; });
     } else {
       w.exit(0, 0);
       w.exit(1, 0);
@@ -215,34 +223,14 @@ TEST_CASE("agent in memory, fault tolerant: a failed worker is replaced alone, t
 
 TEST_CASE("agent in memory, fault tolerant: a node that joins does not stop the workers") {
   InMemoryAgent a;
-  std::unique_ptr<rdzv::Backend> other;
   bool other_in = false;
   a.workers->on_start = [&](FakeWorkers& w, int) {
-    rdzv::EtcdBackendOptions o;
-    o.endpoints = {rdzv::Endpoint{"127.0.0.1", 2379}};
-    o.job = "ft-grow";
-    o.connect_kv = [&a](const rdzv::etcd::ClientOptions& c) { return a.etcd->connect(c); };
-    other = rdzv::make_etcd_backend(a.io, o);
-    // Made here, not as a temporary in co_await's operand, which g++ 12 miscompiles.
-    const rdzv::NodeInfo node{"other", "127.0.0.2", 2, 0, -1};
-    asio::co_spawn(
-        a.io,
-        [&, node]() -> rdzv::Task<void> {
-          if (auto s = co_await other->connect(); !s) co_return;
-          other->start_keep_alive(1s, 3);
-          rdzv::RendezvousConfig config;
-          config.min_nodes = 1;
-          config.max_nodes = 2;
-          config.last_call_timeout = 0s;
-          auto joined = co_await other->join(node, config);
-          other_in = joined.ok();
-          const std::string no_message;
-          if (joined) co_await other->report(true, no_message);
-          // The first node's workers finish their training.
-          w.exit(0, 0);
-          w.exit(1, 0);
-        },
-        asio::detached);
+    a.second_node_joins("ft-grow", [&](const auto& joined) {
+      other_in = joined.ok();
+      // The first node's workers finish their training.
+      w.exit(0, 0);
+      w.exit(1, 0);
+    });
   };
   const int code =
       a.run({"--nnodes=1:2", "--nproc_per_node=2", "--max_restarts=0", "--fault_tolerance=step",
