@@ -7,7 +7,8 @@ namespace ctrun::rendezvous {
 Quorum::Quorum(QuorumConfig config, const Clock& clock, std::string store_root)
     : config_(std::move(config)), clock_(clock), store_root_(std::move(store_root)) {}
 
-std::vector<QuorumNotice> Quorum::ask(const QuorumMember& member) {
+std::vector<QuorumNotice> Quorum::ask(const QuorumMember& member, bool rebuild) {
+  rebuild_ = rebuild_ || rebuild;
   last_heard_[member.replica_id] = clock_.now();
   removed_.erase(member.replica_id);
   asks_[member.replica_id] = member;
@@ -71,7 +72,8 @@ std::vector<QuorumNotice> Quorum::form() {
                                [](const QuorumMember& a, const QuorumMember& b) {
                                  return a.replica_id == b.replica_id;
                                });
-  if (!same || quorum_id_ == 0) ++quorum_id_;
+  if (!same || quorum_id_ == 0 || rebuild_) ++quorum_id_;
+  rebuild_ = false;
   members_ = next;
   asks_.clear();
   removed_.clear();
@@ -79,19 +81,15 @@ std::vector<QuorumNotice> Quorum::form() {
 
   std::int64_t max_step = 0;
   for (const auto& m : members_) max_step = std::max(max_step, m.step);
-  std::vector<int> up_to_date;
-  for (std::size_t i = 0; i < members_.size(); ++i) {
-    if (members_[i].step == max_step) up_to_date.push_back(static_cast<int>(i));
-  }
+  const auto sources = heal_sources(members_);
   std::vector<QuorumNotice> out;
-  std::size_t next_source = 0;
   for (std::size_t i = 0; i < members_.size(); ++i) {
     QuorumAssignment a;
     a.quorum_id = quorum_id_;
     a.members = members_;
     a.rank = static_cast<int>(i);
     a.max_step = max_step;
-    if (members_[i].step < max_step) a.heal_from = up_to_date[next_source++ % up_to_date.size()];
+    a.heal_from = sources[i];
     a.store_prefix = store_root_ + std::to_string(quorum_id_) + "/";
     out.push_back(QuorumNotice{members_[i].replica_id, std::move(a)});
   }

@@ -40,8 +40,10 @@ class Quorum {
   Quorum(QuorumConfig config, const Clock& clock, std::string store_root = "quorum/");
 
   // A replica asks to train its next step. Answered (maybe at once) by a notice when the quorum
-  // forms. A second ask of one replica before the formation replaces its first.
-  std::vector<QuorumNotice> ask(const QuorumMember& member);
+  // forms. A second ask of one replica before the formation replaces its first. `rebuild`: the
+  // replica's communicator failed, so the quorum this ask forms gets a new id whatever its
+  // membership.
+  std::vector<QuorumNotice> ask(const QuorumMember& member, bool rebuild = false);
   // Proof of life between asks (a long step).
   void heartbeat(const std::string& replica_id);
   // The replica is gone (its connection closed, its worker died, it left): not waited for.
@@ -76,6 +78,7 @@ class Quorum {
   const Clock& clock_;
   std::string store_root_;
   std::int64_t quorum_id_ = 0;  // 0: none formed yet
+  bool rebuild_ = false;        // an ask since the last formation asked for a new id
   std::vector<QuorumMember> members_;
   std::map<std::string, QuorumMember> asks_;     // waiting for the next formation
   std::map<std::string, TimePoint> last_heard_;  // every replica seen, until removed

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "ctrun/rendezvous/quorum.h"
 
 #include "rendezvous/protocol/message.h"
@@ -96,7 +97,8 @@ Json to_json(const QuorumRequest& r) {
               {"min_replicas", r.config.min_replicas},
               {"max_replicas", r.config.max_replicas},
               {"join_timeout_ms", to_millis(r.config.join_timeout)},
-              {"heartbeat_timeout_ms", to_millis(r.config.heartbeat_timeout)}};
+              {"heartbeat_timeout_ms", to_millis(r.config.heartbeat_timeout)},
+              {"rebuild", r.rebuild}};
 }
 
 Result<QuorumRequest> quorum_request_from_json(const Json& j) {
@@ -133,7 +135,26 @@ Result<QuorumRequest> quorum_request_from_json(const Json& j) {
   r.config.max_replicas = static_cast<int>(fields[2].value);
   r.config.join_timeout = std::chrono::milliseconds(fields[3].value);
   r.config.heartbeat_timeout = std::chrono::milliseconds(fields[4].value);
+  if (auto rebuild = j.find("rebuild"); rebuild != j.end()) {
+    if (!rebuild->is_boolean()) return bad("field 'rebuild' must be true or false");
+    r.rebuild = rebuild->get<bool>();
+  }
   return r;
+}
+
+std::vector<std::optional<int>> heal_sources(const std::vector<QuorumMember>& members) {
+  std::int64_t max_step = 0;
+  for (const auto& m : members) max_step = std::max(max_step, m.step);
+  std::vector<int> up_to_date;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (members[i].step == max_step) up_to_date.push_back(static_cast<int>(i));
+  }
+  std::vector<std::optional<int>> sources(members.size());
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (members[i].step < max_step) sources[i] = up_to_date[next++ % up_to_date.size()];
+  }
+  return sources;
 }
 
 }  // namespace ctrun::rendezvous

@@ -8,9 +8,11 @@ namespace ctrun::rendezvous {
 
 namespace {
 
+// max_replicas is left out: it only decides when the first quorum forms, and a replica started
+// in a later round of an elastic job sees another world size.
 bool same(const QuorumConfig& a, const QuorumConfig& b) {
-  return a.min_replicas == b.min_replicas && a.max_replicas == b.max_replicas &&
-         a.join_timeout == b.join_timeout && a.heartbeat_timeout == b.heartbeat_timeout;
+  return a.min_replicas == b.min_replicas && a.join_timeout == b.join_timeout &&
+         a.heartbeat_timeout == b.heartbeat_timeout;
 }
 
 std::string describe(const QuorumConfig& c) {
@@ -52,7 +54,7 @@ void Service::Impl::op_quorum(Connection& c, std::uint64_t id, const Json& req) 
   job.quorum_asks[member.replica_id] = {c.id, id};
   job.replica_connections[member.replica_id] = c.id;
   c.replicas.insert(member.replica_id);
-  deliver_quorum(job, job.quorum->ask(member));
+  deliver_quorum(job, job.quorum->ask(member, request.value().rebuild));
 }
 
 void Service::Impl::op_quorum_heartbeat(Connection& c, std::uint64_t id, const Json& req) {

@@ -41,7 +41,8 @@ Run start_run(const TrainOptions& options, const worker::WorkerEnv& env) {
   worker::ProcessGroupOptions pg_options;
   pg_options.backend = worker::parse_backend(backend);
   pg_options.timeout = std::chrono::seconds(options.timeout_s);
-  run.group = worker::init_process_group(env, pg_options);
+  // A fault-tolerant worker has no fixed world: its communicator is each quorum's.
+  if (!options.fault_tolerant) run.group = worker::init_process_group(env, pg_options);
   torch::manual_seed(options.seed);
   return run;
 }
@@ -73,6 +74,7 @@ void check_replicas(Run& run, const torch::nn::Module& model) {
 }  // namespace
 
 int train(const TrainOptions& o, Run& run, TrainTask& task) {
+  if (o.fault_tolerant) return train_fault_tolerant(o, run, task);
   const int rank = run.env.rank;
   const int world = run.env.world_size;
   auto optimizer = task.make_optimizer(o.lr);

@@ -27,7 +27,7 @@ namespace ctrun::trainers {
 struct Run {
   worker::WorkerEnv env;
   torch::Device device = torch::kCPU;
-  std::unique_ptr<worker::ProcessGroup> group;
+  std::unique_ptr<worker::ProcessGroup> group;  // none with --fault_tolerant (the quorum's)
 };
 
 // Reads nothing from the process: `env` comes from read_worker_env. Seeds torch's generator
@@ -46,5 +46,7 @@ struct TrainTask {
 
 // Trains for options.epochs (or max_steps), resuming from --checkpoint_dir. Returns 0.
 int train(const TrainOptions& options, Run& run, TrainTask& task);
+// train() with --fault_tolerant (train_loop_ft.cc).
+int train_fault_tolerant(const TrainOptions& options, Run& run, TrainTask& task);
 
 }  // namespace ctrun::trainers

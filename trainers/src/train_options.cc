@@ -48,6 +48,25 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--inject_hang_at_step", o.inject_hang_at_step,
                  "Fault injection: on the first attempt the last rank stops making progress "
                  "(sleeps forever) before this optimizer step");
+  app.add_flag("--fault_tolerant", o.fault_tolerant,
+               "Per-step fault tolerance (run under ctrun --fault_tolerance=step): a failure "
+               "costs one step; survivors go on, a replaced replica heals from a peer");
+  app.add_option("--ft_min_replicas", o.ft_min_replicas, "Fewest replicas a step may train on")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ft_collective_timeout_ms", o.ft_collective_timeout_ms,
+                 "How long a collective waits for a dead or stuck peer")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ft_heartbeat_timeout_ms", o.ft_heartbeat_timeout_ms,
+                 "A replica silent this long is dead to the quorum")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ft_join_timeout_ms", o.ft_join_timeout_ms,
+                 "How long the quorum waits for a member that has not asked")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ft_quorum_timeout_ms", o.ft_quorum_timeout_ms,
+                 "How long a replica waits for a quorum before it stops")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--consumed_log", o.consumed_log,
+                 "With --fault_tolerant: append each committed step's samples to this file");
 }
 
 }  // namespace ctrun::trainers

@@ -281,7 +281,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   }
   std::vector<at::Tensor> state = params;
   for (const auto& buffer : module_->buffers()) state.push_back(buffer);
-  broadcast_coalesced(group_, state);
+  if (options.broadcast_parameters) broadcast_coalesced(group_, state);
   reducer_ =
       std::make_unique<Reducer>(std::move(params), std::move(names), group_, std::move(options));
 }

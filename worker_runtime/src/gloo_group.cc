@@ -57,6 +57,16 @@ class GlooGroup : public ProcessGroup {
 
   void barrier() override { GlooWork(pg_->barrier(), "barrier").wait(); }
 
+  void send(const at::Tensor& tensor, int dst) override {
+    std::vector<at::Tensor> tensors{tensor};
+    GlooWork(pg_->send(tensors, dst, /*tag=*/0), "send").wait();
+  }
+
+  void recv(at::Tensor tensor, int src) override {
+    std::vector<at::Tensor> tensors{std::move(tensor)};
+    GlooWork(pg_->recv(tensors, src, /*tag=*/0), "recv").wait();
+  }
+
  private:
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };

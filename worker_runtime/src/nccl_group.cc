@@ -336,6 +336,22 @@ class NcclGroup : public ProcessGroup {
     comm_->wait_on_host(*event, "barrier");
   }
 
+  void send(const at::Tensor& tensor, int dst) override {
+    check_tensor(tensor);
+    auto event = comm_->enqueue("send", tensor, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclSend(tensor.data_ptr(), tensor.numel(), nccl_type(tensor), dst, c, s);
+    });
+    comm_->wait_on_host(*event, "send");
+  }
+
+  void recv(at::Tensor tensor, int src) override {
+    check_tensor(tensor);
+    auto event = comm_->enqueue("recv", tensor, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclRecv(tensor.data_ptr(), tensor.numel(), nccl_type(tensor), src, c, s);
+    });
+    comm_->wait_on_host(*event, "recv");
+  }
+
  private:
   void check_tensor(const at::Tensor& t) const {
     if (!t.is_cuda() || t.get_device() != comm_->device() || !t.is_contiguous()) {

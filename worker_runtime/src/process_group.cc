@@ -12,6 +12,7 @@
 #include "ctrun_store.h"
 #include "error_text.h"
 #include "gloo_group.h"
+#include "make_group.h"
 #include "nccl_group.h"
 
 namespace ctrun::worker {
@@ -87,11 +88,11 @@ Backend parse_backend(const std::string& name) {
 
 const char* backend_name(Backend backend) { return backend == Backend::kNccl ? "nccl" : "gloo"; }
 
-std::unique_ptr<ProcessGroup> init_process_group(const WorkerEnv& env,
-                                                 const ProcessGroupOptions& options) {
-  auto store = make_store(env, options.timeout);
+std::unique_ptr<ProcessGroup> make_group(const WorkerEnv& env,
+                                         const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                         int size, const ProcessGroupOptions& options) {
   if (options.backend == Backend::kNccl) {
-    return make_nccl_group(store, env.rank, env.world_size, env.local_rank, options.timeout);
+    return make_nccl_group(store, rank, size, env.local_rank, options.timeout);
   }
   // Bind where this host reaches the rendezvous (ctrun) or the master (torchrun): loopback on
   // one host, the right interface on a cluster. GLOO_SOCKET_IFNAME, when set, wins.
@@ -99,7 +100,12 @@ std::unique_ptr<ProcessGroup> init_process_group(const WorkerEnv& env,
   const int peer_port = env.store ? env.store->port : env.master_port;
   const std::string host =
       is_loopback(peer) ? "127.0.0.1" : local_address_towards(peer, peer_port > 0 ? peer_port : 1);
-  return make_gloo_group(store, env.rank, env.world_size, host, options.timeout);
+  return make_gloo_group(store, rank, size, host, options.timeout);
+}
+
+std::unique_ptr<ProcessGroup> init_process_group(const WorkerEnv& env,
+                                                 const ProcessGroupOptions& options) {
+  return make_group(env, make_store(env, options.timeout), env.rank, env.world_size, options);
 }
 
 }  // namespace ctrun::worker

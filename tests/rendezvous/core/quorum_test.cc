@@ -233,3 +233,56 @@ TEST_CASE("quorum: a replica waiting for its answer is alive however long the wa
   CHECK(q.ask(replica("a", 1)).empty());  // a second ask replaces the first
   CHECK(*q.next_deadline() > clock.now());
 }
+
+TEST_CASE("quorum: an ask with rebuild gives the next quorum a new id though its members stay") {
+  ManualClock clock;
+  Quorum q(config(1, 3), clock);
+  form_three(q);
+  CHECK(q.ask(replica("a", 1)).empty());
+  CHECK(q.ask(replica("b", 1), /*rebuild=*/true).empty());
+  auto rebuilt = by_replica(q.ask(replica("c", 1)));
+  REQUIRE(rebuilt.size() == 3);
+  CHECK(rebuilt["a"].quorum_id == 2);
+  CHECK(rebuilt["a"].store_prefix == "quorum/2/");
+  // Asked once: the formation after it keeps the id again.
+  CHECK(q.ask(replica("a", 2)).empty());
+  CHECK(q.ask(replica("b", 2)).empty());
+  CHECK(by_replica(q.ask(replica("c", 2)))["c"].quorum_id == 2);
+
+  QuorumRequest request;
+  request.member = replica("a", 4);
+  request.rebuild = true;
+  auto back = quorum_request_from_json(to_json(request));
+  REQUIRE(back.ok());
+  CHECK(back.value().rebuild);
+  Json no_flag = to_json(request);
+  no_flag.erase("rebuild");
+  CHECK_FALSE(quorum_request_from_json(no_flag).value().rebuild);
+  Json bad_flag = to_json(request);
+  bad_flag["rebuild"] = "yes";
+  CHECK(quorum_request_from_json(bad_flag).error().message ==
+        "field 'rebuild' must be true or false");
+}
+
+TEST_CASE("quorum: heal_sources spreads the behind members round-robin over the up-to-date") {
+  const std::vector<QuorumMember> members = {replica("a", 5), replica("b", 2), replica("c", 5),
+                                             replica("d", 0), replica("e", 4)};
+  const auto sources = heal_sources(members);
+  REQUIRE(sources.size() == 5);
+  CHECK_FALSE(sources[0].has_value());
+  CHECK(sources[1] == 0);
+  CHECK_FALSE(sources[2].has_value());
+  CHECK(sources[3] == 2);
+  CHECK(sources[4] == 0);
+  // What each member is told agrees with the plan every member computes.
+  ManualClock clock;
+  Quorum q(config(1, 5), clock);
+  std::map<std::string, QuorumAssignment> formed;
+  for (const auto& m : members) formed = by_replica(q.ask(m));
+  REQUIRE(formed.size() == 5);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    CHECK(formed[members[i].replica_id].heal_from == sources[i]);
+  }
+  CHECK(heal_sources({replica("a", 3), replica("b", 3)}) ==
+        std::vector<std::optional<int>>{std::nullopt, std::nullopt});
+}

@@ -120,7 +120,7 @@ TEST_CASE("service quorum: the join timeout passes on the daemon's tick; a newer
   CHECK(is_error(superseded, "conflict"));
 }
 
-TEST_CASE("service quorum: bad asks are refused by field, other settings are a conflict") {
+TEST_CASE("service quorum: bad asks are refused by field, other timeouts are a conflict") {
   ServiceHarness h;
   const ConnectionId a = h.connect_hello();
   Json no_replica = ask("a", 0, 1);
@@ -138,11 +138,18 @@ TEST_CASE("service quorum: bad asks are refused by field, other settings are a c
   const ConnectionId c = h.connect_hello();
   h.send(c, ask("c", 0, 3, 3));
   const ConnectionId d = h.connect_hello();
-  h.send(d, ask("d", 0, 4, 5));
+  Json other_timeout = ask("d", 0, 4);
+  other_timeout["join_timeout_ms"] = 999;
+  h.send(d, other_timeout);
   Json conflict = h.transport.take(d);
   CHECK(is_error(conflict, "conflict"));
-  CHECK(conflict["error"]["message"].get<std::string>().find("max_replicas 3") !=
+  CHECK(conflict["error"]["message"].get<std::string>().find("join timeout 300 ms") !=
         std::string::npos);
+  // max_replicas counts only for the first quorum: a replica started in a later, larger round
+  // (another WORLD_SIZE) is not refused for it.
+  const ConnectionId e = h.connect_hello();
+  h.send(e, ask("e", 0, 5, 8));
+  CHECK_FALSE(h.transport.has(e));
 
   Json beat = h.call(c, Json{{"op", "quorum_heartbeat"}, {"replica", "c"}});
   CHECK(beat.value("ok", false));

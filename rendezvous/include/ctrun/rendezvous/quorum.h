@@ -49,6 +49,11 @@ struct QuorumAssignment {
   std::string store_prefix;
 };
 Json to_json(const QuorumAssignment& a);
+
+// Who heals whom in a quorum: for each member (by index), the up-to-date member it fetches the
+// state from, or nullopt when it is up to date itself. Behind members take the up-to-date ones
+// round-robin, so every member of a quorum computes the same plan from its `members`.
+std::vector<std::optional<int>> heal_sources(const std::vector<QuorumMember>& members);
 // Every field checked; an error names the field.
 Result<QuorumAssignment> quorum_assignment_from_json(const Json& j);
 
@@ -57,6 +62,9 @@ Result<QuorumAssignment> quorum_assignment_from_json(const Json& j);
 struct QuorumRequest {
   QuorumMember member;
   QuorumConfig config;
+  // The replica's communicator failed: the next quorum gets a new id (and store prefix) even if
+  // its membership is unchanged, so every member builds a new one.
+  bool rebuild = false;
 };
 Json to_json(const QuorumRequest& r);
 Result<QuorumRequest> quorum_request_from_json(const Json& j);

@@ -1,7 +1,8 @@
 // DistributedDataParallel for torch::nn::Module: what torch.nn.parallel.DistributedDataParallel
 // does for Python, for C++ trainers.
 //
-// At construction every parameter and buffer is broadcast from rank 0. Gradients are grouped
+// At construction every parameter and buffer is broadcast from rank 0 (unless
+// DdpOptions::broadcast_parameters is off). Gradients are grouped
 // into buckets in reverse registration order (backward produces the last layers' gradients
 // first); the first bucket is small so communication starts early. A hook on each parameter's
 // gradient accumulator marks it ready; when a bucket's last gradient is ready its all-reduce
@@ -33,6 +34,9 @@ struct DdpOptions {
   // false: no bucketed overlap; one all-reduce of all gradients after backward (for measuring
   // what overlap gains).
   bool overlap = true;
+  // false: the parameters are not broadcast from rank 0 at construction (a fault-tolerant
+  // replica's come from its peers when it heals; its construction must not wait for them).
+  bool broadcast_parameters = true;
   // Called (on the backward thread) as each bucket's all-reduce starts: for tests and profiling.
   std::function<void(std::size_t bucket)> on_bucket_start;
 };

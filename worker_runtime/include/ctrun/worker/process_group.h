@@ -60,9 +60,18 @@ class ProcessGroup {
   // Every rank's `tensor` (same shape on all ranks), by rank.
   virtual std::vector<at::Tensor> all_gather(const at::Tensor& tensor) = 0;
   virtual void barrier() = 0;
+  // Point to point: `tensor` to rank `dst`; into `tensor` (allocated, of the sent size) from
+  // rank `src`. Messages between two ranks arrive in the order sent.
+  virtual void send(const at::Tensor& tensor, int dst) = 0;
+  virtual void recv(at::Tensor tensor, int src) = 0;
 
  protected:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  // For a group whose membership changes under it (the fault-tolerant group).
+  void set_rank_and_size(int rank, int size) {
+    rank_ = rank;
+    size_ = size;
+  }
 
  private:
   int rank_;

@@ -25,9 +25,10 @@ class StepQuorum {
 
   // The quorum of the step after `committed_step` (the last step this replica committed);
   // `address` is where peers fetch this replica's state. kTimeout after `timeout`: no quorum
-  // formed (e.g. this replica is on a partition's minority side).
+  // formed (e.g. this replica is on a partition's minority side). `rebuild`: this replica's
+  // communicator failed; the quorum gets a new id so that every member builds a new one.
   Result<rendezvous::QuorumAssignment> next(std::int64_t committed_step, const std::string& address,
-                                            rendezvous::Duration timeout);
+                                            rendezvous::Duration timeout, bool rebuild = false);
   // Proof of life during a step longer than the quorum's heartbeat timeout.
   rendezvous::Status heartbeat();
 

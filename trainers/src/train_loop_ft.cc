@@ -1,0 +1,236 @@
+// The trainers' loop with --fault_tolerant (under ctrun --fault_tolerance=step): every step on
+// the quorum FaultTolerance forms, the exact StepSampler, a step that does not commit redone.
+#include <fcntl.h>
+#include <torch/nn/module.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/optimizer.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+#include "ctrun/worker/checkpoint.h"
+#include "ctrun/worker/ddp.h"
+#include "ctrun/worker/fault_tolerance.h"
+#include "ctrun/worker/log.h"
+#include "ctrun/worker/lr_schedule.h"
+#include "ctrun/worker/sampler.h"
+#include "ctrun/worker/throughput.h"
+#include "train_loop.h"
+
+namespace ctrun::trainers {
+
+using worker::fixed;
+
+namespace {
+
+// One line per committed step, "<replica> <epoch> <step> <index> <index> ..." with the whole
+// quorum's samples of the step: a test proves from it that each sample of an epoch was trained
+// exactly once. One write per line (O_APPEND), so workers may share the file.
+class ConsumedLog {
+ public:
+  explicit ConsumedLog(const std::string& path) {
+    if (path.empty()) return;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw std::runtime_error("--consumed_log: cannot open " + path);
+  }
+  ~ConsumedLog() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void write(const std::string& replica, std::uint64_t epoch, std::int64_t step,
+             const std::vector<std::uint64_t>& indices) {
+    if (fd_ < 0) return;
+    std::string line = replica + " " + std::to_string(epoch) + " " + std::to_string(step);
+    for (auto i : indices) line += " " + std::to_string(i);
+    line += "\n";
+    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      throw std::runtime_error("--consumed_log: write failed");
+    }
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+std::string digest_of(const torch::nn::Module& model) {
+  std::uint64_t digest = 1469598103934665603ULL;  // FNV-1a over the parameters' bytes
+  for (const auto& p : model.parameters()) {
+    const torch::Tensor cpu = p.detach().to(torch::kCPU).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(cpu.data_ptr());
+    for (std::size_t i = 0; i < cpu.nbytes(); ++i) digest = (digest ^ bytes[i]) * 1099511628211ULL;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return hex;
+}
+
+torch::Tensor zero_loss(const torch::nn::Module& model) {
+  torch::Tensor sum;
+  for (const auto& p : model.parameters()) {
+    sum = sum.defined() ? sum + p.sum() * 0 : p.sum() * 0;
+  }
+  return sum;
+}
+
+void say(const std::string& replica, const std::string& line) {
+  std::cout << "[" << replica << "] " << line << std::endl;
+}
+
+}  // namespace
+
+int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
+  if (o.grad_accum != 1) {
+    throw std::invalid_argument("--grad_accum " + std::to_string(o.grad_accum) +
+                                ": --fault_tolerant trains one micro-step per step");
+  }
+  if (o.no_ddp) throw std::invalid_argument("--no_ddp: --fault_tolerant trains through DDP");
+  const std::string replica = run.env.replica_id;
+  auto optimizer = task.make_optimizer(o.lr);
+
+  worker::SamplerOptions sampler_options;
+  sampler_options.dataset_size = task.dataset_size;
+  sampler_options.seed = o.seed;
+  worker::StepSampler sampler(sampler_options, static_cast<std::uint64_t>(o.batch_size));
+
+  worker::FaultToleranceOptions ft_options;
+  ft_options.backend =
+      worker::parse_backend(o.backend.empty() ? (o.device == "cuda" ? "nccl" : "gloo") : o.backend);
+  ft_options.min_replicas = o.ft_min_replicas;
+  ft_options.collective_timeout = std::chrono::milliseconds(o.ft_collective_timeout_ms);
+  ft_options.heartbeat_timeout = std::chrono::milliseconds(o.ft_heartbeat_timeout_ms);
+  ft_options.join_timeout = std::chrono::milliseconds(o.ft_join_timeout_ms);
+  ft_options.quorum_timeout = std::chrono::milliseconds(o.ft_quorum_timeout_ms);
+
+  // A whole-job loss resumes from the last checkpoint; a replica replaced while its peers train
+  // on heals from them instead (its checkpoint is older than their step).
+  std::optional<worker::Checkpointer> checkpointer;
+  std::int64_t resumed_step = 0;
+  if (!o.checkpoint_dir.empty()) {
+    checkpointer.emplace(o.checkpoint_dir, 0);
+    if (auto loaded = checkpointer->load_latest(*task.model, *optimizer)) {
+      resumed_step = loaded->step;
+      sampler.restore(static_cast<std::uint64_t>(loaded->epoch), loaded->epoch_consumed);
+      say(replica, "resumed at step " + std::to_string(resumed_step));
+    }
+  }
+  ft_options.committed_step = resumed_step;
+  auto started = worker::FaultTolerance::start(run.env, ft_options,
+                                               {task.model.get(), optimizer.get(), &sampler});
+  if (!started) throw std::runtime_error(started.error().message);
+  worker::FaultTolerance& ft = *started.value();
+
+  worker::DdpOptions ddp_options;
+  ddp_options.first_bucket_bytes = static_cast<std::size_t>(o.first_bucket_mb * (1 << 20));
+  ddp_options.bucket_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
+  ddp_options.overlap = !o.no_overlap;
+  ddp_options.find_unused_parameters = o.find_unused_parameters;
+  ddp_options.broadcast_parameters = false;  // the quorum equalises replicas (healing)
+  worker::DistributedDataParallel ddp(task.model, ft.group(), ddp_options);
+
+  // The schedule counts committed steps, planned for the world the job starts with.
+  const auto initial_world = static_cast<std::uint64_t>(run.env.world_size);
+  const std::int64_t steps_per_epoch = static_cast<std::int64_t>(
+      (task.dataset_size + o.batch_size * initial_world - 1) / (o.batch_size * initial_world));
+  const double peak_lr =
+      o.scale_lr ? worker::scale_lr_linearly(o.lr, run.env.world_size) : o.lr;
+  worker::WarmupCosineSchedule schedule{peak_lr, o.warmup_steps,
+                                        o.cosine ? steps_per_epoch * o.epochs : 0, 0.0};
+  ConsumedLog consumed(o.consumed_log);
+  worker::Throughput throughput;
+  double loss_sum = 0;
+  double loss_count = 0;
+  say(replica, "training " + std::to_string(task.dataset_size) + " samples, fault tolerant, " +
+                   std::to_string(o.batch_size) + " per replica and step, lr " +
+                   fixed(peak_lr, 6));
+
+  for (;;) {
+    if (sampler.epoch_done(1)) {
+      say(replica, "epoch " + std::to_string(sampler.epoch() + 1) + "/" +
+                       std::to_string(o.epochs) + " done at step " +
+                       std::to_string(ft.committed_step()) + " loss " +
+                       fixed(loss_sum / std::max(loss_count, 1.0), 6));
+      loss_sum = loss_count = 0;
+      if (static_cast<std::int64_t>(sampler.epoch()) + 1 >= o.epochs) break;
+      sampler.set_epoch(sampler.epoch() + 1);
+    }
+    if (o.max_steps > 0 && ft.committed_step() >= o.max_steps) break;
+    const auto step_started = std::chrono::steady_clock::now();
+    const auto step = ft.begin_step();
+    if (step.step == o.inject_kill_at_step && run.env.restart_count == 0 &&
+        run.env.rank == run.env.world_size - 1) {
+      std::raise(SIGKILL);
+    }
+    if (step.step == o.inject_hang_at_step && run.env.restart_count == 0 &&
+        run.env.rank == run.env.world_size - 1) {
+      while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    if (sampler.epoch_done(step.size)) {  // healed to where the peers finished the epoch
+      (void)ft.should_commit();
+      continue;
+    }
+    const auto mine = sampler.step(step.rank, step.size);
+    const auto indices =
+        torch::tensor(std::vector<int64_t>(mine.begin(), mine.end()), torch::kLong);
+    // The mean over the quorum's samples of the step however they are shared: this replica's
+    // loss weighs its share, and DDP divides the sum of the replicas' gradients by their count.
+    const double share = static_cast<double>(mine.size()) * step.size /
+                         static_cast<double>(sampler.step_size(step.size));
+    // A replica with no sample in a short last step still sends (zero) gradients.
+    torch::Tensor loss = mine.empty() ? zero_loss(*task.model) : task.loss(indices) * share;
+    loss.backward();
+    if (o.clip_grad_norm > 0) {
+      torch::nn::utils::clip_grad_norm_(task.model->parameters(), o.clip_grad_norm);
+    }
+    std::vector<std::uint64_t> all;
+    if (!o.consumed_log.empty()) {
+      for (int r = 0; r < step.size; ++r) {
+        auto part = sampler.step(r, step.size);
+        all.insert(all.end(), part.begin(), part.end());
+      }
+    }
+    const std::uint64_t epoch = sampler.epoch();
+    const std::uint64_t step_samples = sampler.step_size(step.size);
+    if (ft.should_commit()) {
+      const double lr = schedule.lr_at(ft.committed_step() - 1);
+      for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+      optimizer->step();
+      consumed.write(replica, epoch, ft.committed_step(), all);
+      if (!mine.empty()) {
+        loss_sum += loss.item<double>() / share;
+        loss_count += 1;
+      }
+      throughput.record(step_samples, std::chrono::steady_clock::now() - step_started);
+      if (o.log_every > 0 && ft.committed_step() % o.log_every == 0 && step.rank == 0) {
+        say(replica, "step " + std::to_string(ft.committed_step()) + " loss " +
+                         fixed(loss_sum / std::max(loss_count, 1.0), 6) + " step_ms " +
+                         fixed(throughput.seconds_per_step() * 1e3, 2) + " quorum " +
+                         std::to_string(step.size));
+      }
+      if (checkpointer && o.checkpoint_every > 0 && step.rank == 0 &&
+          ft.committed_step() % o.checkpoint_every == 0) {
+        worker::TrainingProgress progress;
+        progress.epoch = static_cast<std::int64_t>(sampler.epoch());
+        progress.step = ft.committed_step();
+        progress.epoch_consumed = sampler.committed();
+        progress.world_size = step.size;
+        checkpointer->save(*task.model, *optimizer, progress);
+      }
+    }
+    optimizer->zero_grad();
+  }
+  const auto stats = ft.stats();
+  say(replica, "parameters digest " + digest_of(*task.model) + " at step " +
+                   std::to_string(ft.committed_step()) + ", steps lost " +
+                   std::to_string(stats.steps_lost) + ", communicators built " +
+                   std::to_string(stats.rebuilds) + ", heals received " +
+                   std::to_string(stats.heals_received));
+  say(replica, "final loss " + fixed(task.evaluate(), 6));
+  return 0;
+}
+
+}  // namespace ctrun::trainers

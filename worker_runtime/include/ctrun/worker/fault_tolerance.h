@@ -1,0 +1,130 @@
+// Per-step fault tolerance for a C++ trainer (ctrun --fault_tolerance=step;
+// docs/fault_tolerance.md): every step trains on a quorum of the job's replicas and commits only
+// when all of them finished it, so a failure costs the step it happened in, not a restart.
+//
+//   auto ft = FaultTolerance::start(env, options, {module, &optimizer, &sampler}).value();
+//   DdpOptions ddp_options;
+//   ddp_options.broadcast_parameters = false;  // replicas heal from each other instead
+//   DistributedDataParallel ddp(module, ft->group(), ddp_options);
+//   for (;;) {
+//     const auto step = ft->begin_step();
+//     batch = sampler.step(step.rank, step.size); forward; backward;  // collectives on group()
+//     if (ft->should_commit()) optimizer.step();  // else: the same samples again, next step
+//     optimizer.zero_grad();
+//   }
+//
+// A collective that fails (a peer died, hung, or its link went down) does not throw: the step is
+// lost and should_commit() says so. The next begin_step() asks for a new quorum, builds a new
+// communicator among its members in this process, and brings a replica that is behind (new, or
+// one that missed the last commit) up to date from a peer: parameters, optimizer state, sampler
+// position, random generator. Committed parameters are bit-identical on every live replica.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ctrun/rendezvous/quorum.h"
+#include "ctrun/worker/env.h"
+#include "ctrun/worker/process_group.h"
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace ctrun::worker {
+
+class StepSampler;
+
+// The timeouts work together as one hierarchy (check_timeouts):
+//   collective < join < quorum, and heartbeat < quorum.
+// A collective that waits on a dead or stuck peer fails after `collective_timeout`; the quorum
+// waits for a member that has not asked up to `join_timeout`, which must be longer, or it would
+// leave out a live replica still waiting for its collective to fail; a member silent for
+// `heartbeat_timeout` is dead at once; and a replica gives up on getting a quorum (it is on the
+// minority side of a partition, or the job lost its majority) after `quorum_timeout`.
+struct FaultToleranceOptions {
+  Backend backend = Backend::kGloo;
+  int min_replicas = 1;
+  // The replicas of the whole job; 0: WORLD_SIZE. The first quorum forms as soon as all came.
+  int max_replicas = 0;
+  std::chrono::milliseconds collective_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
+  std::chrono::milliseconds join_timeout = std::chrono::seconds(60);
+  std::chrono::milliseconds quorum_timeout = std::chrono::minutes(5);
+  // Ask for the next quorum in the background while the step's forward pass runs, trusting the
+  // last one; when it turns out changed, the step is redone under the new one.
+  bool overlap_quorum = true;
+  // The step this replica's state is at when it starts (a checkpoint's; 0: fresh).
+  std::int64_t committed_step = 0;
+};
+
+// Empty when the options are consistent; otherwise one line naming the values that contradict
+// the hierarchy, e.g. "fault tolerance: the collective timeout (60000 ms) must be shorter than
+// the join timeout (30000 ms): ...".
+std::string check_timeouts(const FaultToleranceOptions& options);
+
+// What a replica hands to a peer that heals from it. module and optimizer are required; the
+// sampler, when given, is restored to the peer's place and committed by should_commit().
+struct ReplicaState {
+  torch::nn::Module* module = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  StepSampler* sampler = nullptr;
+};
+
+class FaultTolerance {
+ public:
+  // Connects to the job's quorum (ctrund) as the replica CTRUN_REPLICA_ID; an error names what
+  // is missing or contradictory (the mode not on, no ctrund store, the timeouts).
+  static Result<std::unique_ptr<FaultTolerance>> start(const WorkerEnv& env,
+                                                       FaultToleranceOptions options,
+                                                       ReplicaState state);
+  ~FaultTolerance();
+  FaultTolerance(const FaultTolerance&) = delete;
+  FaultTolerance& operator=(const FaultTolerance&) = delete;
+
+  // The group the step's collectives go through: one object for the whole run, whose rank and
+  // size are the current quorum's. Its collectives never throw: a failure loses the step.
+  ProcessGroup& group();
+
+  struct Step {
+    std::int64_t step = 0;  // the step being trained: committed_step() + 1
+    int rank = 0;           // this replica's rank in the quorum, and the quorum's size:
+    int size = 1;           // the share of the step's samples this replica trains
+  };
+  // Starts a step. The first (and every one after a lost step, or with overlap_quorum off)
+  // waits for the quorum, and builds the communicator and heals this replica when needed.
+  // Throws std::runtime_error when no quorum forms within the quorum timeout: this replica must
+  // not train on alone.
+  Step begin_step();
+  // Whether the step commits: true when every member of the quorum finished it without error.
+  // Then the caller applies the optimizer step (the gradients are averaged over the quorum), and
+  // the sampler, if given, has moved past the step's samples. false: the caller discards the
+  // gradients; the next step trains the same samples again. Throws like begin_step().
+  bool should_commit();
+
+  std::int64_t committed_step() const;
+  // The quorum the last step ran under (valid after the first begin_step()).
+  const rendezvous::QuorumAssignment& quorum() const;
+
+  struct Stats {
+    std::int64_t steps_committed = 0;
+    std::int64_t steps_lost = 0;      // begun but not committed (redone)
+    std::int64_t rebuilds = 0;        // communicators built
+    std::int64_t heals_received = 0;  // times this replica took its state from a peer
+    std::int64_t heals_sent = 0;
+  };
+  Stats stats() const;
+
+  class Impl;
+
+ private:
+  explicit FaultTolerance(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ctrun::worker

@@ -1,0 +1,432 @@
+#include "ctrun/worker/fault_tolerance.h"
+
+#include <ATen/ATen.h>
+
+#include <condition_variable>
+#include <future>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "ctrun/worker/heartbeat.h"
+#include "ctrun/worker/sampler.h"
+#include "ctrun/worker/step_quorum.h"
+#include "ctrun_store.h"
+#include "error_text.h"
+#include "make_group.h"
+#include "managed_group.h"
+#include "replica_state.h"
+
+namespace ctrun::worker {
+
+using rendezvous::ErrorCode;
+using rendezvous::QuorumAssignment;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
+
+void log(const std::string& line) { std::cerr << "[ctrun] fault tolerance: " << line << std::endl; }
+
+}  // namespace
+
+std::string check_timeouts(const FaultToleranceOptions& o) {
+  const std::pair<const char*, std::chrono::milliseconds> all[] = {
+      {"collective", o.collective_timeout},
+      {"heartbeat", o.heartbeat_timeout},
+      {"join", o.join_timeout},
+      {"quorum", o.quorum_timeout}};
+  for (const auto& [name, value] : all) {
+    if (value.count() <= 0) {
+      return std::string("fault tolerance: the ") + name + " timeout must be positive, got " +
+             ms(value);
+    }
+  }
+  if (o.heartbeat_timeout < std::chrono::milliseconds(100)) {
+    return "fault tolerance: the heartbeat timeout (" + ms(o.heartbeat_timeout) +
+           ") must be at least 100 ms: a replica beats four times per timeout";
+  }
+  if (o.collective_timeout >= o.join_timeout) {
+    return "fault tolerance: the collective timeout (" + ms(o.collective_timeout) +
+           ") must be shorter than the join timeout (" + ms(o.join_timeout) +
+           "): the quorum would leave out live replicas still waiting for a collective to fail";
+  }
+  if (o.join_timeout >= o.quorum_timeout) {
+    return "fault tolerance: the join timeout (" + ms(o.join_timeout) +
+           ") must be shorter than the quorum timeout (" + ms(o.quorum_timeout) +
+           "): replicas would give up before the quorum forms without a silent member";
+  }
+  if (o.heartbeat_timeout >= o.quorum_timeout) {
+    return "fault tolerance: the heartbeat timeout (" + ms(o.heartbeat_timeout) +
+           ") must be shorter than the quorum timeout (" + ms(o.quorum_timeout) +
+           "): replicas would give up before a dead member is known dead";
+  }
+  return "";
+}
+
+class FaultTolerance::Impl : public StepGate {
+ public:
+  Impl(WorkerEnv env, FaultToleranceOptions options, ReplicaState state,
+       rendezvous::QuorumConfig config, std::unique_ptr<StepQuorum> quorum)
+      : env_(std::move(env)),
+        options_(options),
+        state_(state),
+        config_(config),
+        group_(*this, options.backend),
+        committed_(options.committed_step),
+        quorum_(std::move(quorum)),
+        heartbeats_([this] { beat_until_stopped(); }) {}
+
+  ~Impl() override {
+    {
+      std::lock_guard lock(stop_mutex_);
+      stopping_ = true;
+    }
+    stop_.notify_all();
+    heartbeats_.join();
+    if (pending_.valid()) pending_.wait();  // bounded by the quorum timeout
+  }
+
+  ProcessGroup& group() { return group_; }
+
+  Step begin_step() {
+    if (step_open_) throw std::logic_error("FaultTolerance: begin_step() twice without should_commit()");
+    {
+      std::lock_guard lock(step_mutex_);
+      step_lost_ = false;
+    }
+    step_open_ = true;
+    if (options_.overlap_quorum && inner_ && last_committed_ && !group_broken_) {
+      // Steady state: the answer is awaited by the step's first collective (step_group()).
+      pending_ = std::async(std::launch::async, [this, c = committed_] { return ask(c, false); });
+      return plan();
+    }
+    try {
+      settle_quorum();
+    } catch (...) {
+      step_open_ = false;
+      throw;
+    }
+    return plan();
+  }
+
+  bool should_commit() {
+    if (!step_open_) throw std::logic_error("FaultTolerance: should_commit() without begin_step()");
+    step_open_ = false;
+    bool lost = false;
+    std::string fatal;
+    {
+      std::lock_guard lock(step_mutex_);
+      resolve_answer();
+      lost = step_lost_;
+      fatal = fatal_;
+    }
+    if (!fatal.empty()) throw std::runtime_error(fatal);
+    if (!lost) {
+      // The vote: every member got here with its step whole. A member that lost the step does
+      // not come, and the others' barrier fails with it.
+      try {
+        inner_->barrier();
+      } catch (const std::exception& e) {
+        collective_failed("the commit vote: " + first_line(e.what()));
+        lost = true;
+      }
+    }
+    if (lost) {
+      ++stats_.steps_lost;
+      last_committed_ = false;
+      return false;
+    }
+    ++committed_;
+    ++stats_.steps_committed;
+    if (state_.sampler != nullptr) state_.sampler->commit(group_.size());
+    last_committed_ = true;
+    heartbeat();  // a committed step is progress (ctrun --worker_timeout)
+    return true;
+  }
+
+  std::int64_t committed_step() const { return committed_; }
+  const QuorumAssignment& quorum() const {
+    if (!current_) throw std::logic_error("FaultTolerance: no quorum before the first begin_step()");
+    return *current_;
+  }
+  Stats stats() const { return stats_; }
+
+  // StepGate, called from the step's collectives (the backward thread too).
+  ProcessGroup* step_group() override {
+    std::lock_guard lock(step_mutex_);
+    resolve_answer();
+    return step_lost_ ? nullptr : inner_.get();
+  }
+
+  void collective_failed(const std::string& why) override {
+    std::lock_guard lock(step_mutex_);
+    if (!step_lost_ || !group_broken_) {
+      log("step " + std::to_string(committed_ + 1) + " lost: " + why);
+    }
+    step_lost_ = true;
+    group_broken_ = true;
+  }
+
+ private:
+  Step plan() const {
+    return Step{committed_ + 1, current_->rank, static_cast<int>(current_->members.size())};
+  }
+
+  // Asks for the quorum of the step after `committed`, connecting again (and asking for a new
+  // communicator) when the daemon went away, until the quorum timeout.
+  Result<QuorumAssignment> ask(std::int64_t committed, bool rebuild) {
+    const auto deadline = Clock::now() + options_.quorum_timeout;
+    std::lock_guard lock(quorum_mutex_);
+    std::string last_error;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        return Error{ErrorCode::kTimeout, "the quorum service could not be reached: " + last_error};
+      }
+      if (!quorum_) {
+        auto connected = StepQuorum::connect(env_, config_, left);
+        if (!connected) {
+          last_error = connected.error().message;
+          std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(100)));
+          continue;
+        }
+        quorum_ = std::move(connected).value();
+        reconnected_ = true;
+      }
+      auto answer = quorum_->next(committed, "", left, rebuild || reconnected_);
+      if (answer) {
+        reconnected_ = false;
+        return answer;
+      }
+      if (answer.error().code != ErrorCode::kConnection) return answer.error();
+      last_error = answer.error().message;
+      quorum_.reset();  // the daemon went away (or restarted): connect again, ask again
+    }
+  }
+
+  std::string no_quorum(const Error& error) const {
+    return "fault tolerance: no quorum for step " + std::to_string(committed_ + 1) + " within " +
+           ms(options_.quorum_timeout) +
+           " (this replica is on the minority side of a partition, or fewer than " +
+           std::to_string(config_.min_replicas) + " replicas are live): " + error.message;
+  }
+
+  // Under step_mutex_: takes the overlapped ask's answer, if one is pending, and loses the step
+  // when the quorum is not the one the step started under.
+  void resolve_answer() {
+    if (!pending_.valid()) return;
+    auto answer = pending_.get();
+    if (!answer) {
+      fatal_ = no_quorum(answer.error());
+      step_lost_ = true;
+    } else if (continues(answer.value())) {
+      current_ = std::move(answer).value();
+    } else {
+      // Redone under the new quorum, which the next begin_step() adopts without asking again:
+      // its newcomers adopted it at once and wait in it.
+      step_lost_ = true;
+      changed_ = std::move(answer).value();
+    }
+  }
+
+  // The same communicator, and no member behind: the step goes on as it started.
+  bool continues(const QuorumAssignment& a) const {
+    if (!current_ || a.store_prefix != current_->store_prefix) return false;
+    for (const auto& m : a.members) {
+      if (m.step != a.max_step) return false;
+    }
+    return true;
+  }
+
+  // Waits for the quorum and makes it this replica's: a communicator among its members, this
+  // replica healed if behind. Retried (asking for a new communicator) when building fails.
+  void settle_quorum() {
+    std::optional<QuorumAssignment> changed;
+    {
+      std::lock_guard lock(step_mutex_);
+      changed.swap(changed_);
+    }
+    if (changed) {
+      std::string why = adopt(*changed);
+      if (why.empty()) return;
+      log("quorum " + std::to_string(changed->quorum_id) + ": " + why + "; asking again");
+    }
+    const auto deadline = Clock::now() + options_.quorum_timeout;
+    for (;;) {
+      auto answer = ask(committed_, group_broken_ || !inner_);
+      if (!answer) throw std::runtime_error(no_quorum(answer.error()));
+      std::string why = adopt(answer.value());
+      if (why.empty()) return;
+      log("quorum " + std::to_string(answer.value().quorum_id) + ": " + why + "; asking again");
+      if (Clock::now() >= deadline) {
+        throw std::runtime_error("fault tolerance: no working communicator within the quorum timeout (" +
+                                 ms(options_.quorum_timeout) + "): " + why);
+      }
+    }
+  }
+
+  // Empty on success; otherwise why, and the communicator is dropped.
+  std::string adopt(const QuorumAssignment& a) {
+    try {
+      if (!inner_ || !current_ || current_->store_prefix != a.store_prefix) {
+        inner_.reset();  // the old communicator first: its peers may be gone
+        current_.reset();
+        auto store = c10::make_intrusive<CtrunStore>(*env_.store, env_.run_id, a.store_prefix,
+                                                     options_.collective_timeout);
+        ProcessGroupOptions group_options;
+        group_options.backend = options_.backend;
+        group_options.timeout = options_.collective_timeout;
+        inner_ = make_group(env_, store, a.rank, static_cast<int>(a.members.size()), group_options);
+        ++stats_.rebuilds;
+      }
+      group_.reset(a.rank, static_cast<int>(a.members.size()));
+      heal(a);
+      current_ = a;
+      std::lock_guard lock(step_mutex_);
+      group_broken_ = false;
+      return "";
+    } catch (const std::exception& e) {
+      inner_.reset();
+      current_.reset();
+      std::lock_guard lock(step_mutex_);
+      group_broken_ = true;
+      return first_line(e.what());
+    }
+  }
+
+  // Members behind the quorum's step take the state of an up-to-date one (heal_sources: every
+  // member computes the same plan). Before anyone committed, everyone takes rank 0's, so
+  // replicas that initialised differently start equal.
+  void heal(const QuorumAssignment& a) {
+    auto sources = rendezvous::heal_sources(a.members);
+    if (a.max_step == 0) {
+      for (std::size_t i = 0; i < sources.size(); ++i) {
+        sources[i] = i == 0 ? std::nullopt : std::optional<int>(0);
+      }
+    }
+    std::string state;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      if (!sources[i]) continue;
+      const int to = static_cast<int>(i);
+      if (*sources[i] == a.rank) {
+        if (state.empty()) state = save_replica_state(state_, committed_);
+        send_bytes(state, to);
+        ++stats_.heals_sent;
+      } else if (to == a.rank) {
+        const std::int64_t step = load_replica_state(state_, recv_bytes(*sources[i]));
+        if (step != a.max_step) {
+          throw std::runtime_error("healing: the peer sent step " + std::to_string(step) +
+                                   ", the quorum trains from step " + std::to_string(a.max_step));
+        }
+        committed_ = step;
+        ++stats_.heals_received;
+        if (step > 0) {
+          log("healed from " + a.members[static_cast<std::size_t>(*sources[i])].replica_id +
+              " at step " + std::to_string(step));
+        }
+      }
+    }
+  }
+
+  at::Device device() const {
+    return options_.backend == Backend::kNccl ? at::Device(at::kCUDA, env_.local_rank)
+                                              : at::Device(at::kCPU);
+  }
+
+  void send_bytes(const std::string& bytes, int to) {
+    at::Tensor length = at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong);
+    inner_->send(length.to(device()), to);
+    at::Tensor data = at::from_blob(const_cast<char*>(bytes.data()),
+                                    {static_cast<std::int64_t>(bytes.size())}, at::kByte);
+    inner_->send(data.to(device()), to);
+  }
+
+  std::string recv_bytes(int from) {
+    at::Tensor length = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(device()));
+    inner_->recv(length, from);
+    const std::int64_t size = length.cpu().item<std::int64_t>();
+    if (size <= 0 || size > (std::int64_t{1} << 40)) {
+      throw std::runtime_error("healing: the peer announced " + std::to_string(size) + " bytes");
+    }
+    at::Tensor data = at::empty({size}, at::TensorOptions().dtype(at::kByte).device(device()));
+    inner_->recv(data, from);
+    data = data.cpu();
+    return std::string(static_cast<const char*>(data.data_ptr()), static_cast<std::size_t>(size));
+  }
+
+  // Keeps the replica alive in the quorum through steps longer than the heartbeat timeout. An
+  // ask in flight is proof of life itself: then the beat is skipped.
+  void beat_until_stopped() {
+    std::unique_lock lock(stop_mutex_);
+    while (!stop_.wait_for(lock, options_.heartbeat_timeout / 4, [this] { return stopping_; })) {
+      std::unique_lock quorum(quorum_mutex_, std::try_to_lock);
+      if (quorum && quorum_) (void)quorum_->heartbeat();
+    }
+  }
+
+  const WorkerEnv env_;
+  const FaultToleranceOptions options_;
+  const ReplicaState state_;
+  const rendezvous::QuorumConfig config_;
+  ManagedGroup group_;
+
+  // The main thread's: the communicator and the quorum it belongs to, the committed step.
+  std::unique_ptr<ProcessGroup> inner_;
+  std::optional<QuorumAssignment> current_;
+  std::int64_t committed_ = 0;
+  bool step_open_ = false;
+  bool last_committed_ = false;
+  Stats stats_;
+
+  std::mutex quorum_mutex_;  // the quorum client: one call at a time
+  std::unique_ptr<StepQuorum> quorum_;
+  bool reconnected_ = false;  // the next ask asks for a new communicator
+
+  std::mutex step_mutex_;  // shared with the step's collectives
+  std::future<Result<QuorumAssignment>> pending_;
+  bool step_lost_ = false;
+  bool group_broken_ = false;
+  std::optional<QuorumAssignment> changed_;  // the overlapped ask's answer, when it changed
+  std::string fatal_;
+
+  std::mutex stop_mutex_;
+  std::condition_variable stop_;
+  bool stopping_ = false;
+  std::thread heartbeats_;  // last: started once everything it uses exists
+};
+
+Result<std::unique_ptr<FaultTolerance>> FaultTolerance::start(const WorkerEnv& env,
+                                                              FaultToleranceOptions options,
+                                                              ReplicaState state) {
+  if (state.module == nullptr || state.optimizer == nullptr) {
+    return Error{ErrorCode::kBadRequest,
+                 "fault tolerance: the replica state needs the module and the optimizer"};
+  }
+  if (auto why = check_timeouts(options); !why.empty()) return Error{ErrorCode::kBadRequest, why};
+  if (options.backend == Backend::kNccl && !nccl_available()) {
+    return Error{ErrorCode::kBadRequest,
+                 "fault tolerance: the nccl backend is not in this build of libctrun_worker"};
+  }
+  rendezvous::QuorumConfig config;
+  config.min_replicas = options.min_replicas;
+  config.max_replicas = options.max_replicas > 0 ? options.max_replicas : env.world_size;
+  config.join_timeout = options.join_timeout;
+  config.heartbeat_timeout = options.heartbeat_timeout;
+  auto quorum = StepQuorum::connect(env, config, options.quorum_timeout);
+  if (!quorum) return quorum.error();
+  auto impl = std::make_unique<Impl>(env, options, state, config, std::move(quorum).value());
+  return std::unique_ptr<FaultTolerance>(new FaultTolerance(std::move(impl)));
+}
+
+FaultTolerance::FaultTolerance(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+FaultTolerance::~FaultTolerance() = default;
+ProcessGroup& FaultTolerance::group() { return impl_->group(); }
+FaultTolerance::Step FaultTolerance::begin_step() { return impl_->begin_step(); }
+bool FaultTolerance::should_commit() { return impl_->should_commit(); }
+std::int64_t FaultTolerance::committed_step() const { return impl_->committed_step(); }
+const rendezvous::QuorumAssignment& FaultTolerance::quorum() const { return impl_->quorum(); }
+FaultTolerance::Stats FaultTolerance::stats() const { return impl_->stats(); }
+
+}  // namespace ctrun::worker
