@@ -8,12 +8,33 @@ Quorum::Quorum(QuorumConfig config, const Clock& clock, std::string store_root)
     : config_(std::move(config)), clock_(clock), store_root_(std::move(store_root)) {}
 
 std::vector<QuorumNotice> Quorum::ask(const QuorumMember& member, bool rebuild) {
+  if (finished_step_) return {finished_notice(member)};
   rebuild_ = rebuild_ || rebuild;
   last_heard_[member.replica_id] = clock_.now();
   removed_.erase(member.replica_id);
   asks_[member.replica_id] = member;
   if (!first_ask_) first_ask_ = clock_.now();
   return maybe_form();
+}
+
+std::vector<QuorumNotice> Quorum::finish(const QuorumMember& member) {
+  finished_step_ = std::max(finished_step_.value_or(0), member.step);
+  asks_.erase(member.replica_id);
+  last_heard_.erase(member.replica_id);
+  std::vector<QuorumNotice> out{finished_notice(member)};
+  for (const auto& [id, waiting] : asks_) out.push_back(finished_notice(waiting));
+  asks_.clear();
+  first_ask_.reset();
+  return out;
+}
+
+QuorumNotice Quorum::finished_notice(const QuorumMember& member) const {
+  QuorumAssignment a;
+  a.quorum_id = quorum_id_;
+  a.members = {member};
+  a.max_step = *finished_step_;
+  a.finished = true;
+  return QuorumNotice{member.replica_id, std::move(a)};
 }
 
 void Quorum::heartbeat(const std::string& replica_id) { last_heard_[replica_id] = clock_.now(); }
@@ -144,10 +165,12 @@ Json Quorum::describe() const {
   for (const auto& m : members_) {
     members.push_back({{"replica", m.replica_id}, {"step", m.step}, {"address", m.address}});
   }
-  return Json{{"quorum_id", quorum_id_},
-              {"members", std::move(members)},
-              {"waiting", waiting()},
-              {"why_waiting", why_waiting()}};
+  Json j{{"quorum_id", quorum_id_},
+         {"members", std::move(members)},
+         {"waiting", waiting()},
+         {"why_waiting", why_waiting()}};
+  if (finished_step_) j["finished_step"] = *finished_step_;
+  return j;
 }
 
 }  // namespace ctrun::rendezvous

@@ -44,6 +44,11 @@ class Quorum {
   // replica's communicator failed, so the quorum this ask forms gets a new id whatever its
   // membership.
   std::vector<QuorumNotice> ask(const QuorumMember& member, bool rebuild = false);
+  // The replica finished the training at member.step and leaves. From then on every ask is
+  // answered at once that the training finished (a replica replaced after its peers finished
+  // has nothing left to train), the waiting ones included, and the finishing one itself.
+  std::vector<QuorumNotice> finish(const QuorumMember& member);
+  std::optional<std::int64_t> finished_step() const { return finished_step_; }
   // Proof of life between asks (a long step).
   void heartbeat(const std::string& replica_id);
   // The replica is gone (its connection closed, its worker died, it left): not waited for.
@@ -73,12 +78,14 @@ class Quorum {
   std::size_t members_asking() const;
   bool has_majority() const;
   std::vector<QuorumNotice> form();
+  QuorumNotice finished_notice(const QuorumMember& member) const;
 
   QuorumConfig config_;
   const Clock& clock_;
   std::string store_root_;
   std::int64_t quorum_id_ = 0;  // 0: none formed yet
   bool rebuild_ = false;        // an ask since the last formation asked for a new id
+  std::optional<std::int64_t> finished_step_;
   std::vector<QuorumMember> members_;
   std::map<std::string, QuorumMember> asks_;     // waiting for the next formation
   std::map<std::string, TimePoint> last_heard_;  // every replica seen, until removed

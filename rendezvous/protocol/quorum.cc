@@ -36,6 +36,7 @@ Json to_json(const QuorumAssignment& a) {
          {"max_step", a.max_step},
          {"store_prefix", a.store_prefix}};
   if (a.heal_from) j["heal_from"] = *a.heal_from;
+  if (a.finished) j["finished"] = true;
   return j;
 }
 
@@ -87,6 +88,10 @@ Result<QuorumAssignment> quorum_assignment_from_json(const Json& j) {
     }
     a.heal_from = static_cast<int>(heal->get<std::int64_t>());
   }
+  if (auto finished = j.find("finished"); finished != j.end()) {
+    if (!finished->is_boolean()) return bad("quorum answer: 'finished' is not true or false");
+    a.finished = finished->get<bool>();
+  }
   return a;
 }
 
@@ -98,7 +103,8 @@ Json to_json(const QuorumRequest& r) {
               {"max_replicas", r.config.max_replicas},
               {"join_timeout_ms", to_millis(r.config.join_timeout)},
               {"heartbeat_timeout_ms", to_millis(r.config.heartbeat_timeout)},
-              {"rebuild", r.rebuild}};
+              {"rebuild", r.rebuild},
+              {"finished", r.finished}};
 }
 
 Result<QuorumRequest> quorum_request_from_json(const Json& j) {
@@ -135,9 +141,11 @@ Result<QuorumRequest> quorum_request_from_json(const Json& j) {
   r.config.max_replicas = static_cast<int>(fields[2].value);
   r.config.join_timeout = std::chrono::milliseconds(fields[3].value);
   r.config.heartbeat_timeout = std::chrono::milliseconds(fields[4].value);
-  if (auto rebuild = j.find("rebuild"); rebuild != j.end()) {
-    if (!rebuild->is_boolean()) return bad("field 'rebuild' must be true or false");
-    r.rebuild = rebuild->get<bool>();
+  for (auto [name, flag] : {std::pair{"rebuild", &r.rebuild}, std::pair{"finished", &r.finished}}) {
+    if (auto it = j.find(name); it != j.end()) {
+      if (!it->is_boolean()) return bad(std::string("field '") + name + "' must be true or false");
+      *flag = it->get<bool>();
+    }
   }
   return r;
 }

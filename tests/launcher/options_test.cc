@@ -539,7 +539,7 @@ TEST_CASE("options: --logs_specs: the built-in default only, and no PET_ variabl
   CHECK(parse_ok({"x"}, {{"PET_LOGS_SPECS", "mine"}}).entrypoint == "x");
 }
 
-TEST_CASE("options: --numa_binding: torchrun's four modes; no PET_ variable") {
+TEST_CASE("options: --numa_binding: torchrun's four modes, no PET_ variable") {
   CHECK(parse_ok({"x"}).numa_binding.empty());
   for (const char* mode : {"node", "socket", "exclusive", "core-complex"}) {
     CHECK(parse_ok({std::string("--numa-binding=") + mode, "x"}).numa_binding == mode);

@@ -225,7 +225,7 @@ TEST_CASE("fault tolerance: three replicas that start different end identical, e
   check_exactly_once(runs[0]);
 }
 
-TEST_CASE("fault tolerance: a replica lost mid-step costs one step; its replacement heals") {
+TEST_CASE("fault tolerance: a replica lost mid-step costs one step and its replacement heals") {
   LoopbackDaemon daemon;
   std::vector<ReplicaRun> runs(4);
   std::vector<std::thread> threads;

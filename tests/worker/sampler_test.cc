@@ -179,7 +179,7 @@ TEST_CASE("step sampler: every sample of an epoch exactly once, whatever the mem
   CHECK(fresh.step(1, 2) == std::vector<std::uint64_t>{order[1], order[3], order[5], order[7]});
 }
 
-TEST_CASE("step sampler: a healed replica takes its peer's place; the short last step, drop_last") {
+TEST_CASE("step sampler: a healed replica takes its peer's place, the short last step, drop_last") {
   const SamplerOptions o{10, false, 0, false};
   StepSampler peer(o, 2);
   peer.set_epoch(1);

@@ -69,7 +69,7 @@ TEST_CASE("worker env: CTRUN_FAULT_TOLERANCE and CTRUN_REPLICA_ID are read and c
   CHECK(etcd.error().message.find("etcd") != std::string::npos);
 }
 
-TEST_CASE("step quorum: three workers form each step's quorum; a dead one is not waited for") {
+TEST_CASE("step quorum: three workers form each step's quorum, a dead one is not waited for") {
   LoopbackDaemon daemon;
   std::vector<std::unique_ptr<StepQuorum>> workers;
   for (const char* replica : {"n/0", "n/1", "n/2"}) {

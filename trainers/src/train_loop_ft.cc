@@ -29,9 +29,10 @@ using worker::fixed;
 
 namespace {
 
-// One line per committed step, "<replica> <epoch> <step> <index> <index> ..." with the whole
-// quorum's samples of the step: a test proves from it that each sample of an epoch was trained
-// exactly once. One write per line (O_APPEND), so workers may share the file.
+// One line per committed step, "<replica> <epoch> <step> <unix ms> <index> <index> ..." with
+// the whole quorum's samples of the step: tests prove from it that each sample of an epoch was
+// trained exactly once, benchmarks time the steps around a fault. One write per line
+// (O_APPEND), so workers may share the file.
 class ConsumedLog {
  public:
   explicit ConsumedLog(const std::string& path) {
@@ -45,7 +46,10 @@ class ConsumedLog {
   void write(const std::string& replica, std::uint64_t epoch, std::int64_t step,
              const std::vector<std::uint64_t>& indices) {
     if (fd_ < 0) return;
-    std::string line = replica + " " + std::to_string(epoch) + " " + std::to_string(step);
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::system_clock::now().time_since_epoch());
+    std::string line = replica + " " + std::to_string(epoch) + " " + std::to_string(step) + " " +
+                       std::to_string(now.count());
     for (auto i : indices) line += " " + std::to_string(i);
     line += "\n";
     if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
@@ -78,7 +82,7 @@ torch::Tensor zero_loss(const torch::nn::Module& model) {
 }
 
 void say(const std::string& replica, const std::string& line) {
-  std::cout << "[" << replica << "] " << line << std::endl;
+  std::cout << "[" << replica << " pid " << ::getpid() << "] " << line << std::endl;
 }
 
 }  // namespace
@@ -161,6 +165,11 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
     if (o.max_steps > 0 && ft.committed_step() >= o.max_steps) break;
     const auto step_started = std::chrono::steady_clock::now();
     const auto step = ft.begin_step();
+    if (step.finished) {
+      say(replica, "the other replicas finished the training at step " +
+                       std::to_string(step.step) + ": nothing left to train");
+      return 0;
+    }
     if (step.step == o.inject_kill_at_step && run.env.restart_count == 0 &&
         run.env.rank == run.env.world_size - 1) {
       std::raise(SIGKILL);
@@ -223,6 +232,7 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
     }
     optimizer->zero_grad();
   }
+  ft.finish();
   const auto stats = ft.stats();
   say(replica, "parameters digest " + digest_of(*task.model) + " at step " +
                    std::to_string(ft.committed_step()) + ", steps lost " +

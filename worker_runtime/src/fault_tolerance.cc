@@ -108,7 +108,19 @@ class FaultTolerance::Impl : public StepGate {
       step_open_ = false;
       throw;
     }
+    if (finished_at_) {
+      step_open_ = false;
+      return Step{*finished_at_, 0, 1, true};
+    }
     return plan();
+  }
+
+  void finish() {
+    std::lock_guard lock(quorum_mutex_);
+    if (!quorum_) return;
+    if (auto s = quorum_->finish(committed_, options_.quorum_timeout); !s) {
+      log("telling the quorum that training finished: " + s.error().message);
+    }
   }
 
   bool should_commit() {
@@ -248,6 +260,10 @@ class FaultTolerance::Impl : public StepGate {
       std::lock_guard lock(step_mutex_);
       changed.swap(changed_);
     }
+    if (changed && changed->finished) {
+      finished_at_ = changed->max_step;
+      return;
+    }
     if (changed) {
       std::string why = adopt(*changed);
       if (why.empty()) return;
@@ -257,6 +273,10 @@ class FaultTolerance::Impl : public StepGate {
     for (;;) {
       auto answer = ask(committed_, group_broken_ || !inner_);
       if (!answer) throw std::runtime_error(no_quorum(answer.error()));
+      if (answer.value().finished) {
+        finished_at_ = answer.value().max_step;
+        return;
+      }
       std::string why = adopt(answer.value());
       if (why.empty()) return;
       log("quorum " + std::to_string(answer.value().quorum_id) + ": " + why + "; asking again");
@@ -378,6 +398,7 @@ class FaultTolerance::Impl : public StepGate {
   std::int64_t committed_ = 0;
   bool step_open_ = false;
   bool last_committed_ = false;
+  std::optional<std::int64_t> finished_at_;  // the peers finished the training at this step
   Stats stats_;
 
   std::mutex quorum_mutex_;  // the quorum client: one call at a time
@@ -424,6 +445,7 @@ FaultTolerance::FaultTolerance(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 FaultTolerance::~FaultTolerance() = default;
 ProcessGroup& FaultTolerance::group() { return impl_->group(); }
 FaultTolerance::Step FaultTolerance::begin_step() { return impl_->begin_step(); }
+void FaultTolerance::finish() { impl_->finish(); }
 bool FaultTolerance::should_commit() { return impl_->should_commit(); }
 std::int64_t FaultTolerance::committed_step() const { return impl_->committed_step(); }
 const rendezvous::QuorumAssignment& FaultTolerance::quorum() const { return impl_->quorum(); }

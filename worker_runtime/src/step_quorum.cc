@@ -50,6 +50,16 @@ Result<rendezvous::QuorumAssignment> StepQuorum::next(std::int64_t committed_ste
   return client_->quorum(request, timeout);
 }
 
+rendezvous::Status StepQuorum::finish(std::int64_t step, rendezvous::Duration timeout) {
+  rendezvous::QuorumRequest request;
+  request.member = rendezvous::QuorumMember{replica_id_, step, ""};
+  request.config = config_;
+  request.finished = true;
+  auto answer = client_->quorum(request, timeout);
+  if (!answer) return answer.error();
+  return rendezvous::ok_status();
+}
+
 rendezvous::Status StepQuorum::heartbeat() { return client_->quorum_heartbeat(replica_id_); }
 
 }  // namespace ctrun::worker

@@ -268,7 +268,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "etcd reducer: a peer's key gone makes it removable; the round reopens and is told once") {
+    "etcd reducer: a peer's key gone makes it removable, the round reopens and is told once") {
   ManualClock clock;
   Agent a("a", clock);
   REQUIRE(a.job.take_load(load(5, std::nullopt, {"a", "b"})).ok());
@@ -309,7 +309,7 @@ TEST_CASE(
   CHECK_FALSE(a.job.take_watch(marker));
 }
 
-TEST_CASE("etcd reducer: the job's end is told once; removal by another node is a lost place") {
+TEST_CASE("etcd reducer: the job's end is told once, removal by another node is a lost place") {
   ManualClock clock;
   Agent a("a", clock);
   Agent b("b", clock);

@@ -159,7 +159,7 @@ TEST_CASE("quorum: a minority of the last quorum gets none, however long it wait
   CHECK(q.quorum_id() == 2);
 }
 
-TEST_CASE("quorum: fewer than min_replicas get none; newcomers join the next formation") {
+TEST_CASE("quorum: fewer than min_replicas get none, newcomers join the next formation") {
   ManualClock clock;
   Quorum q(config(2), clock);
   CHECK(q.ask(replica("a")).empty());
@@ -285,4 +285,31 @@ TEST_CASE("quorum: heal_sources spreads the behind members round-robin over the 
   }
   CHECK(heal_sources({replica("a", 3), replica("b", 3)}) ==
         std::vector<std::optional<int>>{std::nullopt, std::nullopt});
+}
+
+TEST_CASE("quorum: once a replica finished the training every ask learns it at once") {
+  ManualClock clock;
+  Quorum q(config(1, 3), clock);
+  form_three(q);
+  CHECK(q.ask(replica("b", 7)).empty());  // waits for a and c
+  auto finished = by_replica(q.finish(replica("a", 8)));
+  REQUIRE(finished.size() == 2);  // a itself and the waiting b
+  CHECK(finished["a"].finished);
+  CHECK(finished["b"].finished);
+  CHECK(finished["b"].max_step == 8);
+  CHECK(finished["b"].members.size() == 1);
+  CHECK(q.finished_step() == 8);
+  // A replacement started after the end is not kept waiting for a quorum that cannot form.
+  auto late = by_replica(q.ask(replica("c", 0)));
+  REQUIRE(late.size() == 1);
+  CHECK(late["c"].finished);
+  CHECK(q.waiting().empty());
+  CHECK(q.describe()["finished_step"] == 8);
+
+  auto back = quorum_assignment_from_json(to_json(late["c"]));
+  REQUIRE(back.ok());
+  CHECK(back.value().finished);
+  CHECK_FALSE(quorum_assignment_from_json(to_json(QuorumAssignment{0, {replica("x")}, 0, 0, {}, ""}))
+                  .value()
+                  .finished);
 }

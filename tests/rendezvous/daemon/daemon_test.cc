@@ -815,7 +815,7 @@ TEST_CASE(
                                            "node_succeeded", "node_succeeded", "job_end"});
 }
 
-TEST_CASE("client: three replicas form each step's quorum through ctrund; a killed one is let go") {
+TEST_CASE("client: three replicas form each step's quorum through ctrund, a killed one is let go") {
   Daemon daemon;
   std::vector<std::unique_ptr<Client>> replicas;
   for (int i = 0; i < 3; ++i) {

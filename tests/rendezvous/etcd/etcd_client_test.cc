@@ -230,7 +230,7 @@ void check_watch(boost::asio::io_context& io, etcd::Kv& c) {
 
 }  // namespace
 
-TEST_CASE("etcd client: a watch sees puts and deletes from its start revision; cancel ends it") {
+TEST_CASE("etcd client: a watch sees puts and deletes from its start revision, cancel ends it") {
   CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("etcd_watch");
   EtcdCluster server(dir, 1);
@@ -239,14 +239,14 @@ TEST_CASE("etcd client: a watch sees puts and deletes from its start revision; c
   check_watch(io, c);
 }
 
-TEST_CASE("memory etcd: a watch sees puts and deletes from its start revision; cancel ends it") {
+TEST_CASE("memory etcd: a watch sees puts and deletes from its start revision, cancel ends it") {
   boost::asio::io_context io;
   auto c = MemoryEtcd::create(io)->connect();
   check_watch(io, *c);
 }
 
 TEST_CASE(
-    "memory etcd: stopped, calls fail after their timeout and watches end; started, leases "
+    "memory etcd: stopped, calls fail after their timeout and watches end, started, leases "
     "renewed") {
   boost::asio::io_context io;
   auto etcd = MemoryEtcd::create(io);
@@ -283,7 +283,7 @@ TEST_CASE(
   CHECK(etcd->leases() == 1);
 }
 
-TEST_CASE("etcd client: members tried in turn; a killed member is skipped, none left is an error") {
+TEST_CASE("etcd client: members tried in turn, a killed member is skipped, none left is an error") {
   CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("etcd_members");
   EtcdCluster cluster(dir, 3);

@@ -100,7 +100,7 @@ TEST_CASE("service quorum: a replica whose connection closes is not waited for")
   CHECK(back.members.at(static_cast<std::size_t>(*back.heal_from)).step == 2);
 }
 
-TEST_CASE("service quorum: the join timeout passes on the daemon's tick; a newer ask supersedes") {
+TEST_CASE("service quorum: the join timeout passes on the daemon's tick, a newer ask supersedes") {
   ServiceHarness h;
   const ConnectionId a = h.connect_hello();
   h.send(a, ask("a", 0, 1));

@@ -66,7 +66,7 @@ std::string u8(std::uint8_t v) { return std::string(1, static_cast<char>(v)); }
 
 }  // namespace
 
-TEST_CASE("worker store: ctrun's clients say the preamble; the daemon then challenges") {
+TEST_CASE("worker store: ctrun's clients say the preamble, the daemon then challenges") {
   ServiceHarness h(serving_worker_store());
   const ConnectionId id = h.connect();
   CHECK_FALSE(h.transport.has(id));  // waits to learn who connected

@@ -47,6 +47,9 @@ struct QuorumAssignment {
   // Where the quorum's communicator meets in the job's store: a new prefix per quorum id
   // (Quorum's store_root + "<quorum id>/").
   std::string store_prefix;
+  // The job's replicas finished the training at max_step (a replica said so): nothing is left
+  // to train. Then members holds only the asking replica and store_prefix is empty.
+  bool finished = false;
 };
 Json to_json(const QuorumAssignment& a);
 
@@ -65,6 +68,8 @@ struct QuorumRequest {
   // The replica's communicator failed: the next quorum gets a new id (and store prefix) even if
   // its membership is unchanged, so every member builds a new one.
   bool rebuild = false;
+  // Not an ask: the replica finished the training at member.step and leaves the quorum.
+  bool finished = false;
 };
 Json to_json(const QuorumRequest& r);
 Result<QuorumRequest> quorum_request_from_json(const Json& j);

@@ -95,6 +95,9 @@ class FaultTolerance {
     std::int64_t step = 0;  // the step being trained: committed_step() + 1
     int rank = 0;           // this replica's rank in the quorum, and the quorum's size:
     int size = 1;           // the share of the step's samples this replica trains
+    // The job's other replicas finished the training (at `step`) while this one was being
+    // started or healed: nothing is left to train; end as they did, without should_commit().
+    bool finished = false;
   };
   // Starts a step. The first (and every one after a lost step, or with overlap_quorum off)
   // waits for the quorum, and builds the communicator and heals this replica when needed.
@@ -106,6 +109,11 @@ class FaultTolerance {
   // the sampler, if given, has moved past the step's samples. false: the caller discards the
   // gradients; the next step trains the same samples again. Throws like begin_step().
   bool should_commit();
+
+  // This replica finished the training: the quorum lets it go, and a replica that asks later
+  // (a replacement started after the end) learns that nothing is left (Step::finished).
+  // Call once, after the last should_commit(); an error to reach the daemon is only logged.
+  void finish();
 
   std::int64_t committed_step() const;
   // The quorum the last step ran under (valid after the first begin_step()).

@@ -29,6 +29,9 @@ class StepQuorum {
   // communicator failed; the quorum gets a new id so that every member builds a new one.
   Result<rendezvous::QuorumAssignment> next(std::int64_t committed_step, const std::string& address,
                                             rendezvous::Duration timeout, bool rebuild = false);
+  // This replica finished the training at `step`: it leaves the quorum, and replicas that ask
+  // from now on learn that the training is over (QuorumAssignment::finished).
+  rendezvous::Status finish(std::int64_t step, rendezvous::Duration timeout);
   // Proof of life during a step longer than the quorum's heartbeat timeout.
   rendezvous::Status heartbeat();
 

@@ -1,0 +1,153 @@
+// mlp --fault_tolerant under ctrun --fault_tolerance=step, as processes: a worker SIGKILLed or
+// hung mid-step. Each run asserts what per-step fault tolerance promises: the survivors keep
+// their processes, no committed step is lost or redone, every sample of each epoch is trained
+// exactly once (the --consumed_log), and every replica ends with the very same parameters.
+#include <catch2/catch.hpp>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "process.h"
+
+using namespace ctrun::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint64_t kSamples = 1536;
+constexpr std::uint64_t kEpochs = 2;
+
+struct Commit {
+  std::uint64_t epoch = 0;
+  long long unix_ms = 0;
+  std::vector<std::uint64_t> indices;
+};
+
+// replica -> step -> what it committed. A replica that committed one step twice fails the test.
+std::map<std::string, std::map<std::int64_t, Commit>> read_consumed(const std::string& path) {
+  std::map<std::string, std::map<std::int64_t, Commit>> out;
+  std::istringstream lines(read_file(path));
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string replica;
+    std::int64_t step = 0;
+    Commit c;
+    fields >> replica >> c.epoch >> step >> c.unix_ms;
+    for (std::uint64_t i; fields >> i;) c.indices.push_back(i);
+    INFO(line);
+    CHECK(out[replica].count(step) == 0);
+    out[replica][step] = std::move(c);
+  }
+  return out;
+}
+
+// The promises, from the log of every replica's commits.
+void check_commits(const std::map<std::string, std::map<std::int64_t, Commit>>& commits,
+                   const std::string& survivor) {
+  REQUIRE(commits.count(survivor));
+  const auto& all = commits.at(survivor);
+  // The survivor committed steps 1..N with none missing: nothing it committed was taken back.
+  std::int64_t expected = 1;
+  for (const auto& [step, c] : all) CHECK(step == expected++);
+  // Every replica that committed a step committed the same samples for it.
+  for (const auto& [replica, steps] : commits) {
+    for (const auto& [step, c] : steps) {
+      INFO(replica << " step " << step);
+      REQUIRE(all.count(step));
+      CHECK(all.at(step).indices == c.indices);
+    }
+  }
+  std::map<std::uint64_t, std::multiset<std::uint64_t>> by_epoch;
+  for (const auto& [step, c] : all) by_epoch[c.epoch].insert(c.indices.begin(), c.indices.end());
+  REQUIRE(by_epoch.size() == kEpochs);
+  for (const auto& [epoch, seen] : by_epoch) {
+    INFO("epoch " << epoch);
+    CHECK(seen.size() == kSamples);
+    CHECK(std::set<std::uint64_t>(seen.begin(), seen.end()).size() == kSamples);
+  }
+}
+
+// replica -> the pids its "training" lines (one per process started) and its digest lines name.
+struct ReplicaLines {
+  std::vector<std::string> started_pids;
+  std::string final_pid;
+  std::string digest;
+};
+std::map<std::string, ReplicaLines> replica_lines(const std::string& log) {
+  std::map<std::string, ReplicaLines> out;
+  const std::regex line(R"(\[([^\[\]\s]+) pid (\d+)\] (training|parameters digest) (\S+))");
+  std::istringstream lines(log);
+  for (std::string text; std::getline(lines, text);) {
+    std::smatch m;
+    if (!std::regex_search(text, m, line)) continue;
+    auto& r = out[m[1]];
+    if (m[3] == "training") {
+      r.started_pids.push_back(m[2]);
+    } else {
+      r.final_pid = m[2];
+      r.digest = m[4];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("trainers: with --fault_tolerant a killed or hung worker costs a step, not a restart") {
+  ScratchDir s("mlp_ft");
+  struct Fault {
+    const char* name;
+    const char* flag;
+    const char* worker_timeout;
+    const char* seen;
+    const char* at_step;
+  };
+  // 48 steps: the kill early, so that its replacement (a second to start) heals and trains on.
+  for (const Fault& f : {Fault{"killed", "--inject_kill_at_step", "--worker_timeout=0",
+                               "was killed by SIGKILL", "3"},
+                         Fault{"hung", "--inject_hang_at_step", "--worker_timeout=8",
+                               "no heartbeat for ", "10"}}) {
+    const std::string consumed = s.path(std::string(f.name) + ".consumed");
+    const std::string log = s.path(std::string(f.name) + ".log");
+    ChildProcess p({CTRUN_PATH, "--standalone", "--nproc_per_node=3", "--fault_tolerance=step",
+                    "--max_restarts=2", f.worker_timeout, MLP_PATH, "--fault_tolerant",
+                    "--epochs", "2", "--samples", std::to_string(kSamples), "--batch_size", "32",
+                    "--seed", "7", f.flag, f.at_step, "--consumed_log", consumed,
+                    "--ft_collective_timeout_ms", "1000", "--ft_heartbeat_timeout_ms", "500",
+                    "--ft_join_timeout_ms", "3000", "--ft_quorum_timeout_ms", "30000"},
+                   log);
+    const auto rc = p.wait(120s);
+    const std::string out = read_file(log);
+    INFO(out);
+    REQUIRE(rc);
+    CHECK(*rc == 0);
+    CHECK(out.find(f.seen) != std::string::npos);
+    CHECK(out.find("replacing worker rank 2 (local rank 2; 1 of 2 restarts); the others run on") !=
+          std::string::npos);
+
+    const auto lines = replica_lines(out);
+    REQUIRE(lines.size() == 3);
+    std::set<std::string> digests;
+    for (const auto& [replica, r] : lines) {
+      INFO(replica);
+      // Survivors ran in one process from start to end; the faulty one was replaced once. Its
+      // replacement heals and trains on, or, started after its peers finished (a hang is seen
+      // only after --worker_timeout), learns that nothing is left.
+      const bool faulty = replica.size() > 2 && replica.compare(replica.size() - 2, 2, "/2") == 0;
+      CHECK(r.started_pids.size() == (faulty ? 2u : 1u));
+      if (faulty && r.digest.empty()) {
+        CHECK(out.find("the other replicas finished the training at step") != std::string::npos);
+        continue;
+      }
+      digests.insert(r.digest);
+      CHECK_FALSE(r.digest.empty());
+      if (!faulty) CHECK(r.final_pid == r.started_pids.front());
+    }
+    CHECK(digests.size() == 1);  // the very same parameters on every replica
+    const std::string survivor = lines.begin()->first;
+    check_commits(read_consumed(consumed), survivor);
+    if (std::string(f.name) == "killed") CHECK(out.find("healed from ") != std::string::npos);
+  }
+}
