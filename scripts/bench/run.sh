@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issues 2, 3, 4, 7 and 16 and prints their tables with ratios:
+# Runs every benchmark of issues 2, 3, 4, 7, 16 and 18 and prints their tables with ratios:
 #   store_bench       ctrund vs PyTorch's TCPStore: set+get throughput (1/4/16 client processes), latency
 #   bootstrap_bench   process-group bootstrap store traffic of 256/1024/4096 ranks: the agent's
 #                     worker store vs PyTorch's TCPStore server
@@ -11,6 +11,8 @@
 #                     node failure
 #   train_bench       the C++ trainers vs Python DDP under torchrun: samples/s, overlap,
 #                     all-reduce bus bandwidth
+#   ft_bench          a worker SIGKILLed: --fault_tolerance=step vs ctrun's restart vs torchrun
+#                     (fault to next committed step, steps lost); the quorum's steady cost
 # Usage: scripts/bench/run.sh [--quick]
 # Builds build-bench/ first if needed (one job at a time: the machine is shared; BENCH_JOBS=N
 # to change). Everything runs inside a loopback-only network namespace, because TCPStore binds
@@ -67,4 +69,5 @@ run 1200 /usr/bin/python3 "$root/scripts/bench/etcd_rdzv_bench.py" \
   --backend_rdzv_bench "$bench/backend_rdzv_bench" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/launch_bench.py" "${quick[@]}"
 run 3600 /usr/bin/python3 "$root/scripts/bench/train_bench.py" "${quick[@]}"
+run 1800 /usr/bin/python3 "$root/scripts/bench/ft_bench.py" "${quick[@]}"
 exit $status

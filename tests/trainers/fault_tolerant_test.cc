@@ -30,11 +30,13 @@ std::map<std::string, std::map<std::int64_t, Commit>> read_consumed(const std::s
   std::map<std::string, std::map<std::int64_t, Commit>> out;
   std::istringstream lines(read_file(path));
   for (std::string line; std::getline(lines, line);) {
+    if (line.find(" fault ") != std::string::npos) continue;  // "<who> fault <unix ms> ..."
     std::istringstream fields(line);
     std::string replica;
     std::int64_t step = 0;
+    long long pid = 0;
     Commit c;
-    fields >> replica >> c.epoch >> step >> c.unix_ms;
+    fields >> replica >> c.epoch >> step >> c.unix_ms >> pid;
     for (std::uint64_t i; fields >> i;) c.indices.push_back(i);
     INFO(line);
     CHECK(out[replica].count(step) == 0);

@@ -282,6 +282,10 @@ TEST_CASE("fault tolerance: a replica left alone of three gets no quorum and sto
   CHECK(runs[1].died);
   CHECK(runs[2].died);
   INFO(runs[0].error);
-  CHECK(runs[0].error.find("no quorum for step 3") != std::string::npos);
+  // Its step 3 committed when its collectives all ended before the others died (or not, when
+  // a dying peer's socket closed first); the next step finds one replica of the last quorum's
+  // three: no majority, no training alone.
+  CHECK((runs[0].error.find("no quorum for step 4") != std::string::npos ||
+         runs[0].error.find("no quorum for step 3") != std::string::npos));
   CHECK(runs[0].error.find("minority side of a partition") != std::string::npos);
 }

@@ -19,6 +19,7 @@
 #include "ctrun/worker/malloc_tuning.h"
 #include "ctrun/worker/sampler.h"
 #include "ctrun/worker/throughput.h"
+#include "consumed_log.h"
 
 namespace ctrun::trainers {
 
@@ -127,6 +128,8 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
                       ", lr " + fixed(peak_lr, 6));
 
   worker::Throughput throughput;
+  ConsumedLog consumed(o.consumed_log);
+  const std::string who = "rank" + std::to_string(rank);
   bool stop = false;
   for (std::int64_t epoch = progress.epoch; epoch < o.epochs && !stop; ++epoch) {
     sampler.set_epoch(static_cast<std::uint64_t>(epoch));
@@ -151,6 +154,7 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
       }
       if (progress.step == o.inject_kill_at_step && run.env.restart_count == 0 &&
           rank == world - 1) {
+        consumed.fault(who, progress.step);
         std::raise(SIGKILL);
       }
       if (progress.step == o.inject_hang_at_step && run.env.restart_count == 0 &&
@@ -158,6 +162,7 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
         while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
       }
       const auto started = std::chrono::steady_clock::now();
+      const std::int64_t step_begin = pos;
       const std::int64_t step_end = std::min(n, pos + samples_per_step);
       const std::int64_t micro_steps = (step_end - pos + o.batch_size - 1) / o.batch_size;
       for (; pos < step_end; pos += o.batch_size) {
@@ -184,6 +189,8 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
       optimizer->step();
       optimizer->zero_grad();
       ++progress.step;
+      consumed.commit(who, static_cast<std::uint64_t>(epoch), progress.step,
+                      {mine.begin() + step_begin, mine.begin() + step_end});
       throughput.record(static_cast<std::uint64_t>(micro_steps * o.batch_size),
                         std::chrono::steady_clock::now() - started);
       if (o.log_every > 0 && progress.step % o.log_every == 0) {

@@ -1,10 +1,9 @@
 // The trainers' loop with --fault_tolerant (under ctrun --fault_tolerance=step): every step on
 // the quorum FaultTolerance forms, the exact StepSampler, a step that does not commit redone.
-#include <fcntl.h>
 #include <torch/nn/module.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
-#include <unistd.h>
+#include <unistd.h>  // getpid
 
 #include <chrono>
 #include <csignal>
@@ -21,6 +20,7 @@
 #include "ctrun/worker/lr_schedule.h"
 #include "ctrun/worker/sampler.h"
 #include "ctrun/worker/throughput.h"
+#include "consumed_log.h"
 #include "train_loop.h"
 
 namespace ctrun::trainers {
@@ -28,38 +28,6 @@ namespace ctrun::trainers {
 using worker::fixed;
 
 namespace {
-
-// One line per committed step, "<replica> <epoch> <step> <unix ms> <index> <index> ..." with
-// the whole quorum's samples of the step: tests prove from it that each sample of an epoch was
-// trained exactly once, benchmarks time the steps around a fault. One write per line
-// (O_APPEND), so workers may share the file.
-class ConsumedLog {
- public:
-  explicit ConsumedLog(const std::string& path) {
-    if (path.empty()) return;
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::runtime_error("--consumed_log: cannot open " + path);
-  }
-  ~ConsumedLog() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  void write(const std::string& replica, std::uint64_t epoch, std::int64_t step,
-             const std::vector<std::uint64_t>& indices) {
-    if (fd_ < 0) return;
-    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::system_clock::now().time_since_epoch());
-    std::string line = replica + " " + std::to_string(epoch) + " " + std::to_string(step) + " " +
-                       std::to_string(now.count());
-    for (auto i : indices) line += " " + std::to_string(i);
-    line += "\n";
-    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-      throw std::runtime_error("--consumed_log: write failed");
-    }
-  }
-
- private:
-  int fd_ = -1;
-};
 
 std::string digest_of(const torch::nn::Module& model) {
   std::uint64_t digest = 1469598103934665603ULL;  // FNV-1a over the parameters' bytes
@@ -170,11 +138,13 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
                        std::to_string(step.step) + ": nothing left to train");
       return 0;
     }
-    if (step.step == o.inject_kill_at_step && run.env.restart_count == 0 &&
+    // As without the mode: before step N+1, N steps committed.
+    if (ft.committed_step() == o.inject_kill_at_step && run.env.restart_count == 0 &&
         run.env.rank == run.env.world_size - 1) {
+      consumed.fault(replica, ft.committed_step());
       std::raise(SIGKILL);
     }
-    if (step.step == o.inject_hang_at_step && run.env.restart_count == 0 &&
+    if (ft.committed_step() == o.inject_hang_at_step && run.env.restart_count == 0 &&
         run.env.rank == run.env.world_size - 1) {
       while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
@@ -208,7 +178,7 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
       const double lr = schedule.lr_at(ft.committed_step() - 1);
       for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
       optimizer->step();
-      consumed.write(replica, epoch, ft.committed_step(), all);
+      consumed.commit(replica, epoch, ft.committed_step(), all);
       if (!mine.empty()) {
         loss_sum += loss.item<double>() / share;
         loss_count += 1;

@@ -66,7 +66,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "How long a replica waits for a quorum before it stops")
       ->check(CLI::PositiveNumber);
   app.add_option("--consumed_log", o.consumed_log,
-                 "With --fault_tolerant: append each committed step's samples to this file");
+                 "Append each committed step's samples (and an injected fault) to this file");
 }
 
 }  // namespace ctrun::trainers

@@ -31,8 +31,8 @@ struct TrainOptions {
   int timeout_s = 1800;
   std::int64_t inject_kill_at_step = -1;  // fault injection: the last rank SIGKILLs itself
   std::int64_t inject_hang_at_step = -1;  // fault injection: the last rank sleeps forever
-  // Per-step fault tolerance (under ctrun --fault_tolerance=step): its timeouts, and a file
-  // where each committed step's samples are written.
+  // Per-step fault tolerance (under ctrun --fault_tolerance=step) and its timeouts; a file where
+  // each committed step's samples are written (consumed_log.h).
   bool fault_tolerant = false;
   int ft_min_replicas = 1;
   std::int64_t ft_collective_timeout_ms = 30000;

@@ -135,13 +135,16 @@ class FaultTolerance::Impl : public StepGate {
       fatal = fatal_;
     }
     if (!fatal.empty()) throw std::runtime_error(fatal);
-    if (!lost) {
-      // The vote: every member got here with its step whole. A member that lost the step does
-      // not come, and the others' barrier fails with it.
+    if (!lost && options_.backend == Backend::kNccl) {
+      // NCCL's waits return before the collectives end, and a failure shows at the group's
+      // next call: a barrier waited on the host settles the step's all-reduces. Gloo's waits
+      // end with the result, so a replica whose collectives all succeeded holds the quorum's
+      // average. One whose peer saw a failure instead stays behind, and heals from it before
+      // the next step (the next quorum's max_step): no extra collective per step is needed.
       try {
         inner_->barrier();
       } catch (const std::exception& e) {
-        collective_failed("the commit vote: " + first_line(e.what()));
+        collective_failed("the step's closing barrier: " + first_line(e.what()));
         lost = true;
       }
     }

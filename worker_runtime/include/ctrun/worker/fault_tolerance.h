@@ -104,10 +104,12 @@ class FaultTolerance {
   // Throws std::runtime_error when no quorum forms within the quorum timeout: this replica must
   // not train on alone.
   Step begin_step();
-  // Whether the step commits: true when every member of the quorum finished it without error.
-  // Then the caller applies the optimizer step (the gradients are averaged over the quorum), and
-  // the sampler, if given, has moved past the step's samples. false: the caller discards the
-  // gradients; the next step trains the same samples again. Throws like begin_step().
+  // Whether the step commits: true when the quorum was the one the step began under and every
+  // collective of the step succeeded here, so this replica holds the quorum's averaged
+  // gradients. Then the caller applies the optimizer step, and the sampler, if given, has moved
+  // past the step's samples. false: the caller discards the gradients; the next step trains the
+  // same samples again. A member that did not commit a step its peers committed is behind, and
+  // heals from them before its next step. Throws like begin_step().
   bool should_commit();
 
   // This replica finished the training: the quorum lets it go, and a replica that asks later
