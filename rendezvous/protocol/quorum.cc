@@ -1,5 +1,6 @@
-#include <algorithm>
 #include "ctrun/rendezvous/quorum.h"
+
+#include <algorithm>
 
 #include "rendezvous/protocol/message.h"
 

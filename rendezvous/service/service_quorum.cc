@@ -55,7 +55,7 @@ void Service::Impl::op_quorum(Connection& c, std::uint64_t id, const Json& req) 
   job.replica_connections[member.replica_id] = c.id;
   c.replicas.insert(member.replica_id);
   deliver_quorum(job, request.value().finished ? job.quorum->finish(member)
-                                             : job.quorum->ask(member, request.value().rebuild));
+                                               : job.quorum->ask(member, request.value().rebuild));
 }
 
 void Service::Impl::op_quorum_heartbeat(Connection& c, std::uint64_t id, const Json& req) {

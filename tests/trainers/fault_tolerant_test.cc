@@ -107,19 +107,22 @@ TEST_CASE("trainers: with --fault_tolerant a killed or hung worker costs a step,
     const char* at_step;
   };
   // 48 steps: the kill early, so that its replacement (a second to start) heals and trains on.
-  for (const Fault& f : {Fault{"killed", "--inject_kill_at_step", "--worker_timeout=0",
-                               "was killed by SIGKILL", "3"},
-                         Fault{"hung", "--inject_hang_at_step", "--worker_timeout=8",
-                               "no heartbeat for ", "10"}}) {
+  for (const Fault& f :
+       {Fault{"killed", "--inject_kill_at_step", "--worker_timeout=0", "was killed by SIGKILL",
+              "3"},
+        Fault{"hung", "--inject_hang_at_step", "--worker_timeout=8", "no heartbeat for ", "10"}}) {
     const std::string consumed = s.path(std::string(f.name) + ".consumed");
     const std::string log = s.path(std::string(f.name) + ".log");
-    ChildProcess p({CTRUN_PATH, "--standalone", "--nproc_per_node=3", "--fault_tolerance=step",
-                    "--max_restarts=2", f.worker_timeout, MLP_PATH, "--fault_tolerant",
-                    "--epochs", "2", "--samples", std::to_string(kSamples), "--batch_size", "32",
-                    "--seed", "7", f.flag, f.at_step, "--consumed_log", consumed,
-                    "--ft_collective_timeout_ms", "1000", "--ft_heartbeat_timeout_ms", "500",
-                    "--ft_join_timeout_ms", "3000", "--ft_quorum_timeout_ms", "30000"},
-                   log);
+    std::vector<std::string> argv = {CTRUN_PATH,           "--standalone",
+                                     "--nproc_per_node=3", "--fault_tolerance=step",
+                                     "--max_restarts=2",   f.worker_timeout};
+    argv.insert(argv.end(), {MLP_PATH, "--fault_tolerant", "--epochs", "2", "--samples",
+                             std::to_string(kSamples), "--batch_size", "32", "--seed", "7"});
+    argv.insert(argv.end(), {f.flag, f.at_step, "--consumed_log", consumed});
+    argv.insert(argv.end(),
+                {"--ft_collective_timeout_ms", "1000", "--ft_heartbeat_timeout_ms", "500",
+                 "--ft_join_timeout_ms", "3000", "--ft_quorum_timeout_ms", "30000"});
+    ChildProcess p(argv, log);
     const auto rc = p.wait(120s);
     const std::string out = read_file(log);
     INFO(out);

@@ -112,8 +112,8 @@ ReplicaRun train_replica(const WorkerEnv& env, const FaultToleranceOptions& opti
       auto [x, y] = samples(mine);
       // The sum over this replica's share, over the whole step's count, times the quorum's size
       // (which DDP's averaging divides out): the quorum's mean, however it is shared.
-      const double scale = static_cast<double>(step.size) /
-                           static_cast<double>(sampler.step_size(step.size));
+      const double scale =
+          static_cast<double>(step.size) / static_cast<double>(sampler.step_size(step.size));
       auto loss = (model->forward(x) - y).pow(2).sum() * scale;
       loss.backward();
       if (die_at(step.step)) {
@@ -273,9 +273,9 @@ TEST_CASE("fault tolerance: a replica left alone of three gets no quorum and sto
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      runs[i] = train_replica(replica_env(daemon.port(), i, 3), options,
-                              1.0f + static_cast<float>(i),
-                              [i](std::int64_t step) { return i > 0 && step == 3; });
+      runs[i] =
+          train_replica(replica_env(daemon.port(), i, 3), options, 1.0f + static_cast<float>(i),
+                        [i](std::int64_t step) { return i > 0 && step == 3; });
     });
   }
   for (auto& t : threads) t.join();

@@ -1,9 +1,9 @@
 // --consumed_log: one line per committed step, "<who> <epoch> <step> <unix ms> <pid> <index>
-// ...", and "<who> fault <unix ms> <pid> <steps committed>" when a worker injects its death. With --fault_tolerant <who>
-// is the replica and the indices are the whole quorum's samples of the step; otherwise it is
-// "rank<R>" with that rank's share. Tests prove from it that each sample of an epoch was trained
-// exactly once; benchmarks time the steps around a fault. One write per line (O_APPEND), so
-// workers may share the file.
+// ...", and "<who> fault <unix ms> <pid> <steps committed>" when a worker injects its death. With
+// --fault_tolerant <who> is the replica and the indices are the whole quorum's samples of the step;
+// otherwise it is "rank<R>" with that rank's share. Tests prove from it that each sample of an
+// epoch was trained exactly once; benchmarks time the steps around a fault. One write per line
+// (O_APPEND), so workers may share the file.
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "consumed_log.h"
 #include "ctrun/worker/checkpoint.h"
 #include "ctrun/worker/ddp.h"
 #include "ctrun/worker/log.h"
@@ -19,7 +20,6 @@
 #include "ctrun/worker/malloc_tuning.h"
 #include "ctrun/worker/sampler.h"
 #include "ctrun/worker/throughput.h"
-#include "consumed_log.h"
 
 namespace ctrun::trainers {
 

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "consumed_log.h"
 #include "ctrun/worker/checkpoint.h"
 #include "ctrun/worker/ddp.h"
 #include "ctrun/worker/fault_tolerance.h"
@@ -20,7 +21,6 @@
 #include "ctrun/worker/lr_schedule.h"
 #include "ctrun/worker/sampler.h"
 #include "ctrun/worker/throughput.h"
-#include "consumed_log.h"
 #include "train_loop.h"
 
 namespace ctrun::trainers {
@@ -108,8 +108,7 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
   const auto initial_world = static_cast<std::uint64_t>(run.env.world_size);
   const std::int64_t steps_per_epoch = static_cast<std::int64_t>(
       (task.dataset_size + o.batch_size * initial_world - 1) / (o.batch_size * initial_world));
-  const double peak_lr =
-      o.scale_lr ? worker::scale_lr_linearly(o.lr, run.env.world_size) : o.lr;
+  const double peak_lr = o.scale_lr ? worker::scale_lr_linearly(o.lr, run.env.world_size) : o.lr;
   worker::WarmupCosineSchedule schedule{peak_lr, o.warmup_steps,
                                         o.cosine ? steps_per_epoch * o.epochs : 0, 0.0};
   ConsumedLog consumed(o.consumed_log);
@@ -117,14 +116,12 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
   double loss_sum = 0;
   double loss_count = 0;
   say(replica, "training " + std::to_string(task.dataset_size) + " samples, fault tolerant, " +
-                   std::to_string(o.batch_size) + " per replica and step, lr " +
-                   fixed(peak_lr, 6));
+                   std::to_string(o.batch_size) + " per replica and step, lr " + fixed(peak_lr, 6));
 
   for (;;) {
     if (sampler.epoch_done(1)) {
-      say(replica, "epoch " + std::to_string(sampler.epoch() + 1) + "/" +
-                       std::to_string(o.epochs) + " done at step " +
-                       std::to_string(ft.committed_step()) + " loss " +
+      say(replica, "epoch " + std::to_string(sampler.epoch() + 1) + "/" + std::to_string(o.epochs) +
+                       " done at step " + std::to_string(ft.committed_step()) + " loss " +
                        fixed(loss_sum / std::max(loss_count, 1.0), 6));
       loss_sum = loss_count = 0;
       if (static_cast<std::int64_t>(sampler.epoch()) + 1 >= o.epochs) break;
@@ -134,8 +131,8 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
     const auto step_started = std::chrono::steady_clock::now();
     const auto step = ft.begin_step();
     if (step.finished) {
-      say(replica, "the other replicas finished the training at step " +
-                       std::to_string(step.step) + ": nothing left to train");
+      say(replica, "the other replicas finished the training at step " + std::to_string(step.step) +
+                       ": nothing left to train");
       return 0;
     }
     // As without the mode: before step N+1, N steps committed.

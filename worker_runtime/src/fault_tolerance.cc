@@ -91,7 +91,8 @@ class FaultTolerance::Impl : public StepGate {
   ProcessGroup& group() { return group_; }
 
   Step begin_step() {
-    if (step_open_) throw std::logic_error("FaultTolerance: begin_step() twice without should_commit()");
+    if (step_open_)
+      throw std::logic_error("FaultTolerance: begin_step() twice without should_commit()");
     {
       std::lock_guard lock(step_mutex_);
       step_lost_ = false;
@@ -163,7 +164,8 @@ class FaultTolerance::Impl : public StepGate {
 
   std::int64_t committed_step() const { return committed_; }
   const QuorumAssignment& quorum() const {
-    if (!current_) throw std::logic_error("FaultTolerance: no quorum before the first begin_step()");
+    if (!current_)
+      throw std::logic_error("FaultTolerance: no quorum before the first begin_step()");
     return *current_;
   }
   Stats stats() const { return stats_; }
@@ -196,7 +198,8 @@ class FaultTolerance::Impl : public StepGate {
     std::lock_guard lock(quorum_mutex_);
     std::string last_error;
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) {
         return Error{ErrorCode::kTimeout, "the quorum service could not be reached: " + last_error};
       }
@@ -284,8 +287,9 @@ class FaultTolerance::Impl : public StepGate {
       if (why.empty()) return;
       log("quorum " + std::to_string(answer.value().quorum_id) + ": " + why + "; asking again");
       if (Clock::now() >= deadline) {
-        throw std::runtime_error("fault tolerance: no working communicator within the quorum timeout (" +
-                                 ms(options_.quorum_timeout) + "): " + why);
+        throw std::runtime_error(
+            "fault tolerance: no working communicator within the quorum timeout (" +
+            ms(options_.quorum_timeout) + "): " + why);
       }
     }
   }

@@ -41,8 +41,7 @@ StepQuorum::StepQuorum(std::unique_ptr<rendezvous::Client> client, std::string r
 
 Result<rendezvous::QuorumAssignment> StepQuorum::next(std::int64_t committed_step,
                                                       const std::string& address,
-                                                      rendezvous::Duration timeout,
-                                                      bool rebuild) {
+                                                      rendezvous::Duration timeout, bool rebuild) {
   rendezvous::QuorumRequest request;
   request.member = rendezvous::QuorumMember{replica_id_, committed_step, address};
   request.config = config_;

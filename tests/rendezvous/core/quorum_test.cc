@@ -309,7 +309,8 @@ TEST_CASE("quorum: once a replica finished the training every ask learns it at o
   auto back = quorum_assignment_from_json(to_json(late["c"]));
   REQUIRE(back.ok());
   CHECK(back.value().finished);
-  CHECK_FALSE(quorum_assignment_from_json(to_json(QuorumAssignment{0, {replica("x")}, 0, 0, {}, ""}))
-                  .value()
-                  .finished);
+  CHECK_FALSE(
+      quorum_assignment_from_json(to_json(QuorumAssignment{0, {replica("x")}, 0, 0, {}, ""}))
+          .value()
+          .finished);
 }
