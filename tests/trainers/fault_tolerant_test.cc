@@ -1,13 +1,18 @@
 // mlp --fault_tolerant under ctrun --fault_tolerance=step, as processes: a worker SIGKILLed or
-// hung mid-step. Each run asserts what per-step fault tolerance promises: the survivors keep
-// their processes, no committed step is lost or redone, every sample of each epoch is trained
-// exactly once (the --consumed_log), and every replica ends with the very same parameters.
+// hung mid-step, an agent (a node) SIGKILLed. Each run asserts what per-step fault tolerance
+// promises: the survivors keep their processes, no committed step is lost or redone, every sample
+// of each epoch is trained exactly once (the --consumed_log), and every replica ends with the very
+// same parameters.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "process.h"
 
@@ -47,7 +52,7 @@ std::map<std::string, std::map<std::int64_t, Commit>> read_consumed(const std::s
 
 // The promises, from the log of every replica's commits.
 void check_commits(const std::map<std::string, std::map<std::int64_t, Commit>>& commits,
-                   const std::string& survivor) {
+                   const std::string& survivor, std::uint64_t samples = kSamples) {
   REQUIRE(commits.count(survivor));
   const auto& all = commits.at(survivor);
   // The survivor committed steps 1..N with none missing: nothing it committed was taken back.
@@ -66,8 +71,8 @@ void check_commits(const std::map<std::string, std::map<std::int64_t, Commit>>& 
   REQUIRE(by_epoch.size() == kEpochs);
   for (const auto& [epoch, seen] : by_epoch) {
     INFO("epoch " << epoch);
-    CHECK(seen.size() == kSamples);
-    CHECK(std::set<std::uint64_t>(seen.begin(), seen.end()).size() == kSamples);
+    CHECK(seen.size() == samples);
+    CHECK(std::set<std::uint64_t>(seen.begin(), seen.end()).size() == samples);
   }
 }
 
@@ -155,4 +160,66 @@ TEST_CASE("trainers: with --fault_tolerant a killed or hung worker costs a step,
     check_commits(read_consumed(consumed), survivor);
     if (std::string(f.name) == "killed") CHECK(out.find("healed from ") != std::string::npos);
   }
+}
+
+TEST_CASE("trainers: with --fault_tolerant an agent SIGKILLed costs a step, the others go on") {
+  ScratchDir s("mlp_ft_agents");
+  const std::string consumed = s.path("consumed");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto agent = [&](const std::string& name) {
+    std::vector<std::string> argv = {CTRUN_PATH,
+                                     "--nnodes=2:3",
+                                     "--nproc_per_node=1",
+                                     "--rdzv_backend=c10d",
+                                     "--rdzv_endpoint=" + endpoint,
+                                     "--rdzv_id=ft-agents",
+                                     "--fault_tolerance=step",
+                                     "--max_restarts=0"};
+    argv.insert(argv.end(), {MLP_PATH, "--fault_tolerant", "--epochs", "2", "--samples", "6144",
+                             "--batch_size", "32", "--seed", "7", "--consumed_log", consumed});
+    argv.insert(argv.end(),
+                {"--ft_collective_timeout_ms", "1000", "--ft_heartbeat_timeout_ms", "500",
+                 "--ft_join_timeout_ms", "3000", "--ft_quorum_timeout_ms", "30000"});
+    return std::make_unique<ChildProcess>(argv, s.path(name + ".log"));
+  };
+  // a hosts the rendezvous; c, which does not, is the one killed.
+  auto a = agent("a");
+  REQUIRE(wait_for_text(s.path("a.log"), "hosting the rendezvous", 30s));
+  auto b = agent("b");
+  auto c = agent("c");
+  auto commits_so_far = [&] {
+    const std::string text = read_file(consumed);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (commits_so_far() < 3 * 20 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(commits_so_far() >= 3 * 20);  // 20 steps committed by each of the three replicas
+  c->signal(SIGKILL);
+  const auto c_code = c->wait(30s);
+  const auto a_code = a->wait(120s);
+  const auto b_code = b->wait(60s);
+  const std::string out_a = read_file(s.path("a.log"));
+  const std::string out_b = read_file(s.path("b.log"));
+  INFO(out_a << "\n---- b ----\n" << out_b);
+  REQUIRE(c_code);
+  CHECK(*c_code == 128 + SIGKILL);
+  REQUIRE(a_code);
+  REQUIRE(b_code);
+  CHECK(*a_code == 0);
+  CHECK(*b_code == 0);
+  // The survivors' workers ran in one process each from start to end, to the same parameters.
+  const auto lines_a = replica_lines(out_a);
+  const auto lines_b = replica_lines(out_b);
+  REQUIRE(lines_a.size() == 1);
+  REQUIRE(lines_b.size() == 1);
+  for (const auto* lines : {&lines_a, &lines_b}) {
+    const auto& r = lines->begin()->second;
+    CHECK(r.started_pids.size() == 1);
+    CHECK(r.final_pid == r.started_pids.front());
+  }
+  CHECK_FALSE(lines_a.begin()->second.digest.empty());
+  CHECK(lines_a.begin()->second.digest == lines_b.begin()->second.digest);
+  check_commits(read_consumed(consumed), lines_a.begin()->first, 6144);
 }
