@@ -110,19 +110,21 @@ TEST_CASE("trainers: with --fault_tolerant a killed or hung worker costs a step,
     const char* worker_timeout;
     const char* seen;
     const char* at_step;
+    std::uint64_t samples;
   };
-  // 48 steps: the kill early, so that its replacement (a second to start) heals and trains on.
-  for (const Fault& f :
-       {Fault{"killed", "--inject_kill_at_step", "--worker_timeout=0", "was killed by SIGKILL",
-              "3"},
-        Fault{"hung", "--inject_hang_at_step", "--worker_timeout=8", "no heartbeat for ", "10"}}) {
+  // The kill early in a run of 256 steps, so that its replacement (seconds to start on a busy
+  // machine) heals and trains on; the hang's replacement may come after the end.
+  for (const Fault& f : {Fault{"killed", "--inject_kill_at_step", "--worker_timeout=0",
+                               "was killed by SIGKILL", "3", 12288},
+                         Fault{"hung", "--inject_hang_at_step", "--worker_timeout=8",
+                               "no heartbeat for ", "10", kSamples}}) {
     const std::string consumed = s.path(std::string(f.name) + ".consumed");
     const std::string log = s.path(std::string(f.name) + ".log");
     std::vector<std::string> argv = {CTRUN_PATH,           "--standalone",
                                      "--nproc_per_node=3", "--fault_tolerance=step",
                                      "--max_restarts=2",   f.worker_timeout};
     argv.insert(argv.end(), {MLP_PATH, "--fault_tolerant", "--epochs", "2", "--samples",
-                             std::to_string(kSamples), "--batch_size", "32", "--seed", "7"});
+                             std::to_string(f.samples), "--batch_size", "32", "--seed", "7"});
     argv.insert(argv.end(), {f.flag, f.at_step, "--consumed_log", consumed});
     argv.insert(argv.end(),
                 {"--ft_collective_timeout_ms", "1000", "--ft_heartbeat_timeout_ms", "500",
@@ -157,7 +159,7 @@ TEST_CASE("trainers: with --fault_tolerant a killed or hung worker costs a step,
     }
     CHECK(digests.size() == 1);  // the very same parameters on every replica
     const std::string survivor = lines.begin()->first;
-    check_commits(read_consumed(consumed), survivor);
+    check_commits(read_consumed(consumed), survivor, f.samples);
     if (std::string(f.name) == "killed") CHECK(out.find("healed from ") != std::string::npos);
   }
 }
