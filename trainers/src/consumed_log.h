@@ -20,6 +20,7 @@ class ConsumedLog {
   ConsumedLog(const ConsumedLog&) = delete;
   ConsumedLog& operator=(const ConsumedLog&) = delete;
 
+  bool enabled() const { return fd_ >= 0; }
   void commit(const std::string& who, std::uint64_t epoch, std::int64_t step,
               const std::vector<std::uint64_t>& indices);
   void fault(const std::string& who, std::int64_t committed_steps);

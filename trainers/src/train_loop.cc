@@ -48,16 +48,27 @@ Run start_run(const TrainOptions& options, const worker::WorkerEnv& env) {
   return run;
 }
 
-namespace {
-
-// DDP's promise, checked once at the end: every rank holds bit-identical parameters.
-void check_replicas(Run& run, const torch::nn::Module& model) {
+std::uint64_t parameter_digest(const torch::nn::Module& model) {
   std::uint64_t digest = 1469598103934665603ULL;  // FNV-1a over the parameters' bytes
   for (const auto& p : model.parameters()) {
     const torch::Tensor cpu = p.detach().to(torch::kCPU).contiguous();
     const auto* bytes = static_cast<const unsigned char*>(cpu.data_ptr());
     for (std::size_t i = 0; i < cpu.nbytes(); ++i) digest = (digest ^ bytes[i]) * 1099511628211ULL;
   }
+  return digest;
+}
+
+std::string digest_hex(std::uint64_t digest) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return hex;
+}
+
+namespace {
+
+// DDP's promise, checked once at the end: every rank holds bit-identical parameters.
+void check_replicas(Run& run, const torch::nn::Module& model) {
+  const std::uint64_t digest = parameter_digest(model);
   const auto gathered = run.group->all_gather(
       torch::tensor({static_cast<int64_t>(digest)}, torch::kLong).to(run.device));
   for (std::size_t r = 0; r < gathered.size(); ++r) {
@@ -66,10 +77,8 @@ void check_replicas(Run& run, const torch::nn::Module& model) {
                                " and rank " + std::to_string(r) + " after training");
     }
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
   log_rank0(run.env.rank, "parameters identical on all " + std::to_string(gathered.size()) +
-                              " rank(s), digest " + hex);
+                              " rank(s), digest " + digest_hex(digest));
 }
 
 }  // namespace
@@ -189,8 +198,10 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
       optimizer->step();
       optimizer->zero_grad();
       ++progress.step;
-      consumed.commit(who, static_cast<std::uint64_t>(epoch), progress.step,
-                      {mine.begin() + step_begin, mine.begin() + step_end});
+      if (consumed.enabled()) {
+        consumed.commit(who, static_cast<std::uint64_t>(epoch), progress.step,
+                        {mine.begin() + step_begin, mine.begin() + step_end});
+      }
       throughput.record(static_cast<std::uint64_t>(micro_steps * o.batch_size),
                         std::chrono::steady_clock::now() - started);
       if (o.log_every > 0 && progress.step % o.log_every == 0) {

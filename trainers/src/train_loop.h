@@ -6,6 +6,7 @@
 
 #include <torch/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,6 +44,10 @@ struct TrainTask {
   std::function<double()> evaluate;
   std::function<std::unique_ptr<torch::optim::Optimizer>(double lr)> make_optimizer;
 };
+
+// The parameters' bytes hashed (FNV-1a, 64 bits): equal on replicas that are bit-identical.
+std::uint64_t parameter_digest(const torch::nn::Module& model);
+std::string digest_hex(std::uint64_t digest);  // 16 hex digits, as the trainers print it
 
 // Trains for options.epochs (or max_steps), resuming from --checkpoint_dir. Returns 0.
 int train(const TrainOptions& options, Run& run, TrainTask& task);

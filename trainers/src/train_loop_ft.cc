@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <csignal>
-#include <cstdio>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
@@ -28,18 +27,6 @@ namespace ctrun::trainers {
 using worker::fixed;
 
 namespace {
-
-std::string digest_of(const torch::nn::Module& model) {
-  std::uint64_t digest = 1469598103934665603ULL;  // FNV-1a over the parameters' bytes
-  for (const auto& p : model.parameters()) {
-    const torch::Tensor cpu = p.detach().to(torch::kCPU).contiguous();
-    const auto* bytes = static_cast<const unsigned char*>(cpu.data_ptr());
-    for (std::size_t i = 0; i < cpu.nbytes(); ++i) digest = (digest ^ bytes[i]) * 1099511628211ULL;
-  }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
-  return hex;
-}
 
 torch::Tensor zero_loss(const torch::nn::Module& model) {
   torch::Tensor sum;
@@ -163,7 +150,7 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
       torch::nn::utils::clip_grad_norm_(task.model->parameters(), o.clip_grad_norm);
     }
     std::vector<std::uint64_t> all;
-    if (!o.consumed_log.empty()) {
+    if (consumed.enabled()) {
       for (int r = 0; r < step.size; ++r) {
         auto part = sampler.step(r, step.size);
         all.insert(all.end(), part.begin(), part.end());
@@ -201,7 +188,7 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
   }
   ft.finish();
   const auto stats = ft.stats();
-  say(replica, "parameters digest " + digest_of(*task.model) + " at step " +
+  say(replica, "parameters digest " + digest_hex(parameter_digest(*task.model)) + " at step " +
                    std::to_string(ft.committed_step()) + ", steps lost " +
                    std::to_string(stats.steps_lost) + ", communicators built " +
                    std::to_string(stats.rebuilds) + ", heals received " +
