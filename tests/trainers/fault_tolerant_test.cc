@@ -100,6 +100,64 @@ std::map<std::string, ReplicaLines> replica_lines(const std::string& log) {
   return out;
 }
 
+// An agent of a multi-node --fault_tolerance=step job at `endpoint` (`conf`: --rdzv_conf), one
+// mlp --fault_tolerant worker, logging to DIR/NAME.log.
+std::unique_ptr<ChildProcess> ft_agent(const ScratchDir& s, const std::string& name,
+                                       const std::string& nnodes, const std::string& endpoint,
+                                       const std::string& conf, const std::string& consumed,
+                                       std::uint64_t samples) {
+  std::vector<std::string> argv = {CTRUN_PATH,
+                                   "--nnodes=" + nnodes,
+                                   "--nproc_per_node=1",
+                                   "--rdzv_backend=c10d",
+                                   "--rdzv_endpoint=" + endpoint,
+                                   "--rdzv_id=ft-agents",
+                                   "--fault_tolerance=step",
+                                   "--max_restarts=0"};
+  if (!conf.empty()) argv.push_back("--rdzv_conf=" + conf);
+  argv.insert(argv.end(),
+              {MLP_PATH, "--fault_tolerant", "--epochs", "2", "--samples", std::to_string(samples),
+               "--batch_size", "32", "--seed", "7", "--consumed_log", consumed});
+  argv.insert(argv.end(), {"--ft_collective_timeout_ms", "1000", "--ft_heartbeat_timeout_ms", "500",
+                           "--ft_join_timeout_ms", "3000", "--ft_quorum_timeout_ms", "30000"});
+  return std::make_unique<ChildProcess>(argv, s.path(name + ".log"));
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Lines in the consumed log so far: one per replica and committed step.
+long lines_in(const std::string& path) {
+  const std::string text = read_file(path);
+  return static_cast<long>(std::count(text.begin(), text.end(), '\n'));
+}
+
+// Polls (bounded) until the consumed log at `path` has `lines` lines.
+bool wait_for_lines(const std::string& path, long lines, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (lines_in(path) < lines && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  return lines_in(path) >= lines;
+}
+
+// Each replica of `lines` ran in one process from start to end and ended with the same
+// parameters as the others.
+void check_kept_processes(const std::map<std::string, ReplicaLines>& lines) {
+  std::set<std::string> digests;
+  for (const auto& [replica, r] : lines) {
+    INFO(replica);
+    CHECK(r.started_pids.size() == 1);
+    CHECK(r.final_pid == r.started_pids.front());
+    CHECK_FALSE(r.digest.empty());
+    digests.insert(r.digest);
+  }
+  CHECK(digests.size() == 1);
+}
+
 }  // namespace
 
 TEST_CASE("trainers: with --fault_tolerant a killed or hung worker costs a step, not a restart") {
@@ -169,35 +227,14 @@ TEST_CASE("trainers: with --fault_tolerant an agent SIGKILLed costs a step, the 
   const std::string consumed = s.path("consumed");
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   auto agent = [&](const std::string& name) {
-    std::vector<std::string> argv = {CTRUN_PATH,
-                                     "--nnodes=2:3",
-                                     "--nproc_per_node=1",
-                                     "--rdzv_backend=c10d",
-                                     "--rdzv_endpoint=" + endpoint,
-                                     "--rdzv_id=ft-agents",
-                                     "--fault_tolerance=step",
-                                     "--max_restarts=0"};
-    argv.insert(argv.end(), {MLP_PATH, "--fault_tolerant", "--epochs", "2", "--samples", "6144",
-                             "--batch_size", "32", "--seed", "7", "--consumed_log", consumed});
-    argv.insert(argv.end(),
-                {"--ft_collective_timeout_ms", "1000", "--ft_heartbeat_timeout_ms", "500",
-                 "--ft_join_timeout_ms", "3000", "--ft_quorum_timeout_ms", "30000"});
-    return std::make_unique<ChildProcess>(argv, s.path(name + ".log"));
+    return ft_agent(s, name, "2:3", endpoint, "", consumed, 6144);
   };
   // a hosts the rendezvous; c, which does not, is the one killed.
   auto a = agent("a");
   REQUIRE(wait_for_text(s.path("a.log"), "hosting the rendezvous", 30s));
   auto b = agent("b");
   auto c = agent("c");
-  auto commits_so_far = [&] {
-    const std::string text = read_file(consumed);
-    return std::count(text.begin(), text.end(), '\n');
-  };
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (commits_so_far() < 3 * 20 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  REQUIRE(commits_so_far() >= 3 * 20);  // 20 steps committed by each of the three replicas
+  REQUIRE(wait_for_lines(consumed, 3 * 20, 60s));  // 20 steps committed by each of the three
   c->signal(SIGKILL);
   const auto c_code = c->wait(30s);
   const auto a_code = a->wait(120s);
@@ -212,16 +249,111 @@ TEST_CASE("trainers: with --fault_tolerant an agent SIGKILLed costs a step, the 
   CHECK(*a_code == 0);
   CHECK(*b_code == 0);
   // The survivors' workers ran in one process each from start to end, to the same parameters.
-  const auto lines_a = replica_lines(out_a);
+  auto lines = replica_lines(out_a);
   const auto lines_b = replica_lines(out_b);
-  REQUIRE(lines_a.size() == 1);
+  REQUIRE(lines.size() == 1);
   REQUIRE(lines_b.size() == 1);
-  for (const auto* lines : {&lines_a, &lines_b}) {
-    const auto& r = lines->begin()->second;
-    CHECK(r.started_pids.size() == 1);
-    CHECK(r.final_pid == r.started_pids.front());
+  lines.insert(lines_b.begin(), lines_b.end());
+  check_kept_processes(lines);
+  check_commits(read_consumed(consumed), lines.begin()->first, 6144);
+}
+
+TEST_CASE("trainers: with --fault_tolerant a node that joins heals and trains, nobody stops") {
+  ScratchDir s("mlp_ft_join");
+  const std::string consumed = s.path("consumed");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  // A 2:3 job that forms with two nodes a second after the second came; long enough (768 steps
+  // of two replicas) that the third, seconds to start on a busy machine, comes while it trains.
+  const std::uint64_t samples = 24576;
+  auto agent = [&](const std::string& name) {
+    return ft_agent(s, name, "2:3", endpoint, "last_call_timeout=1", consumed, samples);
+  };
+  auto a = agent("a");
+  REQUIRE(wait_for_text(s.path("a.log"), "hosting the rendezvous", 30s));
+  auto b = agent("b");
+  REQUIRE(wait_for_lines(consumed, 2 * 20, 60s));
+  auto c = agent("c");
+  const auto a_code = a->wait(180s);
+  const auto b_code = b->wait(60s);
+  const auto c_code = c->wait(60s);
+  const std::string out_a = read_file(s.path("a.log"));
+  const std::string out_b = read_file(s.path("b.log"));
+  const std::string out_c = read_file(s.path("c.log"));
+  INFO(out_a << "\n---- b ----\n" << out_b << "\n---- c ----\n" << out_c);
+  REQUIRE(a_code);
+  REQUIRE(b_code);
+  REQUIRE(c_code);
+  CHECK(*a_code == 0);
+  CHECK(*b_code == 0);
+  CHECK(*c_code == 0);
+  // The first two took the new node in without stopping their workers (no restart counted).
+  for (const std::string* out : {&out_a, &out_b}) {
+    CHECK(out->find("joining it; the workers run on") != std::string::npos);
+    CHECK(out->find("restarting") == std::string::npos);
   }
-  CHECK_FALSE(lines_a.begin()->second.digest.empty());
-  CHECK(lines_a.begin()->second.digest == lines_b.begin()->second.digest);
-  check_commits(read_consumed(consumed), lines_a.begin()->first, 6144);
+  // The newcomer healed from a peer, then trained with them to the same parameters.
+  CHECK(out_c.find("healed from ") != std::string::npos);
+  std::map<std::string, ReplicaLines> lines;
+  for (const std::string* out : {&out_a, &out_b, &out_c}) {
+    const auto one = replica_lines(*out);
+    REQUIRE(one.size() == 1);
+    lines.insert(one.begin(), one.end());
+  }
+  REQUIRE(lines.size() == 3);
+  check_kept_processes(lines);
+  const auto commits = read_consumed(consumed);
+  CHECK(commits.size() == 3);  // the newcomer committed steps too
+  check_commits(commits, replica_lines(out_a).begin()->first, samples);
+}
+
+TEST_CASE("trainers: with --fault_tolerant ctrund SIGKILLed and restarted with --state_dir") {
+  ScratchDir s("mlp_ft_daemon");
+  const std::string consumed = s.path("consumed");
+  const std::vector<std::string> state = {"--state_dir", s.path("state")};
+  std::unique_ptr<ChildProcess> daemon;
+  const std::uint16_t port = start_ctrund(daemon, s, CTRUND_PATH, state, 0, "ctrund1");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  const std::uint64_t samples = 12288;
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (const char* name : {"a", "b", "c"}) {
+    agents.push_back(
+        ft_agent(s, name, "3", endpoint, "is_host=false,keep_alive_interval=1", consumed, samples));
+  }
+  REQUIRE(wait_for_lines(consumed, 3 * 20, 60s));
+  daemon->signal(SIGKILL);
+  REQUIRE(daemon->wait(5s).has_value());
+  const long committed_at_kill = lines_in(consumed);
+  std::this_thread::sleep_for(1s);
+  start_ctrund(daemon, s, CTRUND_PATH, state, port, "ctrund2");
+  const long long back_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  std::vector<std::optional<int>> codes;
+  for (auto& agent : agents) codes.push_back(agent->wait(180s));
+  std::string all;
+  for (const char* name : {"a", "b", "c"}) {
+    all += std::string("---- ") + name + " ----\n" + read_file(s.path(std::string(name) + ".log"));
+  }
+  INFO(all << "---- ctrund2 ----\n" << read_file(s.path("ctrund2.log")));
+  for (const auto& code : codes) {
+    REQUIRE(code);
+    CHECK(*code == 0);
+  }
+  // The job trained on after the daemon came back (not merely finished what it had), every
+  // worker in its first process, and the agents found their job restored.
+  CHECK(lines_in(consumed) > committed_at_kill + 3 * 10);
+  CHECK(read_file(s.path("ctrund2.log")).find("restored 1 job(s)") != std::string::npos);
+  CHECK(count_of(all, "reconnected to the rendezvous: round 0") == 3);
+  const auto lines = replica_lines(all);
+  REQUIRE(lines.size() == 3);
+  check_kept_processes(lines);
+  const auto commits = read_consumed(consumed);
+  check_commits(commits, lines.begin()->first, samples);
+  long long first_after = 0;
+  for (const auto& [step, c] : commits.at(lines.begin()->first)) {
+    if (c.unix_ms >= back_ms && (first_after == 0 || c.unix_ms < first_after)) {
+      first_after = c.unix_ms;
+    }
+  }
+  WARN("daemon down 1 s; first commit " << first_after - back_ms << " ms after it listened again");
 }
