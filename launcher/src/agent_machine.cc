@@ -368,9 +368,21 @@ void AgentMachine::on_reconnected(const AgentInput& input) {
   const ResumedPlace& at = input.place;
   if (!at.known) {
     // Dropped while away (its keep-alives stopped), or the daemon restarted without its state.
+    record("reconnected", {{"known", false}, {"reason", at.why}});
+    if (config_.replace_failed_workers && workers_up_ && phase_ == Phase::kRunning) {
+      // The workers' quorum left them out while they were cut off and heals them when they
+      // are back: the node only takes its place in the rounds again (the join still out, if
+      // one is, is answered on the new connection).
+      log("reconnected, but the rendezvous no longer knows this node (" + at.why +
+          "): joining again; the workers run on");
+      if (!join_in_flight_) {
+        join_in_flight_ = true;
+        emit({.kind = AgentAction::Kind::kJoin});
+      }
+      return;
+    }
     log("reconnected, but the rendezvous no longer knows this node (" + at.why +
         "): joining again");
-    record("reconnected", {{"known", false}, {"reason", at.why}});
     if (workers_up_) {
       stop_then(AfterStop::kJoin, SIGTERM);
     } else if (!join_in_flight_ && phase_ == Phase::kJoining) {

@@ -73,6 +73,12 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 std::map<std::string, std::string> read_env_file(const std::string& path) {
   std::map<std::string, std::string> out;
   std::istringstream in(read_file(path));

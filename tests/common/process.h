@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -33,6 +34,8 @@ class ChildProcess {
 };
 
 std::string read_file(const std::string& path);
+// How many times `what` occurs in `text`.
+std::size_t count_of(const std::string& text, const std::string& what);
 // KEY=VALUE lines of a file (an environment dump) as a map.
 std::map<std::string, std::string> read_env_file(const std::string& path);
 // Polls (bounded) until `path` holds a line, e.g. a port file written by a daemon.

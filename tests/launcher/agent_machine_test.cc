@@ -566,19 +566,33 @@ TEST_CASE("agent machine, fault tolerant: a reopened round is joined while the w
   CHECK(stopped.back().code == 1);
 }
 
-TEST_CASE("agent machine, fault tolerant: a join still out is not sent twice after a stop") {
-  AgentMachine m = running(fault_tolerant());
-  CHECK(kinds(m.handle({.kind = In::kRoundReopened, .round = 1, .reason = "new node"})) ==
-        std::vector{Kind::kJoin});
-  CHECK(kinds(m.handle({.kind = In::kConnectionLost, .reason = "gone", .connected = false})) ==
-        std::vector{Kind::kReconnect});
-  // Back, but dropped while away: the workers stop and the node joins again, with the join
-  // that is still out, not a second one.
-  AgentInput back{.kind = In::kReconnected};
-  back.place.known = false;
-  back.place.why = "keep-alives missed";
-  CHECK(kinds(m.handle(back)) == std::vector{Kind::kStopWorkers});
-  CHECK(kinds(m.handle(simple(In::kWorkersStopped))).empty());
-  CHECK(m.phase() == AgentMachine::Phase::kJoining);
-  CHECK(kinds(m.handle(joined(2))) == std::vector{Kind::kStartWorkers});
+TEST_CASE("agent machine, fault tolerant: a node dropped while away joins again, workers run on") {
+  SECTION("no join out: one is sent") {
+    AgentMachine m = running(fault_tolerant());
+    m.handle({.kind = In::kConnectionLost, .reason = "link down", .connected = false});
+    AgentInput back{.kind = In::kReconnected};
+    back.place.known = false;
+    back.place.why = "keep-alives missed";
+    auto rejoin = m.handle(back);
+    CHECK(kinds(rejoin) == std::vector{Kind::kJoin});
+    CHECK(logs(rejoin).find("joining again; the workers run on") != std::string::npos);
+    CHECK(kinds(m.handle(joined(2))).empty());  // no stop, no start
+    CHECK(m.workers_running());
+    CHECK(m.round().round == 2);
+  }
+  SECTION("a join still out is not sent twice") {
+    AgentMachine m = running(fault_tolerant());
+    CHECK(kinds(m.handle({.kind = In::kRoundReopened, .round = 1, .reason = "new node"})) ==
+          std::vector{Kind::kJoin});
+    CHECK(kinds(m.handle({.kind = In::kConnectionLost, .reason = "gone", .connected = false})) ==
+          std::vector{Kind::kReconnect});
+    AgentInput back{.kind = In::kReconnected};
+    back.place.known = false;
+    back.place.why = "keep-alives missed";
+    CHECK(kinds(m.handle(back)).empty());
+    CHECK(m.phase() == AgentMachine::Phase::kRunning);
+    CHECK(kinds(m.handle(joined(2))).empty());
+    CHECK(m.workers_running());
+    CHECK(m.round().round == 2);
+  }
 }

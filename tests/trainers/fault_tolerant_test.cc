@@ -9,11 +9,10 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <regex>
 #include <set>
-#include <sstream>
 #include <thread>
 
+#include "ft_checks.h"
 #include "process.h"
 
 using namespace ctrun::testing;
@@ -22,83 +21,6 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr std::uint64_t kSamples = 1536;
-constexpr std::uint64_t kEpochs = 2;
-
-struct Commit {
-  std::uint64_t epoch = 0;
-  long long unix_ms = 0;
-  std::vector<std::uint64_t> indices;
-};
-
-// replica -> step -> what it committed. A replica that committed one step twice fails the test.
-std::map<std::string, std::map<std::int64_t, Commit>> read_consumed(const std::string& path) {
-  std::map<std::string, std::map<std::int64_t, Commit>> out;
-  std::istringstream lines(read_file(path));
-  for (std::string line; std::getline(lines, line);) {
-    if (line.find(" fault ") != std::string::npos) continue;  // "<who> fault <unix ms> ..."
-    std::istringstream fields(line);
-    std::string replica;
-    std::int64_t step = 0;
-    long long pid = 0;
-    Commit c;
-    fields >> replica >> c.epoch >> step >> c.unix_ms >> pid;
-    for (std::uint64_t i; fields >> i;) c.indices.push_back(i);
-    INFO(line);
-    CHECK(out[replica].count(step) == 0);
-    out[replica][step] = std::move(c);
-  }
-  return out;
-}
-
-// The promises, from the log of every replica's commits.
-void check_commits(const std::map<std::string, std::map<std::int64_t, Commit>>& commits,
-                   const std::string& survivor, std::uint64_t samples = kSamples) {
-  REQUIRE(commits.count(survivor));
-  const auto& all = commits.at(survivor);
-  // The survivor committed steps 1..N with none missing: nothing it committed was taken back.
-  std::int64_t expected = 1;
-  for (const auto& [step, c] : all) CHECK(step == expected++);
-  // Every replica that committed a step committed the same samples for it.
-  for (const auto& [replica, steps] : commits) {
-    for (const auto& [step, c] : steps) {
-      INFO(replica << " step " << step);
-      REQUIRE(all.count(step));
-      CHECK(all.at(step).indices == c.indices);
-    }
-  }
-  std::map<std::uint64_t, std::multiset<std::uint64_t>> by_epoch;
-  for (const auto& [step, c] : all) by_epoch[c.epoch].insert(c.indices.begin(), c.indices.end());
-  REQUIRE(by_epoch.size() == kEpochs);
-  for (const auto& [epoch, seen] : by_epoch) {
-    INFO("epoch " << epoch);
-    CHECK(seen.size() == samples);
-    CHECK(std::set<std::uint64_t>(seen.begin(), seen.end()).size() == samples);
-  }
-}
-
-// replica -> the pids its "training" lines (one per process started) and its digest lines name.
-struct ReplicaLines {
-  std::vector<std::string> started_pids;
-  std::string final_pid;
-  std::string digest;
-};
-std::map<std::string, ReplicaLines> replica_lines(const std::string& log) {
-  std::map<std::string, ReplicaLines> out;
-  const std::regex line(R"(\[([^\[\]\s]+) pid (\d+)\] (training|parameters digest) (\S+))");
-  std::istringstream lines(log);
-  for (std::string text; std::getline(lines, text);) {
-    std::smatch m;
-    if (!std::regex_search(text, m, line)) continue;
-    auto& r = out[m[1]];
-    if (m[3] == "training") {
-      r.started_pids.push_back(m[2]);
-    } else {
-      r.final_pid = m[2];
-      r.digest = m[4];
-    }
-  }
-  return out;
-}
 
 // An agent of a multi-node --fault_tolerance=step job at `endpoint` (`conf`: --rdzv_conf), one
 // mlp --fault_tolerant worker, logging to DIR/NAME.log.
@@ -115,47 +37,9 @@ std::unique_ptr<ChildProcess> ft_agent(const ScratchDir& s, const std::string& n
                                    "--fault_tolerance=step",
                                    "--max_restarts=0"};
   if (!conf.empty()) argv.push_back("--rdzv_conf=" + conf);
-  argv.insert(argv.end(),
-              {MLP_PATH, "--fault_tolerant", "--epochs", "2", "--samples", std::to_string(samples),
-               "--batch_size", "32", "--seed", "7", "--consumed_log", consumed});
-  argv.insert(argv.end(), {"--ft_collective_timeout_ms", "1000", "--ft_heartbeat_timeout_ms", "500",
-                           "--ft_join_timeout_ms", "3000", "--ft_quorum_timeout_ms", "30000"});
+  const auto mlp = ft_mlp_argv(MLP_PATH, samples, consumed);
+  argv.insert(argv.end(), mlp.begin(), mlp.end());
   return std::make_unique<ChildProcess>(argv, s.path(name + ".log"));
-}
-
-std::size_t count_of(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-// Lines in the consumed log so far: one per replica and committed step.
-long lines_in(const std::string& path) {
-  const std::string text = read_file(path);
-  return static_cast<long>(std::count(text.begin(), text.end(), '\n'));
-}
-
-// Polls (bounded) until the consumed log at `path` has `lines` lines.
-bool wait_for_lines(const std::string& path, long lines, std::chrono::seconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (lines_in(path) < lines && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  return lines_in(path) >= lines;
-}
-
-// Each replica of `lines` ran in one process from start to end and ended with the same
-// parameters as the others.
-void check_kept_processes(const std::map<std::string, ReplicaLines>& lines) {
-  std::set<std::string> digests;
-  for (const auto& [replica, r] : lines) {
-    INFO(replica);
-    CHECK(r.started_pids.size() == 1);
-    CHECK(r.final_pid == r.started_pids.front());
-    CHECK_FALSE(r.digest.empty());
-    digests.insert(r.digest);
-  }
-  CHECK(digests.size() == 1);
 }
 
 }  // namespace
@@ -181,12 +65,9 @@ TEST_CASE("trainers: with --fault_tolerant a killed or hung worker costs a step,
     std::vector<std::string> argv = {CTRUN_PATH,           "--standalone",
                                      "--nproc_per_node=3", "--fault_tolerance=step",
                                      "--max_restarts=2",   f.worker_timeout};
-    argv.insert(argv.end(), {MLP_PATH, "--fault_tolerant", "--epochs", "2", "--samples",
-                             std::to_string(f.samples), "--batch_size", "32", "--seed", "7"});
-    argv.insert(argv.end(), {f.flag, f.at_step, "--consumed_log", consumed});
-    argv.insert(argv.end(),
-                {"--ft_collective_timeout_ms", "1000", "--ft_heartbeat_timeout_ms", "500",
-                 "--ft_join_timeout_ms", "3000", "--ft_quorum_timeout_ms", "30000"});
+    const auto mlp = ft_mlp_argv(MLP_PATH, f.samples, consumed);
+    argv.insert(argv.end(), mlp.begin(), mlp.end());
+    argv.insert(argv.end(), {f.flag, f.at_step});
     ChildProcess p(argv, log);
     const auto rc = p.wait(120s);
     const std::string out = read_file(log);

@@ -1,0 +1,125 @@
+#include "ft_checks.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "process.h"
+
+namespace ctrun::testing {
+
+Commits read_consumed(const std::string& path) {
+  Commits out;
+  std::istringstream lines(read_file(path));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(" fault ") != std::string::npos) continue;  // "<who> fault <unix ms> ..."
+    std::istringstream fields(line);
+    std::string replica;
+    std::int64_t step = 0;
+    long long pid = 0;
+    Commit c;
+    fields >> replica >> c.epoch >> step >> c.unix_ms >> pid;
+    for (std::uint64_t i; fields >> i;) c.indices.push_back(i);
+    INFO(line);
+    CHECK(out[replica].count(step) == 0);
+    out[replica][step] = std::move(c);
+  }
+  return out;
+}
+
+void check_commits(const Commits& commits, const std::string& survivor, std::uint64_t samples,
+                   std::uint64_t epochs) {
+  REQUIRE(commits.count(survivor));
+  const auto& all = commits.at(survivor);
+  // The survivor committed steps 1..N with none missing: nothing it committed was taken back.
+  std::int64_t expected = 1;
+  for (const auto& [step, c] : all) CHECK(step == expected++);
+  // Every replica that committed a step committed the same samples for it.
+  for (const auto& [replica, steps] : commits) {
+    for (const auto& [step, c] : steps) {
+      INFO(replica << " step " << step);
+      REQUIRE(all.count(step));
+      CHECK(all.at(step).indices == c.indices);
+    }
+  }
+  std::map<std::uint64_t, std::multiset<std::uint64_t>> by_epoch;
+  for (const auto& [step, c] : all) by_epoch[c.epoch].insert(c.indices.begin(), c.indices.end());
+  REQUIRE(by_epoch.size() == epochs);
+  for (const auto& [epoch, seen] : by_epoch) {
+    INFO("epoch " << epoch);
+    CHECK(seen.size() == samples);
+    CHECK(std::set<std::uint64_t>(seen.begin(), seen.end()).size() == samples);
+  }
+}
+
+std::map<std::string, ReplicaLines> replica_lines(const std::string& log) {
+  std::map<std::string, ReplicaLines> out;
+  const std::regex line(R"(\[([^\[\]\s]+) pid (\d+)\] (training|parameters digest) (\S+))");
+  std::istringstream lines(log);
+  for (std::string text; std::getline(lines, text);) {
+    std::smatch m;
+    if (!std::regex_search(text, m, line)) continue;
+    auto& r = out[m[1]];
+    if (m[3] == "training") {
+      r.started_pids.push_back(m[2]);
+    } else {
+      r.final_pid = m[2];
+      r.digest = m[4];
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> ft_mlp_argv(const std::string& mlp_path, std::uint64_t samples,
+                                     const std::string& consumed) {
+  return {mlp_path,
+          "--fault_tolerant",
+          "--epochs",
+          "2",
+          "--samples",
+          std::to_string(samples),
+          "--batch_size",
+          "32",
+          "--seed",
+          "7",
+          "--consumed_log",
+          consumed,
+          "--ft_collective_timeout_ms",
+          "1000",
+          "--ft_heartbeat_timeout_ms",
+          "500",
+          "--ft_join_timeout_ms",
+          "3000",
+          "--ft_quorum_timeout_ms",
+          "30000"};
+}
+
+long lines_in(const std::string& path) {
+  const std::string text = read_file(path);
+  return static_cast<long>(std::count(text.begin(), text.end(), '\n'));
+}
+
+bool wait_for_lines(const std::string& path, long lines, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (lines_in(path) < lines && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return lines_in(path) >= lines;
+}
+
+void check_kept_processes(const std::map<std::string, ReplicaLines>& lines) {
+  std::set<std::string> digests;
+  for (const auto& [replica, r] : lines) {
+    INFO(replica);
+    CHECK(r.started_pids.size() == 1);
+    CHECK(r.final_pid == r.started_pids.front());
+    CHECK_FALSE(r.digest.empty());
+    digests.insert(r.digest);
+  }
+  CHECK(digests.size() == 1);
+}
+
+}  // namespace ctrun::testing

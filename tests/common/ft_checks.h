@@ -1,0 +1,53 @@
+// Test helper: what a --fault_tolerant run promises, checked from the trainers' --consumed_log
+// (one line per replica and committed step) and their console lines ("[<replica> pid N]
+// training ...", "... parameters digest X ...").
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ctrun::testing {
+
+struct Commit {
+  std::uint64_t epoch = 0;
+  long long unix_ms = 0;
+  std::vector<std::uint64_t> indices;
+};
+// replica -> step -> what it committed.
+using Commits = std::map<std::string, std::map<std::int64_t, Commit>>;
+
+// The consumed log at `path`; a replica that committed one step twice fails the test.
+Commits read_consumed(const std::string& path);
+
+// The promises: `survivor` committed steps 1..N with none missing; every replica that committed
+// a step committed the same samples for it; each of `epochs` epochs trained each of `samples`
+// samples exactly once.
+void check_commits(const Commits& commits, const std::string& survivor, std::uint64_t samples,
+                   std::uint64_t epochs = 2);
+
+// replica -> the pids its "training" lines (one per process started) and its digest line name.
+struct ReplicaLines {
+  std::vector<std::string> started_pids;
+  std::string final_pid;
+  std::string digest;
+};
+std::map<std::string, ReplicaLines> replica_lines(const std::string& log);
+
+// Each replica of `lines` ran in one process from start to end and ended with the same
+// parameters as the others.
+void check_kept_processes(const std::map<std::string, ReplicaLines>& lines);
+
+// `mlp --fault_tolerant` for 2 epochs of `samples` (batch 32, seed 7), logging its commits to
+// `consumed`, with the tests' timeouts: collective 1 s, heartbeat 0.5 s, join 3 s, quorum 30 s.
+std::vector<std::string> ft_mlp_argv(const std::string& mlp_path, std::uint64_t samples,
+                                     const std::string& consumed);
+
+// Lines in the consumed log so far: one per replica and committed step.
+long lines_in(const std::string& path);
+// Polls (bounded) until the consumed log at `path` has `lines` lines.
+bool wait_for_lines(const std::string& path, long lines, std::chrono::seconds timeout);
+
+}  // namespace ctrun::testing
