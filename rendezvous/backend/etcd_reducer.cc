@@ -4,6 +4,7 @@
 
 #include "ctrun/rendezvous/round.h"
 #include "rendezvous/etcd/etcd_jobs.h"
+#include "rendezvous/etcd/etcd_quorum.h"
 
 namespace ctrun::rendezvous {
 
@@ -235,13 +236,16 @@ EtcdReducer::Change EtcdReducer::enter(const NodeInfo& node, const RendezvousCon
   return [this, node, config](Edit& edit) -> Status {
     std::unique_ptr<Rendezvous>& r = edit.state;
     // Every node of an ended job is gone: the same id starts a new job, as with ctrund. Its
-    // store (and its add markers) go with the old job.
+    // store (and its add markers) and its replicas' quorum go with the old job.
     const bool replace = r && r->state() != JobState::kRunning && !any_live_peer(*r);
     if (!r || replace) {
       const int generation = r ? r->generation() + 1 : 0;
       if (r) {
         edit.also.push_back(etcd::delete_op(store_prefix_, etcd::prefix_end(store_prefix_)));
         edit.also.push_back(etcd::delete_op(ops_prefix_, etcd::prefix_end(ops_prefix_)));
+        // The fault-tolerant replicas' quorum (etcd_quorum.h) too: the new job's forms anew.
+        const std::string quorum = etcd_quorum_prefix(job_);
+        edit.also.push_back(etcd::delete_op(quorum, etcd::prefix_end(quorum)));
       }
       r = std::make_unique<Rendezvous>(job_, without_keep_alives(config), clock_, edit.log,
                                        generation);

@@ -4,6 +4,19 @@
 
 namespace ctrun::rendezvous {
 
+namespace {
+
+Json member_json(const QuorumMember& m) {
+  return {{"replica", m.replica_id}, {"step", m.step}, {"address", m.address}};
+}
+
+QuorumMember member_from_json(const Json& j) {
+  return {j.at("replica").get<std::string>(), j.at("step").get<std::int64_t>(),
+          j.at("address").get<std::string>()};
+}
+
+}  // namespace
+
 Quorum::Quorum(QuorumConfig config, const Clock& clock, std::string store_root)
     : config_(std::move(config)), clock_(clock), store_root_(std::move(store_root)) {}
 
@@ -94,27 +107,97 @@ std::vector<QuorumNotice> Quorum::form() {
                                  return a.replica_id == b.replica_id;
                                });
   if (!same || quorum_id_ == 0 || rebuild_) ++quorum_id_;
+  ++formations_;
   rebuild_ = false;
   members_ = next;
   asks_.clear();
   removed_.clear();
   first_ask_.reset();
 
-  std::int64_t max_step = 0;
-  for (const auto& m : members_) max_step = std::max(max_step, m.step);
-  const auto sources = heal_sources(members_);
   std::vector<QuorumNotice> out;
-  for (std::size_t i = 0; i < members_.size(); ++i) {
-    QuorumAssignment a;
-    a.quorum_id = quorum_id_;
-    a.members = members_;
-    a.rank = static_cast<int>(i);
-    a.max_step = max_step;
-    a.heal_from = sources[i];
-    a.store_prefix = store_root_ + std::to_string(quorum_id_) + "/";
-    out.push_back(QuorumNotice{members_[i].replica_id, std::move(a)});
-  }
+  for (const auto& m : members_)
+    out.push_back(QuorumNotice{m.replica_id, *assignment(m.replica_id)});
   return out;
+}
+
+std::optional<QuorumAssignment> Quorum::assignment(const std::string& replica_id) const {
+  const auto me = std::find_if(members_.begin(), members_.end(),
+                               [&](const QuorumMember& m) { return m.replica_id == replica_id; });
+  if (me == members_.end()) return std::nullopt;
+  QuorumAssignment a;
+  a.quorum_id = quorum_id_;
+  a.members = members_;
+  a.rank = static_cast<int>(me - members_.begin());
+  for (const auto& m : members_) a.max_step = std::max(a.max_step, m.step);
+  a.heal_from = heal_sources(members_)[static_cast<std::size_t>(a.rank)];
+  a.store_prefix = store_root_ + std::to_string(quorum_id_) + "/";
+  return a;
+}
+
+std::vector<std::string> Quorum::known() const {
+  std::vector<std::string> out;
+  for (const auto& [id, heard] : last_heard_) out.push_back(id);
+  return out;
+}
+
+Json Quorum::save() const {
+  Json members = Json::array();
+  for (const auto& m : members_) members.push_back(member_json(m));
+  Json asks = Json::array();
+  for (const auto& [id, m] : asks_) asks.push_back(member_json(m));
+  Json j{{"min_replicas", config_.min_replicas},
+         {"max_replicas", config_.max_replicas},
+         {"join_timeout_ms", to_millis(config_.join_timeout)},
+         {"heartbeat_timeout_ms", to_millis(config_.heartbeat_timeout)},
+         {"store_root", store_root_},
+         {"quorum_id", quorum_id_},
+         {"formations", formations_},
+         {"rebuild", rebuild_},
+         {"members", std::move(members)},
+         {"asks", std::move(asks)},
+         {"known", known()},
+         {"removed", removed_},
+         {"saved_unix_ms", clock_.unix_millis()}};
+  if (finished_step_) j["finished_step"] = *finished_step_;
+  if (first_ask_) j["first_ask_age_ms"] = to_millis(clock_.now() - *first_ask_);
+  return j;
+}
+
+Result<std::unique_ptr<Quorum>> Quorum::restore(const Json& j, const Clock& clock) {
+  // The record was written by save(); a mismatch means a damaged or foreign state.
+  try {
+    QuorumConfig config;
+    config.min_replicas = j.at("min_replicas").get<int>();
+    config.max_replicas = j.at("max_replicas").get<int>();
+    config.join_timeout = std::chrono::milliseconds(j.at("join_timeout_ms").get<std::int64_t>());
+    config.heartbeat_timeout =
+        std::chrono::milliseconds(j.at("heartbeat_timeout_ms").get<std::int64_t>());
+    if (auto s = validate(config); !s) return s.error();
+    auto q = std::make_unique<Quorum>(config, clock, j.at("store_root").get<std::string>());
+    q->quorum_id_ = j.at("quorum_id").get<std::int64_t>();
+    q->formations_ = j.at("formations").get<std::int64_t>();
+    q->rebuild_ = j.at("rebuild").get<bool>();
+    for (const auto& m : j.at("members")) q->members_.push_back(member_from_json(m));
+    for (const auto& a : j.at("asks")) {
+      auto m = member_from_json(a);
+      q->asks_[m.replica_id] = std::move(m);
+    }
+    const TimePoint now = clock.now();
+    for (const auto& id : j.at("known")) q->last_heard_[id.get<std::string>()] = now;
+    q->removed_ = j.at("removed").get<std::set<std::string>>();
+    if (j.contains("finished_step")) q->finished_step_ = j.at("finished_step").get<std::int64_t>();
+    if (j.contains("first_ask_age_ms")) {
+      // The time since the writer saved counts too. (Wall clocks of different machines agree
+      // only as well as NTP keeps them; a reading from the future counts 0.)
+      const auto since_saved = std::max<std::int64_t>(
+          0, clock.unix_millis() - j.at("saved_unix_ms").get<std::int64_t>());
+      q->first_ask_ = now - std::chrono::milliseconds(j.at("first_ask_age_ms").get<std::int64_t>() +
+                                                      since_saved);
+    }
+    return q;
+  } catch (const Json::exception& e) {
+    return Error{ErrorCode::kBadRequest, std::string("saved quorum: ") + e.what()};
+  }
 }
 
 std::optional<TimePoint> Quorum::next_deadline() const {
@@ -162,9 +245,7 @@ std::string Quorum::why_waiting() const {
 
 Json Quorum::describe() const {
   Json members = Json::array();
-  for (const auto& m : members_) {
-    members.push_back({{"replica", m.replica_id}, {"step", m.step}, {"address", m.address}});
-  }
+  for (const auto& m : members_) members.push_back(member_json(m));
   Json j{{"quorum_id", quorum_id_},
          {"members", std::move(members)},
          {"waiting", waiting()},

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -69,6 +70,21 @@ class Quorum {
   std::string why_waiting() const;
   Json describe() const;
 
+  // How many quorums formed so far (each formation counts, an unchanged id too): a replica that
+  // asked at `formations() == n` and sees more got its answer in the state (the etcd quorum).
+  std::int64_t formations() const { return formations_; }
+  // What `replica_id` was told at the last formation; nullopt when it is not a member.
+  std::optional<QuorumAssignment> assignment(const std::string& replica_id) const;
+  // The replicas this quorum knows alive (asked or beat since they were last removed): where
+  // liveness is kept elsewhere (etcd leases), the caller removes those it knows gone.
+  std::vector<std::string> known() const;
+
+  // The state as JSON, for replicas that run one Quorum on a shared key (the etcd quorum). The
+  // join timeout runs on by wall clock across a save and a restore; every known replica is
+  // restored as heard from just now (its liveness is the caller's: remove() the gone ones).
+  Json save() const;
+  static Result<std::unique_ptr<Quorum>> restore(const Json& saved, const Clock& clock);
+
  private:
   bool alive(const std::string& replica_id) const;
   // Forms the quorum if the rule allows it now.
@@ -84,7 +100,8 @@ class Quorum {
   const Clock& clock_;
   std::string store_root_;
   std::int64_t quorum_id_ = 0;  // 0: none formed yet
-  bool rebuild_ = false;        // an ask since the last formation asked for a new id
+  std::int64_t formations_ = 0;
+  bool rebuild_ = false;  // an ask since the last formation asked for a new id
   std::optional<std::int64_t> finished_step_;
   std::vector<QuorumMember> members_;
   std::map<std::string, QuorumMember> asks_;     // waiting for the next formation

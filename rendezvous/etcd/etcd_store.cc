@@ -7,16 +7,11 @@
 #include <random>
 #include <set>
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
-
 #include "rendezvous/core/store.h"
+#include "rendezvous/etcd/watch_until.h"
 #include "rendezvous/protocol/auth.h"
 
 namespace ctrun::rendezvous::etcd {
-namespace asio = boost::asio;
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
@@ -49,30 +44,6 @@ Task<Result<TxnResult>> read_keys(Kv& client, std::set<std::string> keys) {
   }
   all.succeeded = true;
   co_return all;
-}
-
-// Cancels the watch once `deadline` passes, again every 100 ms until the watch has ended: a
-// cancel that came while the watch was still connecting finds nothing to close.
-struct WatchDeadline {
-  explicit WatchDeadline(asio::any_io_executor executor) : timer(std::move(executor)) {}
-  asio::steady_timer timer;
-  bool watch_ended = false;
-  bool passed = false;
-};
-
-void arm(const std::shared_ptr<WatchDeadline>& d, Kv& client, SteadyClock::time_point when) {
-  d->timer.expires_at(when);
-  d->timer.async_wait([d, &client](boost::system::error_code ec) {
-    if (ec || d->watch_ended) return;
-    d->passed = true;
-    client.cancel_watches();
-    arm(d, client, SteadyClock::now() + std::chrono::milliseconds(100));
-  });
-}
-
-Task<void> sleep_for(Duration d) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, d);
-  co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
 }  // namespace
@@ -166,7 +137,6 @@ Task<Status> store_wait(Kv& client, std::string prefix, std::vector<std::string>
   const auto deadline = timeout ? SteadyClock::now() + *timeout : SteadyClock::time_point::max();
   std::set<std::string> missing;
   for (const auto& k : keys) missing.insert(prefix + k);
-  auto executor = co_await asio::this_coro::executor;
   while (!missing.empty()) {
     auto read = co_await read_keys(client, missing);
     if (!read) co_return read.error();
@@ -186,20 +156,16 @@ Task<Status> store_wait(Kv& client, std::string prefix, std::vector<std::string>
           "key '" + missing.begin()->substr(prefix.size()) + "' is not set" +
               (timeout ? " after " + std::to_string(to_millis(*timeout)) + " ms" : std::string())};
     }
-    auto watch_deadline = std::make_shared<WatchDeadline>(executor);
-    if (deadline != SteadyClock::time_point::max()) arm(watch_deadline, client, deadline);
     const std::string shared = common_prefix(missing);
-    std::function<void(const WatchMessage&)> on_message = [&](const WatchMessage& m) {
-      for (const auto& event : m.events) {
-        if (!event.deleted) missing.erase(event.kv.key);
-      }
-      if (missing.empty()) client.cancel_watches();
-    };
-    auto watched = co_await client.watch(shared, prefix_end(shared), read.value().revision + 1,
-                                         std::move(on_message));
-    watch_deadline->watch_ended = true;
-    watch_deadline->timer.cancel();
-    if (!watched && !missing.empty() && !watch_deadline->passed) {
+    auto watched =
+        co_await watch_until(client, shared, prefix_end(shared), read.value().revision + 1,
+                             deadline, [&](const WatchMessage& m) {
+                               for (const auto& event : m.events) {
+                                 if (!event.deleted) missing.erase(event.kv.key);
+                               }
+                               return missing.empty();
+                             });
+    if (!watched && watched.error().code != ErrorCode::kTimeout) {
       // The stream broke (a member restarting, the revision compacted): read again, watch
       // again, after a pause so that a member that is down is not hammered.
       co_await sleep_for(std::chrono::milliseconds(200));

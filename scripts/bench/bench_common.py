@@ -1,9 +1,10 @@
 """Helpers the Python benchmark drivers share (launch_bench.py, train_bench.py, gpu_bench.py,
-c10d_rdzv_bench.py, etcd_rdzv_bench.py)."""
+c10d_rdzv_bench.py, etcd_rdzv_bench.py, ft_bench.py)."""
 import json
 import multiprocessing as mp
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -126,3 +127,43 @@ def time_torch_rendezvous(nodes, make_handler, name, start_timeout_s, join_timeo
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+
+
+def free_port(host="127.0.0.1"):
+    """A TCP port on `host` that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    """A fresh one-member etcd with the v2 API on, data in `tmp`; stopped by PID."""
+
+    def __init__(self, tmp, host="127.0.0.1", start_timeout_s=60):
+        self.host = host
+        self.port, peer = free_port(host), free_port(host)
+        client_url, peer_url = f"http://{host}:{self.port}", f"http://{host}:{peer}"
+        self.data = tempfile.mkdtemp(prefix="etcd.", dir=tmp)
+        self.log = open(os.path.join(self.data, "etcd.log"), "w")
+        self.proc = subprocess.Popen(
+            ["/usr/bin/etcd", "--name=bench", f"--data-dir={self.data}/data", "--enable-v2",
+             f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
+             f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+             f"--initial-cluster=bench={peer_url}", "--logger=zap", "--log-level=error"],
+            stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            try:
+                socket.create_connection((host, self.port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError("etcd did not start")
+                time.sleep(0.05)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        self.log.close()
+        shutil.rmtree(self.data, ignore_errors=True)

@@ -17,15 +17,12 @@ loopback-only network namespace (run.sh does both).
 import argparse
 import datetime
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from bench_common import first_json_row, time_torch_rendezvous
+from bench_common import Etcd, first_json_row, time_torch_rendezvous
 
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
@@ -41,45 +38,6 @@ except ImportError:
 HOST = "127.0.0.1"
 JOIN_TIMEOUT_S = 240
 START_TIMEOUT_S = 60
-ETCD = "/usr/bin/etcd"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-class Etcd:
-    """A fresh one-member etcd with the v2 API on, data in `tmp`; stopped by PID."""
-
-    def __init__(self, tmp):
-        self.port, peer = free_port(), free_port()
-        client_url, peer_url = f"http://{HOST}:{self.port}", f"http://{HOST}:{peer}"
-        self.data = tempfile.mkdtemp(prefix="etcd.", dir=tmp)
-        self.log = open(os.path.join(self.data, "etcd.log"), "w")
-        self.proc = subprocess.Popen(
-            [ETCD, "--name=bench", f"--data-dir={self.data}/data", "--enable-v2",
-             f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
-             f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-             f"--initial-cluster=bench={peer_url}", "--logger=zap", "--log-level=error"],
-            stdout=subprocess.DEVNULL, stderr=self.log)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.stop()
-                    raise RuntimeError("etcd did not start")
-                time.sleep(0.05)
-
-    def stop(self):
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-        self.log.close()
-        shutil.rmtree(self.data, ignore_errors=True)
 
 
 def run_torch(nodes, rep, tmp):

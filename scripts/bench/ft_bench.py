@@ -16,9 +16,10 @@ are measured the same way:
   total                  the run's wall time, and its excess over the same mode without a fault
 
 Then the quorum's steady-state cost: mlp and gpt, no fault, ctrun plain DDP vs
---fault_tolerant, steps/s side by side.
+--fault_tolerant (the quorum on the agent's ctrund), and vs --fault_tolerant on etcd (the
+replicas' own quorum on etcd keys; where /usr/bin/etcd is installed), step times side by side.
 
-Usage: /usr/bin/python3 scripts/bench/ft_bench.py [--quick] [--reps N]
+Usage: /usr/bin/python3 scripts/bench/ft_bench.py [--quick] [--reps N] [--part faults|steady]
 Needs build-bench/ (scripts/bench/run.sh builds it; CTRUN_BENCH_BUILD=DIR for another). Runs in a loopback-only network namespace.
 """
 import argparse
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import ensure_loopback_netns, run_bounded
+from bench_common import Etcd, ensure_loopback_netns, run_bounded
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -142,37 +143,58 @@ STEP_MS = re.compile(r"step_ms ([0-9.]+)")
 
 def steady_cost(args, tmp):
     """ctrun plain DDP vs --fault_tolerant, no fault: median step time from the trainers'
-    --log_every lines (the FT loop logs on quorum rank 0, the plain one on rank 0)."""
+    --log_every lines (the FT loop logs on quorum rank 0, the plain one on rank 0), the first
+    window left out: it holds the start (the first quorum, communicator and heal in FT mode,
+    the allocator's warm-up in both), not the steady state."""
     trainers = {
         "mlp": [os.path.join(BUILD, "trainers", "mlp"), "--epochs", "1", "--samples",
-                str(args.samples), "--batch_size", "64", "--log_every", "5"],
+                str(args.steady_samples), "--batch_size", "64", "--log_every", "10"],
         "gpt": [os.path.join(BUILD, "trainers", "gpt"), "--max_steps", str(args.gpt_steps),
                 "--width", "128", "--layers", "2", "--heads", "4", "--context", "64",
                 "--batch_size", "8", "--log_every", "5"],
     }
+    modes = ["plain", "ft"] + (["ft_etcd"] if os.path.exists("/usr/bin/etcd") else [])
     print(f"\n### The quorum's cost in steady state: 3 workers, no fault, median step time over "
           f"{args.reps} run(s) of each\n")
-    print("| trainer | ctrun DDP step (ms) | --fault_tolerant step (ms) | cost |")
-    print("|---|---|---|---|")
+    if "ft_etcd" not in modes:
+        print("(/usr/bin/etcd is not installed: the etcd column is left out)\n")
+    print("| trainer | ctrun DDP step (ms) | --fault_tolerant step (ms) | cost |" +
+          (" on etcd (ms) | cost on etcd |" if "ft_etcd" in modes else ""))
+    print("|---|---|---|---|" + ("---|---|" if "ft_etcd" in modes else ""))
+    ctrun = os.path.join(BUILD, "launcher", "ctrun")
     for name, argv in trainers.items():
-        times = {"plain": [], "ft": []}
+        times = {m: [] for m in modes}
         for rep in range(args.reps):
-            for mode in (("plain", "ft") if rep % 2 == 0 else ("ft", "plain")):
-                extra = ["--fault_tolerant"] + FT_TIMEOUTS if mode == "ft" else []
-                launcher = [os.path.join(BUILD, "launcher", "ctrun"), "--standalone",
-                            "--nproc_per_node=3"]
-                if mode == "ft":
-                    launcher.append("--fault_tolerance=step")
-                code, out = run_bounded(launcher + argv + extra, JOB_TIMEOUT_S)
+            for mode in modes[rep % len(modes):] + modes[:rep % len(modes)]:
+                etcd = Etcd(tmp) if mode == "ft_etcd" else None
+                try:
+                    if etcd:
+                        launcher = [ctrun, "--nnodes=1", "--rdzv_backend=etcd",
+                                    f"--rdzv_endpoint=127.0.0.1:{etcd.port}", "--rdzv_id=bench"]
+                    else:
+                        launcher = [ctrun, "--standalone"]
+                    launcher.append("--nproc_per_node=3")
+                    extra = []
+                    if mode != "plain":
+                        launcher.append("--fault_tolerance=step")
+                        extra = ["--fault_tolerant"] + FT_TIMEOUTS
+                    code, out = run_bounded(launcher + argv + extra, JOB_TIMEOUT_S)
+                finally:
+                    if etcd:
+                        etcd.stop()
                 if code != 0:
                     raise RuntimeError(f"{name} {mode} exited {code}:\n{out[-3000:]}")
-                steps = [float(x) for x in STEP_MS.findall(out)]
+                steps = [float(x) for x in STEP_MS.findall(out)][1:]
                 if not steps:
                     raise RuntimeError(f"{name} {mode}: no step_ms lines:\n{out[-2000:]}")
                 times[mode].append(statistics.median(steps))
                 log(f"steady {name} rep {rep} {mode}: {times[mode][-1]:.2f} ms/step")
         p, f = statistics.median(times["plain"]), statistics.median(times["ft"])
-        print(f"| {name} | {p:.2f} | {f:.2f} | {100 * (f - p) / p:+.1f} % |")
+        row = f"| {name} | {p:.2f} | {f:.2f} | {100 * (f - p) / p:+.1f} % |"
+        if "ft_etcd" in modes:
+            e = statistics.median(times["ft_etcd"])
+            row += f" {e:.2f} | {100 * (e - p) / p:+.1f} % |"
+        print(row)
 
 
 def main():
@@ -182,19 +204,26 @@ def main():
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--samples", type=int, default=None)
     parser.add_argument("--kill_at", type=int, default=None)
+    parser.add_argument("--steady_samples", type=int, default=None,
+                        help="mlp's samples in the steady-state part (100 or 250 steps)")
     parser.add_argument("--checkpoint_every", type=int, default=10)
     parser.add_argument("--gpt_steps", type=int, default=None)
+    parser.add_argument("--part", choices=("faults", "steady"), default=None,
+                        help="run one part only (default: both)")
     parser.add_argument("--in-netns", action="store_true")
     args = parser.parse_args()
     args.reps = args.reps or (1 if args.quick else 3)
     args.samples = args.samples or (3072 if args.quick else 9600)
     args.kill_at = args.kill_at or (15 if args.quick else 45)
     args.gpt_steps = args.gpt_steps or (20 if args.quick else 60)
+    args.steady_samples = args.steady_samples or (19200 if args.quick else 48000)
     print(f"ft_bench: {os.uname().nodename}, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
     with tempfile.TemporaryDirectory(prefix="ft_bench.") as tmp:
-        bench_faults(args, tmp)
-        steady_cost(args, tmp)
+        if args.part in (None, "faults"):
+            bench_faults(args, tmp)
+        if args.part in (None, "steady"):
+            steady_cost(args, tmp)
 
 
 if __name__ == "__main__":

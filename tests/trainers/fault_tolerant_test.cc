@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "etcd_server.h"
 #include "ft_checks.h"
 #include "process.h"
 
@@ -42,65 +43,84 @@ std::unique_ptr<ChildProcess> ft_agent(const ScratchDir& s, const std::string& n
   return std::make_unique<ChildProcess>(argv, s.path(name + ".log"));
 }
 
+struct Fault {
+  const char* name;
+  const char* flag;
+  const char* worker_timeout;
+  const char* seen;
+  const char* at_step;
+  std::uint64_t samples;
+};
+// The kill early in a run of 256 steps, so that its replacement (seconds to start on a busy
+// machine) heals and trains on; the hang's replacement may come after the end.
+const Fault kKilled{
+    "killed", "--inject_kill_at_step", "--worker_timeout=0", "was killed by SIGKILL", "3", 12288};
+const Fault kHung{"hung",  "--inject_hang_at_step", "--worker_timeout=8", "no heartbeat for ", "10",
+                  kSamples};
+
+// One node of three workers on the rendezvous `rendezvous` names, one worker faulty: the job
+// succeeds with the promises kept.
+void check_worker_fault(const ScratchDir& s, const Fault& f,
+                        const std::vector<std::string>& rendezvous) {
+  const std::string consumed = s.path(std::string(f.name) + ".consumed");
+  const std::string log = s.path(std::string(f.name) + ".log");
+  std::vector<std::string> argv = {CTRUN_PATH};
+  argv.insert(argv.end(), rendezvous.begin(), rendezvous.end());
+  argv.insert(argv.end(), {"--nproc_per_node=3", "--fault_tolerance=step", "--max_restarts=2",
+                           f.worker_timeout});
+  const auto mlp = ft_mlp_argv(MLP_PATH, f.samples, consumed);
+  argv.insert(argv.end(), mlp.begin(), mlp.end());
+  argv.insert(argv.end(), {f.flag, f.at_step});
+  ChildProcess p(argv, log);
+  const auto rc = p.wait(120s);
+  const std::string out = read_file(log);
+  INFO(out);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(out.find(f.seen) != std::string::npos);
+  CHECK(out.find("replacing worker rank 2 (local rank 2; 1 of 2 restarts); the others run on") !=
+        std::string::npos);
+
+  const auto lines = replica_lines(out);
+  REQUIRE(lines.size() == 3);
+  std::set<std::string> digests;
+  for (const auto& [replica, r] : lines) {
+    INFO(replica);
+    // Survivors ran in one process from start to end; the faulty one was replaced once. Its
+    // replacement heals and trains on, or, started after its peers finished (a hang is seen
+    // only after --worker_timeout), learns that nothing is left.
+    const bool faulty = replica.size() > 2 && replica.compare(replica.size() - 2, 2, "/2") == 0;
+    CHECK(r.started_pids.size() == (faulty ? 2u : 1u));
+    if (faulty && r.digest.empty()) {
+      CHECK(out.find("the other replicas finished the training at step") != std::string::npos);
+      continue;
+    }
+    digests.insert(r.digest);
+    CHECK_FALSE(r.digest.empty());
+    if (!faulty) CHECK(r.final_pid == r.started_pids.front());
+  }
+  CHECK(digests.size() == 1);  // the very same parameters on every replica
+  const std::string survivor = lines.begin()->first;
+  check_commits(read_consumed(consumed), survivor, f.samples);
+  if (std::string(f.name) == "killed") CHECK(out.find("healed from ") != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("trainers: with --fault_tolerant a killed or hung worker costs a step, not a restart") {
   ScratchDir s("mlp_ft");
-  struct Fault {
-    const char* name;
-    const char* flag;
-    const char* worker_timeout;
-    const char* seen;
-    const char* at_step;
-    std::uint64_t samples;
-  };
-  // The kill early in a run of 256 steps, so that its replacement (seconds to start on a busy
-  // machine) heals and trains on; the hang's replacement may come after the end.
-  for (const Fault& f : {Fault{"killed", "--inject_kill_at_step", "--worker_timeout=0",
-                               "was killed by SIGKILL", "3", 12288},
-                         Fault{"hung", "--inject_hang_at_step", "--worker_timeout=8",
-                               "no heartbeat for ", "10", kSamples}}) {
-    const std::string consumed = s.path(std::string(f.name) + ".consumed");
-    const std::string log = s.path(std::string(f.name) + ".log");
-    std::vector<std::string> argv = {CTRUN_PATH,           "--standalone",
-                                     "--nproc_per_node=3", "--fault_tolerance=step",
-                                     "--max_restarts=2",   f.worker_timeout};
-    const auto mlp = ft_mlp_argv(MLP_PATH, f.samples, consumed);
-    argv.insert(argv.end(), mlp.begin(), mlp.end());
-    argv.insert(argv.end(), {f.flag, f.at_step});
-    ChildProcess p(argv, log);
-    const auto rc = p.wait(120s);
-    const std::string out = read_file(log);
-    INFO(out);
-    REQUIRE(rc);
-    CHECK(*rc == 0);
-    CHECK(out.find(f.seen) != std::string::npos);
-    CHECK(out.find("replacing worker rank 2 (local rank 2; 1 of 2 restarts); the others run on") !=
-          std::string::npos);
+  for (const Fault& f : {kKilled, kHung}) check_worker_fault(s, f, {"--standalone"});
+}
 
-    const auto lines = replica_lines(out);
-    REQUIRE(lines.size() == 3);
-    std::set<std::string> digests;
-    for (const auto& [replica, r] : lines) {
-      INFO(replica);
-      // Survivors ran in one process from start to end; the faulty one was replaced once. Its
-      // replacement heals and trains on, or, started after its peers finished (a hang is seen
-      // only after --worker_timeout), learns that nothing is left.
-      const bool faulty = replica.size() > 2 && replica.compare(replica.size() - 2, 2, "/2") == 0;
-      CHECK(r.started_pids.size() == (faulty ? 2u : 1u));
-      if (faulty && r.digest.empty()) {
-        CHECK(out.find("the other replicas finished the training at step") != std::string::npos);
-        continue;
-      }
-      digests.insert(r.digest);
-      CHECK_FALSE(r.digest.empty());
-      if (!faulty) CHECK(r.final_pid == r.started_pids.front());
-    }
-    CHECK(digests.size() == 1);  // the very same parameters on every replica
-    const std::string survivor = lines.begin()->first;
-    check_commits(read_consumed(consumed), survivor, f.samples);
-    if (std::string(f.name) == "killed") CHECK(out.find("healed from ") != std::string::npos);
-  }
+TEST_CASE("trainers: with --fault_tolerant on etcd a killed worker costs a step, not a restart") {
+  CTRUN_SKIP_WITHOUT_ETCD();
+  ScratchDir s("mlp_ft_etcd");
+  EtcdCluster etcd(s, 1);
+  // The quorum is the replicas' own, on etcd keys; a killed worker is let go when its lease
+  // (the 0.5 s heartbeat timeout, as etcd grants it) expires.
+  check_worker_fault(s, kKilled,
+                     {"--nnodes=1", "--rdzv_backend=etcd", "--rdzv_endpoint=" + etcd.endpoints(),
+                      "--rdzv_id=ft-etcd"});
 }
 
 TEST_CASE("trainers: with --fault_tolerant an agent SIGKILLed costs a step, the others go on") {

@@ -76,16 +76,15 @@ class FaultTolerance::Impl : public StepGate {
         group_(*this, options.backend),
         committed_(options.committed_step),
         quorum_(std::move(quorum)),
-        heartbeats_([this] { beat_until_stopped(); }) {}
+        background_([this] { ask_and_beat(); }) {}
 
   ~Impl() override {
     {
-      std::lock_guard lock(stop_mutex_);
+      std::lock_guard lock(background_mutex_);
       stopping_ = true;
     }
-    stop_.notify_all();
-    heartbeats_.join();
-    if (pending_.valid()) pending_.wait();  // bounded by the quorum timeout
+    wake_.notify_all();
+    background_.join();  // after an ask in flight, bounded by the quorum timeout
   }
 
   ProcessGroup& group() { return group_; }
@@ -99,8 +98,16 @@ class FaultTolerance::Impl : public StepGate {
     }
     step_open_ = true;
     if (options_.overlap_quorum && inner_ && last_committed_ && !group_broken_) {
-      // Steady state: the answer is awaited by the step's first collective (step_group()).
-      pending_ = std::async(std::launch::async, [this, c = committed_] { return ask(c, false); });
+      // Steady state: the background thread asks while the step runs; the answer is awaited by
+      // the step's first collective (step_group()).
+      std::promise<Result<QuorumAssignment>> answer;
+      pending_ = answer.get_future();
+      {
+        std::lock_guard lock(background_mutex_);
+        ask_for_ = committed_;
+        answer_ = std::move(answer);
+      }
+      wake_.notify_all();
       return plan();
     }
     try {
@@ -383,11 +390,28 @@ class FaultTolerance::Impl : public StepGate {
     return std::string(static_cast<const char*>(data.data_ptr()), static_cast<std::size_t>(size));
   }
 
-  // Keeps the replica alive in the quorum through steps longer than the heartbeat timeout. An
-  // ask in flight is proof of life itself: then the beat is skipped.
-  void beat_until_stopped() {
-    std::unique_lock lock(stop_mutex_);
-    while (!stop_.wait_for(lock, options_.heartbeat_timeout / 4, [this] { return stopping_; })) {
+  // The background thread, one for the run (not one per step): the steady state's overlapped
+  // asks, and between them heartbeats that keep the replica alive in the quorum through steps
+  // longer than the heartbeat timeout. An ask in flight is proof of life itself: then no beat.
+  void ask_and_beat() {
+    std::unique_lock lock(background_mutex_);
+    for (;;) {
+      wake_.wait_for(lock, options_.heartbeat_timeout / 4,
+                     [this] { return stopping_ || ask_for_.has_value(); });
+      if (stopping_) return;
+      if (ask_for_) {
+        const std::int64_t committed = *ask_for_;
+        ask_for_.reset();
+        auto answer = std::move(answer_);
+        lock.unlock();
+        try {
+          answer.set_value(ask(committed, false));
+        } catch (...) {
+          answer.set_exception(std::current_exception());
+        }
+        lock.lock();
+        continue;
+      }
       std::unique_lock quorum(quorum_mutex_, std::try_to_lock);
       if (quorum && quorum_) (void)quorum_->heartbeat();
     }
@@ -419,10 +443,12 @@ class FaultTolerance::Impl : public StepGate {
   std::optional<QuorumAssignment> changed_;  // the overlapped ask's answer, when it changed
   std::string fatal_;
 
-  std::mutex stop_mutex_;
-  std::condition_variable stop_;
+  std::mutex background_mutex_;  // the background thread's orders
+  std::condition_variable wake_;
   bool stopping_ = false;
-  std::thread heartbeats_;  // last: started once everything it uses exists
+  std::optional<std::int64_t> ask_for_;  // ask for the step after this committed one
+  std::promise<Result<QuorumAssignment>> answer_;
+  std::thread background_;  // last: started once everything it uses exists
 };
 
 Result<std::unique_ptr<FaultTolerance>> FaultTolerance::start(const WorkerEnv& env,

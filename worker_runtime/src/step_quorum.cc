@@ -14,28 +14,19 @@ Result<std::unique_ptr<StepQuorum>> StepQuorum::connect(const WorkerEnv& env,
   }
   if (!env.store) {
     return Error{ErrorCode::kBadRequest,
-                 "the per-step quorum needs the job's ctrund store (CTRUN_STORE_ADDR); this "
+                 "the per-step quorum needs the job's store (CTRUN_STORE_ADDR or "
+                 "CTRUN_STORE_BACKEND=etcd); this "
                  "worker was not given one"};
   }
-  if (env.store->backend != rendezvous::StoreAddress::Backend::kCtrund) {
-    return Error{ErrorCode::kBadRequest,
-                 "the per-step quorum is served by ctrund; a job on etcd "
-                 "(CTRUN_STORE_BACKEND=etcd) cannot use it yet"};
-  }
   if (auto s = rendezvous::validate(config); !s) return s.error();
-  rendezvous::ClientOptions options;
-  options.host = env.store->host;
-  options.port = static_cast<std::uint16_t>(env.store->port);
-  options.job = env.run_id.empty() ? "default" : env.run_id;
-  options.token = env.store->token;
-  options.connect_timeout = connect_timeout;
-  auto client = rendezvous::Client::connect(options);
+  auto client = rendezvous::connect_quorum(*env.store, env.run_id.empty() ? "default" : env.run_id,
+                                           env.replica_id, connect_timeout);
   if (!client) return client.error();
   return std::unique_ptr<StepQuorum>(
       new StepQuorum(std::move(client).value(), env.replica_id, config));
 }
 
-StepQuorum::StepQuorum(std::unique_ptr<rendezvous::Client> client, std::string replica_id,
+StepQuorum::StepQuorum(std::unique_ptr<rendezvous::QuorumClient> client, std::string replica_id,
                        rendezvous::QuorumConfig config)
     : client_(std::move(client)), replica_id_(std::move(replica_id)), config_(config) {}
 

@@ -220,6 +220,7 @@ TEST_CASE("etcd reducer: an ended job whose nodes are gone gives way to a new on
   const EtcdReducer::Write& w = *fresh.value().write;
   CHECK(has_op(w.txn, etcd::Operation::Kind::kDelete, kPrefix + "store/"));
   CHECK(has_op(w.txn, etcd::Operation::Kind::kDelete, kPrefix + "ops/"));
+  CHECK(has_op(w.txn, etcd::Operation::Kind::kDelete, kPrefix + "quorum/"));
   b.job.written(w, 11);
   auto joined = b.job.join_step();
   INFO((joined.ok() ? std::string() : joined.error().message));

@@ -314,3 +314,61 @@ TEST_CASE("quorum: once a replica finished the training every ask learns it at o
           .value()
           .finished);
 }
+
+TEST_CASE("quorum: formations count every formation, and each member's assignment stays readable") {
+  ManualClock clock;
+  Quorum q(config(1, 3), clock);
+  CHECK(q.formations() == 0);
+  form_three(q, 4);
+  for (const char* id : {"a", "b", "c"})
+    CHECK(q.ask(replica(id, 5)).size() == (id[0] == 'c' ? 3u : 0u));
+  CHECK(q.quorum_id() == 1);  // the same members: the same id, but a second formation
+  CHECK(q.formations() == 2);
+  const auto b = q.assignment("b");
+  REQUIRE(b.has_value());
+  CHECK(b->rank == 1);
+  CHECK(b->max_step == 5);
+  CHECK(b->store_prefix == "quorum/1/");
+  CHECK_FALSE(q.assignment("z").has_value());
+}
+
+TEST_CASE("quorum: saved and restored it decides as before, the join timeout running on") {
+  ManualClock writer;
+  Quorum q(config(2, 3), writer, "quorum/abc/");
+  form_three(q, 3);
+  q.ask(replica("a", 4), /*rebuild=*/true);
+  q.remove("c");
+  writer.advance(300ms);  // a's ask has waited 300 of its 500 ms for b
+  const Json saved = q.save();
+  CHECK(saved.at("formations") == 1);
+
+  // Restored by another replica whose wall clock reads 100 ms later.
+  ManualClock reader;
+  reader.advance(std::chrono::milliseconds(writer.unix_millis() - reader.unix_millis()) + 100ms);
+  auto restored = Quorum::restore(saved, reader);
+  REQUIRE(restored);
+  Quorum& r = *restored.value();
+  CHECK(r.quorum_id() == 1);
+  CHECK(r.formations() == 1);
+  CHECK(r.waiting() == std::vector<std::string>{"a"});
+  CHECK(r.known() == std::vector<std::string>{"a", "b"});  // c was removed
+  CHECK(r.config().min_replicas == 2);
+  REQUIRE(r.next_deadline().has_value());
+  CHECK(*r.next_deadline() == reader.now() + 100ms);  // 500 - 300 waited - 100 since saved
+  // b asks: a and b are a majority of a, b, c (c removed): the rebuild gives a new id.
+  auto formed = by_replica(r.ask(replica("b", 4)));
+  REQUIRE(formed.size() == 2);
+  CHECK(formed["a"].quorum_id == 2);
+  CHECK(formed["a"].store_prefix == "quorum/abc/2/");
+  CHECK(r.formations() == 2);
+
+  // What save() wrote and nothing else is read back.
+  Json damaged = saved;
+  damaged.erase("members");
+  auto refused = Quorum::restore(damaged, reader);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().message.rfind("saved quorum: ", 0) == 0);
+  Json invalid = saved;
+  invalid["min_replicas"] = 0;
+  CHECK_FALSE(Quorum::restore(invalid, reader));
+}

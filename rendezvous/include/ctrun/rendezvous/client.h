@@ -23,6 +23,7 @@
 #include "ctrun/rendezvous/error.h"
 #include "ctrun/rendezvous/frame.h"
 #include "ctrun/rendezvous/quorum.h"
+#include "ctrun/rendezvous/quorum_client.h"
 #include "ctrun/rendezvous/round.h"
 #include "ctrun/rendezvous/store_client.h"
 
@@ -112,7 +113,7 @@ class AsyncClient {
   std::shared_ptr<Impl> impl_;
 };
 
-class Client final : public StoreClient {
+class Client final : public StoreClient, public QuorumClient {
  public:
   // Connects (with retry) and says hello.
   static Result<std::unique_ptr<Client>> connect(ClientOptions options);
@@ -146,9 +147,9 @@ class Client final : public StoreClient {
   // `timeout`; then kTimeout, and the next ask supersedes this one). The connection speaks for
   // the replica from then on: when it closes, the replica is gone from the quorum.
   Result<QuorumAssignment> quorum(const QuorumRequest& request,
-                                  std::optional<Duration> timeout = {});
+                                  std::optional<Duration> timeout = {}) override;
   // Proof of life during a step longer than the quorum's heartbeat timeout.
-  Status quorum_heartbeat(const std::string& replica);
+  Status quorum_heartbeat(const std::string& replica) override;
 
  private:
   class Impl;

@@ -1,24 +1,25 @@
 // A worker's side of the per-step quorum (ctrun --fault_tolerance=step; docs/fault_tolerance.md):
-// one connection to the job's ctrund, on which the worker asks for each step's quorum. The
-// connection speaks for the worker's replica: when the worker dies the kernel closes it, and
-// the quorum lets the replica go at once instead of waiting for it.
+// the worker's own way to the job's quorum, on which it asks for each step's quorum. On ctrund
+// it is a connection that speaks for the worker's replica: when the worker dies the kernel
+// closes it, and the quorum lets the replica go at once. On etcd it is the replica's lease,
+// which goes when the worker leaves or, if it dies, when the lease expires.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/quorum.h"
+#include "ctrun/rendezvous/quorum_client.h"
 #include "ctrun/worker/env.h"
 
 namespace ctrun::worker {
 
 class StepQuorum {
  public:
-  // Needs a worker started with CTRUN_FAULT_TOLERANCE=step whose job's store is ctrund's; other
-  // workers get an error that says which of those is missing. `config` is the job's quorum
-  // settings, the same on every replica.
+  // Needs a worker started with CTRUN_FAULT_TOLERANCE=step and given its job's store (ctrund's
+  // or etcd's); other workers get an error that says which of those is missing. `config` is the
+  // job's quorum settings, the same on every replica.
   static Result<std::unique_ptr<StepQuorum>> connect(const WorkerEnv& env,
                                                      rendezvous::QuorumConfig config,
                                                      rendezvous::Duration connect_timeout);
@@ -38,9 +39,9 @@ class StepQuorum {
   const std::string& replica_id() const { return replica_id_; }
 
  private:
-  StepQuorum(std::unique_ptr<rendezvous::Client> client, std::string replica_id,
+  StepQuorum(std::unique_ptr<rendezvous::QuorumClient> client, std::string replica_id,
              rendezvous::QuorumConfig config);
-  std::unique_ptr<rendezvous::Client> client_;
+  std::unique_ptr<rendezvous::QuorumClient> client_;
   std::string replica_id_;
   rendezvous::QuorumConfig config_;
 };
