@@ -761,8 +761,8 @@ Result<QuorumAssignment> Client::quorum(const QuorumRequest& request,
                                         std::optional<Duration> timeout) {
   return finish(call(proto::quorum(request), timeout), quorum_assignment_from_json);
 }
-Status Client::quorum_heartbeat(const std::string& replica) {
-  return finish(call(proto::quorum_heartbeat(replica)), proto::no_payload);
+Status Client::quorum_heartbeat(const std::string& replica, Duration timeout) {
+  return finish(call(proto::quorum_heartbeat(replica), timeout), proto::no_payload);
 }
 
 }  // namespace ctrun::rendezvous

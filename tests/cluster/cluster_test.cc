@@ -343,7 +343,7 @@ TEST_CASE("cluster: with --fault_tolerance=step a node's link goes down and up, 
   REQUIRE(commits.size() == 3);
   const auto node1_replica = replica_lines(node1).begin()->first;
   const auto survivor = replica_lines(read_file(s.path("node0.log"))).begin()->first;
-  check_commits(commits, survivor, samples);
+  check_commits(commits, samples);
   // The majority trained on while node 1 was away; node 1 committed nothing in that time
   // (from a second after the link went down: a step in flight may end just after).
   int majority_steps = 0;
@@ -358,6 +358,80 @@ TEST_CASE("cluster: with --fault_tolerance=step a node's link goes down and up, 
   std::cout << "fault-tolerant link down 4 s: the majority committed " << majority_steps
             << " steps meanwhile; node 1 healed and all three finished with the same parameters"
             << std::endl;
+  daemon->signal(SIGTERM);
+  CHECK(daemon->wait(10s) == 0);
+}
+
+TEST_CASE("cluster: with --fault_tolerance=step a node cut off for good stops, the rest finish") {
+  if (!root()) {
+    CTRUN_SKIP("needs root to create network namespaces (scripts/netns-cluster.sh)");
+  }
+  Cluster cluster(3);
+  INFO(cluster.setup_log());
+  REQUIRE(cluster.ok());
+  ScratchDir s("cluster_ft_minority");
+  auto daemon = start_daemon(cluster, s);
+  const std::string consumed = s.path("consumed");
+  const std::uint64_t samples = 24576;
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> argv = {
+        CTRUN_PATH,
+        "--nnodes=2:3",
+        "--nproc_per_node=1",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=" + Cluster::address(0) + ":29400",
+        "--rdzv_id=job",
+        "--rdzv_conf=is_host=false,keep_alive_interval=1,keep_alive_max_attempt=2,"
+        "last_call_timeout=1,join_timeout=10",
+        "--fault_tolerance=step",
+        "--max_restarts=0"};
+    // A replica that gets no quorum for 5 s stops.
+    const auto mlp = ft_mlp_argv(MLP_PATH, samples, consumed, 5000);
+    argv.insert(argv.end(), mlp.begin(), mlp.end());
+    agents.push_back(std::make_unique<ChildProcess>(cluster.on(i, argv),
+                                                    s.path("node" + std::to_string(i) + ".log")));
+  }
+  auto dump = [&] { return all_logs(s, 3) + "ctrund:\n" + read_file(s.path("ctrund.log")); };
+  REQUIRE(wait_for_lines(consumed, 3 * 20, 120s));
+
+  // Node 1 is cut off and stays so: alone, it is the minority of its last quorum.
+  const long long down_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  ChildProcess link_down({"/usr/sbin/ip", "-n", cluster.ns(1), "link", "set", "eth0", "down"},
+                         s.path("ip.log"));
+  REQUIRE(link_down.wait(10s) == 0);
+  const auto cut_off = agents[1]->wait(90s);
+  const auto code0 = agents[0]->wait(240s);
+  const auto code2 = agents[2]->wait(60s);
+  INFO(dump());
+  // It stopped, saying why, instead of training on alone...
+  REQUIRE(cut_off);
+  CHECK(*cut_off != 0);
+  const std::string node1 = read_file(s.path("node1.log"));
+  CHECK(node1.find("no quorum for step ") != std::string::npos);
+  // ... and the others finished with the same parameters, in their first processes.
+  REQUIRE(code0);
+  REQUIRE(code2);
+  CHECK(*code0 == 0);
+  CHECK(*code2 == 0);
+  auto lines = replica_lines(read_file(s.path("node0.log")));
+  const auto lines2 = replica_lines(read_file(s.path("node2.log")));
+  REQUIRE(lines.size() == 1);
+  REQUIRE(lines2.size() == 1);
+  lines.insert(lines2.begin(), lines2.end());
+  check_kept_processes(lines);
+  // Every step node 1 committed is the one the others committed (it never diverged), and it
+  // committed nothing once cut off (a step in flight may end within the collective timeout).
+  const auto commits = read_consumed(consumed);
+  check_commits(commits, samples);
+  const auto node1_replica = replica_lines(node1).begin()->first;
+  REQUIRE(commits.count(node1_replica));
+  for (const auto& [step, c] : commits.at(node1_replica)) {
+    INFO("node 1 step " << step);
+    CHECK(c.unix_ms < down_ms + 1000);
+  }
   daemon->signal(SIGTERM);
   CHECK(daemon->wait(10s) == 0);
 }

@@ -30,21 +30,21 @@ Commits read_consumed(const std::string& path) {
   return out;
 }
 
-void check_commits(const Commits& commits, const std::string& survivor, std::uint64_t samples,
-                   std::uint64_t epochs) {
-  REQUIRE(commits.count(survivor));
-  const auto& all = commits.at(survivor);
-  // The survivor committed steps 1..N with none missing: nothing it committed was taken back.
-  std::int64_t expected = 1;
-  for (const auto& [step, c] : all) CHECK(step == expected++);
-  // Every replica that committed a step committed the same samples for it.
+void check_commits(const Commits& commits, std::uint64_t samples, std::uint64_t epochs) {
+  // Every replica that committed a step committed the same samples for it. (A replica may miss
+  // one: on Gloo, one whose last receive of a step failed after its peers' succeeded does not
+  // commit it, and heals it from them instead.)
+  std::map<std::int64_t, Commit> all;
   for (const auto& [replica, steps] : commits) {
     for (const auto& [step, c] : steps) {
       INFO(replica << " step " << step);
-      REQUIRE(all.count(step));
-      CHECK(all.at(step).indices == c.indices);
+      auto [it, first] = all.emplace(step, c);
+      if (!first) CHECK(it->second.indices == c.indices);
     }
   }
+  // Steps 1..N were committed with none missing: nothing committed was taken back.
+  std::int64_t expected = 1;
+  for (const auto& [step, c] : all) CHECK(step == expected++);
   std::map<std::uint64_t, std::multiset<std::uint64_t>> by_epoch;
   for (const auto& [step, c] : all) by_epoch[c.epoch].insert(c.indices.begin(), c.indices.end());
   REQUIRE(by_epoch.size() == epochs);
@@ -74,7 +74,7 @@ std::map<std::string, ReplicaLines> replica_lines(const std::string& log) {
 }
 
 std::vector<std::string> ft_mlp_argv(const std::string& mlp_path, std::uint64_t samples,
-                                     const std::string& consumed) {
+                                     const std::string& consumed, long quorum_timeout_ms) {
   return {mlp_path,
           "--fault_tolerant",
           "--epochs",
@@ -94,7 +94,7 @@ std::vector<std::string> ft_mlp_argv(const std::string& mlp_path, std::uint64_t 
           "--ft_join_timeout_ms",
           "3000",
           "--ft_quorum_timeout_ms",
-          "30000"};
+          std::to_string(quorum_timeout_ms)};
 }
 
 long lines_in(const std::string& path) {

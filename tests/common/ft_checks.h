@@ -22,11 +22,10 @@ using Commits = std::map<std::string, std::map<std::int64_t, Commit>>;
 // The consumed log at `path`; a replica that committed one step twice fails the test.
 Commits read_consumed(const std::string& path);
 
-// The promises: `survivor` committed steps 1..N with none missing; every replica that committed
-// a step committed the same samples for it; each of `epochs` epochs trained each of `samples`
+// The promises: every replica that committed a step committed the same samples for it; steps
+// 1..N were committed with none missing; each of `epochs` epochs trained each of `samples`
 // samples exactly once.
-void check_commits(const Commits& commits, const std::string& survivor, std::uint64_t samples,
-                   std::uint64_t epochs = 2);
+void check_commits(const Commits& commits, std::uint64_t samples, std::uint64_t epochs = 2);
 
 // replica -> the pids its "training" lines (one per process started) and its digest line name.
 struct ReplicaLines {
@@ -41,9 +40,10 @@ std::map<std::string, ReplicaLines> replica_lines(const std::string& log);
 void check_kept_processes(const std::map<std::string, ReplicaLines>& lines);
 
 // `mlp --fault_tolerant` for 2 epochs of `samples` (batch 32, seed 7), logging its commits to
-// `consumed`, with the tests' timeouts: collective 1 s, heartbeat 0.5 s, join 3 s, quorum 30 s.
+// `consumed`, with the tests' timeouts: collective 1 s, heartbeat 0.5 s, join 3 s, quorum
+// `quorum_timeout_ms`.
 std::vector<std::string> ft_mlp_argv(const std::string& mlp_path, std::uint64_t samples,
-                                     const std::string& consumed);
+                                     const std::string& consumed, long quorum_timeout_ms = 30000);
 
 // Lines in the consumed log so far: one per replica and committed step.
 long lines_in(const std::string& path);

@@ -50,6 +50,8 @@ rendezvous::Status StepQuorum::finish(std::int64_t step, rendezvous::Duration ti
   return rendezvous::ok_status();
 }
 
-rendezvous::Status StepQuorum::heartbeat() { return client_->quorum_heartbeat(replica_id_); }
+rendezvous::Status StepQuorum::heartbeat() {
+  return client_->quorum_heartbeat(replica_id_, config_.heartbeat_timeout);
+}
 
 }  // namespace ctrun::worker

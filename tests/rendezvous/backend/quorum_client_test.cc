@@ -88,7 +88,7 @@ void quorum_script(const StoreAddress& address, const std::string& job) {
   REQUIRE(third[2]);
   CHECK(third[2].value().max_step == 2);
   CHECK(third[2].value().heal_from == 0);
-  CHECK(clients[0]->quorum_heartbeat("r0"));
+  CHECK(clients[0]->quorum_heartbeat("r0", 5s));
 
   // r2 goes (its connection closes, its lease is revoked): not waited for the join timeout.
   clients[2].reset();

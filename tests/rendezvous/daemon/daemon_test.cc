@@ -857,7 +857,7 @@ TEST_CASE("client: three replicas form each step's quorum through ctrund, a kill
     CHECK(second[i]->value().quorum_id == 2);
     CHECK(second[i]->value().members.size() == 2);
   }
-  CHECK(replicas[0]->quorum_heartbeat("a").ok());
+  CHECK(replicas[0]->quorum_heartbeat("a", 5s).ok());
   // An ask the quorum cannot answer in time is a timeout, not a hang.
   auto alone = replicas[0]->quorum(request("a", 2), 300ms);
   REQUIRE_FALSE(alone.ok());

@@ -148,8 +148,7 @@ class Client final : public StoreClient, public QuorumClient {
   // the replica from then on: when it closes, the replica is gone from the quorum.
   Result<QuorumAssignment> quorum(const QuorumRequest& request,
                                   std::optional<Duration> timeout = {}) override;
-  // Proof of life during a step longer than the quorum's heartbeat timeout.
-  Status quorum_heartbeat(const std::string& replica) override;
+  Status quorum_heartbeat(const std::string& replica, Duration timeout) override;
 
  private:
   class Impl;

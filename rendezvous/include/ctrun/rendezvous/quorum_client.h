@@ -24,8 +24,10 @@ class QuorumClient {
   // the replica.
   virtual Result<QuorumAssignment> quorum(const QuorumRequest& request,
                                           std::optional<Duration> timeout = {}) = 0;
-  // Proof of life during a step longer than the quorum's heartbeat timeout.
-  virtual Status quorum_heartbeat(const std::string& replica) = 0;
+  // Proof of life during a step longer than the quorum's heartbeat timeout; kTimeout when no
+  // answer came within `timeout` (bounded: a beat sent into a cut link must not hold the
+  // client, and the asks behind it, for good).
+  virtual Status quorum_heartbeat(const std::string& replica, Duration timeout) = 0;
 };
 
 // The quorum of job `job` at `address` for replica `replica_id`: a connection to ctrund

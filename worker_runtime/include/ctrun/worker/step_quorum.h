@@ -33,7 +33,8 @@ class StepQuorum {
   // This replica finished the training at `step`: it leaves the quorum, and replicas that ask
   // from now on learn that the training is over (QuorumAssignment::finished).
   rendezvous::Status finish(std::int64_t step, rendezvous::Duration timeout);
-  // Proof of life during a step longer than the quorum's heartbeat timeout.
+  // Proof of life during a step longer than the quorum's heartbeat timeout, waiting at most that
+  // long for its answer.
   rendezvous::Status heartbeat();
 
   const std::string& replica_id() const { return replica_id_; }
