@@ -178,7 +178,7 @@ etcd::Task<Result<QuorumAssignment>> EtcdQuorum::ask(QuorumRequest request, Dura
     }
     for (const auto& n : notices) {
       if (n.replica_id != replica_id_) continue;
-      if (request.finished) co_await leave();
+      if (request.finished) (void)co_await leave();  // best effort: else the lease expires
       co_return n.assignment;
     }
 
