@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
-cmake -S . -B build -G Ninja > /dev/null
+# Only what the demo runs: no tests, no benchmarks (scripts/test.sh turns them on again).
+cmake -S . -B build -G Ninja -DCTRUN_BUILD_TESTS=OFF -DCTRUN_BUILD_BENCH=OFF > /dev/null
 cmake --build build -j "$(nproc)" --target ctrun ctrund mlp
 
 work=$(mktemp -d /tmp/ctrun_demo_XXXXXX)

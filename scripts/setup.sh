@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# Installs every Debian package ctrun needs to build, test and benchmark. Idempotent: a package
-# already present is not touched, and apt is not consulted at all when nothing is missing.
+# Installs the Debian packages ctrun needs. Idempotent: a package already present is not
+# touched, and apt is not consulted at all when nothing is missing.
+#   scripts/setup.sh          what building ctrun and running the demo need
+#   scripts/setup.sh --tests  that, and what only the test suite and benchmarks use (etcd, a
+#                             private Slurm, Prometheus's promtool, lintian, ...)
 # Never installs Boost 1.74 (libboost-all-dev / libboost-dev): it conflicts with 1.81.
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git clang-format
+  build-essential cmake ninja-build pkg-config git
   libboost1.81-dev libboost-filesystem1.81-dev
-  nlohmann-json3-dev libcli11-dev catch2 libssl-dev
+  nlohmann-json3-dev libcli11-dev libssl-dev libhwloc-dev
   libtorch-dev libgloo-dev python3-torch
-  iproute2 procps elfutils libhwloc-dev
+)
+test_packages=(
+  catch2 clang-format iproute2 procps elfutils help2man lintian
   etcd-server etcd-client slurmctld slurmd slurm-client munge prometheus
 )
+case "${1:-}" in
+  "") ;;
+  --tests) packages+=("${test_packages[@]}") ;;
+  *)
+    echo "scripts/setup.sh: unknown argument '$1' (expected nothing or --tests)" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 build_dir=build
 # Warnings are errors here (CI runs this script); a user's own build only warns.
-cmake_args=(-DCTRUN_WERROR=ON)
+cmake_args=(-DCTRUN_WERROR=ON -DCTRUN_BUILD_TESTS=ON -DCTRUN_BUILD_BENCH=ON)
 if [[ "${1:-}" == "--sanitize" ]]; then
   build_dir=build-sanitize
   cmake_args+=(-DCTRUN_SANITIZE=ON -DCTRUN_BUILD_BENCH=OFF)
@@ -16,7 +16,7 @@ elif [[ $# -gt 0 ]]; then
   exit 2
 fi
 
-bash scripts/setup.sh
+bash scripts/setup.sh --tests
 cmake -S . -B "$build_dir" -G Ninja "${cmake_args[@]}"
 cmake --build "$build_dir" -j "$(nproc)"
 cd "$build_dir"

@@ -14,6 +14,7 @@
 #include "arg_parser.h"
 #include "ctrun/launcher/slurm.h"
 #include "option_text.h"
+#include "rendezvous/base/version.h"
 
 namespace ctrun::launcher {
 namespace {
@@ -362,7 +363,7 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
   }
   if (a.exit_dest == "version") {
     parsed.outcome = ParseOutcome::kVersion;
-    parsed.text = std::string("ctrun ") + CTRUN_VERSION + "\n";
+    parsed.text = "ctrun " + version_text() + "\n";
     return parsed;
   }
 

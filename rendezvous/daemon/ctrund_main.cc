@@ -16,6 +16,7 @@
 #include "rendezvous/base/event_log.h"
 #include "rendezvous/base/log.h"
 #include "rendezvous/base/token.h"
+#include "rendezvous/base/version.h"
 #include "rendezvous/core/metrics.h"
 #include "rendezvous/daemon/metrics_server.h"
 #include "rendezvous/daemon/server.h"
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
                  "serve each job's store to torch's TCPStore clients (its workers, "
                  "TORCHELASTIC_USE_AGENT_STORE=True) on a port of its own: auto, PORT or "
                  "FIRST-LAST; such ports take no token");
-  app.set_version_flag("--version", "ctrund " CTRUN_VERSION);
+  app.set_version_flag("--version", "ctrund " + ctrun::version_text());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

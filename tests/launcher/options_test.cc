@@ -190,6 +190,7 @@ TEST_CASE("options: help and version") {
   REQUIRE(version);
   CHECK(version.value().outcome == ParseOutcome::kVersion);
   CHECK(version.value().text.rfind("ctrun ", 0) == 0);
+  CHECK(version.value().text.find(" (revision ") != std::string::npos);
 }
 
 TEST_CASE("options: nproc_per_node words") {
