@@ -154,10 +154,12 @@ etcd::Task<Result<QuorumAssignment>> EtcdQuorum::ask(QuorumRequest request, Dura
       if (auto mine = quorum->assignment(replica_id_)) co_return *mine;
     }
     const std::int64_t formations = quorum->formations();
+    // Not asked yet, or left out (gone by its lease while it waited): ask (again).
+    const bool asks = !asked_at || !waiting;
     if (request.finished) {
       take(quorum->finish(request.member));
-    } else if (!asked_at || !waiting) {
-      take(quorum->ask(request.member, request.rebuild));  // (again, if it was left out)
+    } else if (asks) {
+      take(quorum->ask(request.member, request.rebuild));
     }
     take(quorum->tick());
 
@@ -173,7 +175,7 @@ etcd::Task<Result<QuorumAssignment>> EtcdQuorum::ask(QuorumRequest request, Dura
         continue;  // another replica wrote first: decide again on what it wrote
       }
       losses = 0;
-      if (!asked_at || !waiting) asked_at = formations;
+      if (asks) asked_at = formations;
       watch_from = wrote.value().revision + 1;
     }
     for (const auto& n : notices) {

@@ -41,6 +41,13 @@ class Cluster {
   std::string setup_log() const { return read_file(log_.path("up.log")); }
   std::string ns(int node) const { return prefix_ + "-node" + std::to_string(node); }
   static std::string address(int node) { return "198.18.0." + std::to_string(10 + node); }
+  // Takes node `node`'s link down or brings it up (ip -n NS link set eth0 ...); whether that
+  // worked within 10 s. `log` takes ip's output.
+  bool set_link(int node, bool up, const std::string& log) const {
+    ChildProcess ip({"/usr/sbin/ip", "-n", ns(node), "link", "set", "eth0", up ? "up" : "down"},
+                    log);
+    return ip.wait(10s) == 0;
+  }
   // argv run inside node `node`'s namespace (ip netns exec execs it: the PID is the program's).
   std::vector<std::string> on(int node, std::vector<std::string> argv) const {
     argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", ns(node)});
@@ -122,6 +129,26 @@ int highest(const ScratchDir& s, int nodes, int (*value)(const std::string&)) {
     best = std::max(best, value(read_file(s.path("node" + std::to_string(i) + ".log"))));
   }
   return best;
+}
+
+// One agent per namespace host of a 2:3 --fault_tolerance=step job, each with one `mlp
+// --fault_tolerant` worker (`quorum_timeout_ms`), on the c10d rendezvous of the daemon in node 0;
+// keep-alives every second, two may be missed (`extra_conf` adds to --rdzv_conf). Node i logs to
+// DIR/node<i>.log.
+std::vector<std::unique_ptr<ChildProcess>> start_ft_agents(
+    const Cluster& cluster, const ScratchDir& s, int nodes, std::uint64_t samples,
+    const std::string& consumed, long quorum_timeout_ms, const std::string& extra_conf = "") {
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < nodes; ++i) {
+    const auto argv = ft_agent_argv(
+        CTRUN_PATH, "2:" + std::to_string(nodes), Cluster::address(0) + ":29400", "job",
+        "is_host=false,keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1" +
+            extra_conf,
+        ft_mlp_argv(MLP_PATH, samples, consumed, quorum_timeout_ms));
+    agents.push_back(std::make_unique<ChildProcess>(cluster.on(i, argv),
+                                                    s.path("node" + std::to_string(i) + ".log")));
+  }
+  return agents;
 }
 
 }  // namespace
@@ -212,9 +239,7 @@ TEST_CASE(
 
   // Node 1 vanishes from the network (the daemon is on node 0: node 0 survives).
   const auto fault = std::chrono::steady_clock::now();
-  ChildProcess link_down({"/usr/sbin/ip", "-n", cluster.ns(1), "link", "set", "eth0", "down"},
-                         s.path("ip.log"));
-  REQUIRE(link_down.wait(10s) == 0);
+  REQUIRE(cluster.set_link(1, false, s.path("ip.log")));
   const int step_at_fault = last_logged_step(read_file(logger));
   const auto detected = time_until_text(
       s.path("node0.log"), "left (no keep-alive for 2000 ms)): restarting", fault, 30s);
@@ -228,9 +253,7 @@ TEST_CASE(
   // The link comes back: the cut-off agent, which kept trying, finds that the rendezvous dropped
   // it, and joins again; its arrival reopens the round and the job grows back to 2 nodes.
   const auto back = std::chrono::steady_clock::now();
-  ChildProcess link_up({"/usr/sbin/ip", "-n", cluster.ns(1), "link", "set", "eth0", "up"},
-                       s.path("ip_up.log"));
-  REQUIRE(link_up.wait(10s) == 0);
+  REQUIRE(cluster.set_link(1, true, s.path("ip_up.log")));
   // Its first sign of life after the partition: the daemon closed its connection when it
   // dropped it, and that close arrives now (unless a worker's broken collective is seen first).
   const auto rejoined = time_until_text(s.path("node1.log"), "lost the rendezvous", back, 60s);
@@ -281,45 +304,19 @@ TEST_CASE("cluster: with --fault_tolerance=step a node's link goes down and up, 
   auto daemon = start_daemon(cluster, s);
   const std::string consumed = s.path("consumed");
   // Long enough (1024 steps of three replicas) that the cut-off node comes back while the job
-  // still trains. Keep-alives every second, two may be missed.
+  // still trains.
   const std::uint64_t samples = 49152;
-  std::vector<std::unique_ptr<ChildProcess>> agents;
-  for (int i = 0; i < 3; ++i) {
-    std::vector<std::string> argv = {
-        CTRUN_PATH,
-        "--nnodes=2:3",
-        "--nproc_per_node=1",
-        "--rdzv_backend=c10d",
-        "--rdzv_endpoint=" + Cluster::address(0) + ":29400",
-        "--rdzv_id=job",
-        "--rdzv_conf=is_host=false,keep_alive_interval=1,keep_alive_max_attempt=2,"
-        "last_call_timeout=1",
-        "--fault_tolerance=step",
-        "--max_restarts=0"};
-    const auto mlp = ft_mlp_argv(MLP_PATH, samples, consumed);
-    argv.insert(argv.end(), mlp.begin(), mlp.end());
-    agents.push_back(std::make_unique<ChildProcess>(cluster.on(i, argv),
-                                                    s.path("node" + std::to_string(i) + ".log")));
-  }
+  const auto agents = start_ft_agents(cluster, s, 3, samples, consumed, 30000);
   auto dump = [&] { return all_logs(s, 3) + "ctrund:\n" + read_file(s.path("ctrund.log")); };
   REQUIRE(wait_for_lines(consumed, 3 * 20, 120s));  // 20 steps committed by each replica
 
   // Node 1 vanishes from the network for 4 s: longer than the replicas' heartbeat timeout
   // (0.5 s) and the agents' keep-alives (2 s), so the quorum and the rendezvous both drop it.
-  const auto unix_ms = [] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  };
-  const long long down_ms = unix_ms();
-  ChildProcess link_down({"/usr/sbin/ip", "-n", cluster.ns(1), "link", "set", "eth0", "down"},
-                         s.path("ip.log"));
-  REQUIRE(link_down.wait(10s) == 0);
+  const long long down_ms = unix_ms_now();
+  REQUIRE(cluster.set_link(1, false, s.path("ip.log")));
   std::this_thread::sleep_for(4s);
-  const long long up_ms = unix_ms();
-  ChildProcess link_up({"/usr/sbin/ip", "-n", cluster.ns(1), "link", "set", "eth0", "up"},
-                       s.path("ip_up.log"));
-  REQUIRE(link_up.wait(10s) == 0);
+  const long long up_ms = unix_ms_now();
+  REQUIRE(cluster.set_link(1, true, s.path("ip_up.log")));
 
   std::vector<std::optional<int>> codes;
   for (auto& agent : agents) codes.push_back(agent->wait(240s));
@@ -373,35 +370,14 @@ TEST_CASE("cluster: with --fault_tolerance=step a node cut off for good stops, t
   auto daemon = start_daemon(cluster, s);
   const std::string consumed = s.path("consumed");
   const std::uint64_t samples = 24576;
-  std::vector<std::unique_ptr<ChildProcess>> agents;
-  for (int i = 0; i < 3; ++i) {
-    std::vector<std::string> argv = {
-        CTRUN_PATH,
-        "--nnodes=2:3",
-        "--nproc_per_node=1",
-        "--rdzv_backend=c10d",
-        "--rdzv_endpoint=" + Cluster::address(0) + ":29400",
-        "--rdzv_id=job",
-        "--rdzv_conf=is_host=false,keep_alive_interval=1,keep_alive_max_attempt=2,"
-        "last_call_timeout=1,join_timeout=10",
-        "--fault_tolerance=step",
-        "--max_restarts=0"};
-    // A replica that gets no quorum for 5 s stops.
-    const auto mlp = ft_mlp_argv(MLP_PATH, samples, consumed, 5000);
-    argv.insert(argv.end(), mlp.begin(), mlp.end());
-    agents.push_back(std::make_unique<ChildProcess>(cluster.on(i, argv),
-                                                    s.path("node" + std::to_string(i) + ".log")));
-  }
+  // A replica that gets no quorum for 5 s stops.
+  const auto agents = start_ft_agents(cluster, s, 3, samples, consumed, 5000, ",join_timeout=10");
   auto dump = [&] { return all_logs(s, 3) + "ctrund:\n" + read_file(s.path("ctrund.log")); };
   REQUIRE(wait_for_lines(consumed, 3 * 20, 120s));
 
   // Node 1 is cut off and stays so: alone, it is the minority of its last quorum.
-  const long long down_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                std::chrono::system_clock::now().time_since_epoch())
-                                .count();
-  ChildProcess link_down({"/usr/sbin/ip", "-n", cluster.ns(1), "link", "set", "eth0", "down"},
-                         s.path("ip.log"));
-  REQUIRE(link_down.wait(10s) == 0);
+  const long long down_ms = unix_ms_now();
+  REQUIRE(cluster.set_link(1, false, s.path("ip.log")));
   const auto cut_off = agents[1]->wait(90s);
   const auto code0 = agents[0]->wait(240s);
   const auto code2 = agents[2]->wait(60s);

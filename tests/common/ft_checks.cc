@@ -97,6 +97,29 @@ std::vector<std::string> ft_mlp_argv(const std::string& mlp_path, std::uint64_t 
           std::to_string(quorum_timeout_ms)};
 }
 
+std::vector<std::string> ft_agent_argv(const std::string& ctrun_path, const std::string& nnodes,
+                                       const std::string& endpoint, const std::string& rdzv_id,
+                                       const std::string& conf,
+                                       const std::vector<std::string>& worker) {
+  std::vector<std::string> argv = {ctrun_path,
+                                   "--nnodes=" + nnodes,
+                                   "--nproc_per_node=1",
+                                   "--rdzv_backend=c10d",
+                                   "--rdzv_endpoint=" + endpoint,
+                                   "--rdzv_id=" + rdzv_id,
+                                   "--fault_tolerance=step",
+                                   "--max_restarts=0"};
+  if (!conf.empty()) argv.push_back("--rdzv_conf=" + conf);
+  argv.insert(argv.end(), worker.begin(), worker.end());
+  return argv;
+}
+
+long long unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 long lines_in(const std::string& path) {
   const std::string text = read_file(path);
   return static_cast<long>(std::count(text.begin(), text.end(), '\n'));

@@ -45,6 +45,17 @@ void check_kept_processes(const std::map<std::string, ReplicaLines>& lines);
 std::vector<std::string> ft_mlp_argv(const std::string& mlp_path, std::uint64_t samples,
                                      const std::string& consumed, long quorum_timeout_ms = 30000);
 
+// `ctrun` for one node (one worker) of a multi-node --fault_tolerance=step job on the c10d
+// rendezvous at `endpoint` under `rdzv_id` (`conf`: its --rdzv_conf, may be empty), no
+// restarts, running `worker` (e.g. ft_mlp_argv's).
+std::vector<std::string> ft_agent_argv(const std::string& ctrun_path, const std::string& nnodes,
+                                       const std::string& endpoint, const std::string& rdzv_id,
+                                       const std::string& conf,
+                                       const std::vector<std::string>& worker);
+
+// Wall-clock milliseconds since the Unix epoch, as the consumed log stamps its lines.
+long long unix_ms_now();
+
 // Lines in the consumed log so far: one per replica and committed step.
 long lines_in(const std::string& path);
 // Polls (bounded) until the consumed log at `path` has `lines` lines.

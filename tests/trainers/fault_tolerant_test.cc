@@ -29,18 +29,10 @@ std::unique_ptr<ChildProcess> ft_agent(const ScratchDir& s, const std::string& n
                                        const std::string& nnodes, const std::string& endpoint,
                                        const std::string& conf, const std::string& consumed,
                                        std::uint64_t samples) {
-  std::vector<std::string> argv = {CTRUN_PATH,
-                                   "--nnodes=" + nnodes,
-                                   "--nproc_per_node=1",
-                                   "--rdzv_backend=c10d",
-                                   "--rdzv_endpoint=" + endpoint,
-                                   "--rdzv_id=ft-agents",
-                                   "--fault_tolerance=step",
-                                   "--max_restarts=0"};
-  if (!conf.empty()) argv.push_back("--rdzv_conf=" + conf);
-  const auto mlp = ft_mlp_argv(MLP_PATH, samples, consumed);
-  argv.insert(argv.end(), mlp.begin(), mlp.end());
-  return std::make_unique<ChildProcess>(argv, s.path(name + ".log"));
+  return std::make_unique<ChildProcess>(
+      ft_agent_argv(CTRUN_PATH, nnodes, endpoint, "ft-agents", conf,
+                    ft_mlp_argv(MLP_PATH, samples, consumed)),
+      s.path(name + ".log"));
 }
 
 struct Fault {
@@ -225,9 +217,7 @@ TEST_CASE("trainers: with --fault_tolerant ctrund SIGKILLed and restarted with -
   const long committed_at_kill = lines_in(consumed);
   std::this_thread::sleep_for(1s);
   start_ctrund(daemon, s, CTRUND_PATH, state, port, "ctrund2");
-  const long long back_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                std::chrono::system_clock::now().time_since_epoch())
-                                .count();
+  const long long back_ms = unix_ms_now();
   std::vector<std::optional<int>> codes;
   for (auto& agent : agents) codes.push_back(agent->wait(180s));
   std::string all;
