@@ -99,9 +99,14 @@ int main(int argc, char** argv) {
       torch::NoGradGuard no_grad;
       return loss_on(torch::arange(std::min(windows, eval_windows), torch::kLong)).item<double>();
     };
-    task.make_optimizer = [net](double lr) -> std::unique_ptr<torch::optim::Optimizer> {
-      return std::make_unique<torch::optim::AdamW>(net->parameters(),
+    task.make_optimizer = [](std::vector<torch::Tensor> parameters,
+                             double lr) -> std::unique_ptr<torch::optim::Optimizer> {
+      return std::make_unique<torch::optim::AdamW>(std::move(parameters),
                                                    torch::optim::AdamWOptions(lr));
+    };
+    for (const auto& block : net->blocks()) task.shard_units.push_back(block.ptr());
+    task.route_unit_forward = [net](ctrun::worker::UnitForward forward) {
+      net->set_unit_forward(std::move(forward));
     };
     return task;
   });

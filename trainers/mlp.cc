@@ -59,8 +59,9 @@ int main(int argc, char** argv) {
           return torch::nn::functional::cross_entropy(model->forward(data->inputs), data->labels)
               .item<double>();
         };
-        task.make_optimizer = [model](double lr) -> std::unique_ptr<torch::optim::Optimizer> {
-          return std::make_unique<torch::optim::Adam>(model->parameters(),
+        task.make_optimizer = [](std::vector<torch::Tensor> parameters,
+                                 double lr) -> std::unique_ptr<torch::optim::Optimizer> {
+          return std::make_unique<torch::optim::Adam>(std::move(parameters),
                                                       torch::optim::AdamOptions(lr));
         };
         return task;

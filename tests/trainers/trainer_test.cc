@@ -111,6 +111,37 @@ TEST_CASE("trainers: gpt with many buckets, accumulation, and without overlap gi
   CHECK_FALSE(digests[0].empty());
 }
 
+TEST_CASE("trainers: gpt with --zero 1, 2 and 3 on 3 ranks learns what DDP learns") {
+  ScratchDir s("gpt_zero");
+  const std::vector<std::string> flags = {
+      "--width",        "64",    "--layers",         "2",  "--heads",      "2", "--context",   "16",
+      "--corpus_bytes", "20000", "--batch_size",     "4",  "--grad_accum", "2", "--max_steps", "5",
+      "--bucket_mb",    "0.03",  "--clip_grad_norm", "0.5"};
+  double losses[4] = {};
+  for (int zero = 0; zero <= 3; ++zero) {
+    std::vector<std::string> argv{CTRUN_PATH, "--standalone", "--nproc_per_node=3",
+                                  GPT_PATH,   "--zero",       std::to_string(zero)};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const std::string log = s.path("zero" + std::to_string(zero) + ".log");
+    REQUIRE(run(argv, log) == 0);
+    const std::string out = read_file(log);
+    INFO(out);
+    CHECK(out.find("parameters identical on all 3 rank(s)") != std::string::npos);
+    if (zero == 3)
+      CHECK(out.find("ZeRO stage 3, 3 unit(s)") != std::string::npos);  // 2 blocks, root
+    losses[zero] = std::stod(last_value(out, "final loss "));
+  }
+  // The same training up to the order of float sums (reduce-scatter against all-reduce).
+  for (int zero = 1; zero <= 3; ++zero) CHECK(std::abs(losses[zero] - losses[0]) < 1e-4);
+  CHECK(losses[0] > 0);
+  // Combinations not built yet are one-line errors before any training.
+  ChildProcess bad({CTRUN_PATH, "--standalone", "--nproc_per_node=1", MLP_PATH, "--zero", "2",
+                    "--checkpoint_dir", s.path("ckpt")},
+                   s.path("bad.log"));
+  CHECK(bad.wait(60s) != 0);
+  CHECK(read_file(s.path("bad.log")).find("sharded checkpoints") != std::string::npos);
+}
+
 TEST_CASE(
     "trainers: a worker SIGKILLed or hung mid-epoch resumes from its checkpoint to the same loss") {
   ScratchDir s("mlp_resume");

@@ -10,6 +10,7 @@
 
 #include "ctrun/worker/ddp.h"
 #include "ctrun/worker/process_group.h"
+#include "ctrun/worker/sharded.h"
 #include "ctrun_store.h"
 #include "loopback_daemon.h"
 #include "nccl_group.h"
@@ -167,5 +168,73 @@ TEST_CASE("nccl: DDP on one GPU trains exactly like the model alone") {
   }
   for (std::size_t i = 0; i < alone->parameters().size(); ++i) {
     CHECK(torch::equal(alone->parameters()[i], wrapped->parameters()[i]));
+  }
+}
+
+TEST_CASE("nccl: reduce-scatter, all-gather into one buffer, and each ZeRO stage on one GPU") {
+  CTRUN_SKIP_WITHOUT_GPU();
+  ctrun::testing::LoopbackDaemon daemon(120s);
+  auto group = ctrun::worker::make_nccl_group(connect(daemon, "zero/"), 0, 1, 0, 20s);
+  auto input = torch::arange(64, on_gpu(torch::kFloat));
+  auto output = torch::empty({64}, on_gpu(torch::kFloat));
+  group->reduce_scatter_async(output, input.clone())->wait();
+  CHECK(torch::equal(output, input));
+  auto gathered = torch::zeros({64}, on_gpu(torch::kBFloat16));
+  group->all_gather_into_async(gathered, input.to(torch::kBFloat16))->wait();
+  CHECK(torch::equal(gathered, input.to(torch::kBFloat16)));
+  CHECK_THROWS_AS(group->all_gather_into_async(gathered, input.to(torch::kBFloat16).cpu()),
+                  std::invalid_argument);
+
+  torch::manual_seed(5);
+  auto make = [] {
+    auto net = torch::nn::Sequential(torch::nn::Linear(64, 256), torch::nn::ReLU(),
+                                     torch::nn::Linear(256, 10));
+    net->to(torch::Device(torch::kCUDA, 0));
+    return net;
+  };
+  auto alone = make();
+  torch::optim::Adam opt_alone(alone->parameters(), torch::optim::AdamOptions(1e-3));
+  std::vector<torch::nn::Sequential> wrapped;
+  std::vector<std::unique_ptr<ctrun::worker::ShardedDataParallel>> sharded;
+  std::vector<std::unique_ptr<torch::optim::Adam>> optimizers;
+  for (int stage : {1, 2, 3}) {
+    wrapped.push_back(make());
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < alone->parameters().size(); ++i) {
+      wrapped.back()->parameters()[i].copy_(alone->parameters()[i]);
+    }
+    ctrun::worker::ShardingOptions options;
+    options.stage = stage;
+    options.units = {wrapped.back()[0]};  // the first Linear; the rest is the root
+    sharded.push_back(std::make_unique<ctrun::worker::ShardedDataParallel>(wrapped.back().ptr(),
+                                                                           *group, options));
+    optimizers.push_back(std::make_unique<torch::optim::Adam>(sharded.back()->shard_parameters(),
+                                                              torch::optim::AdamOptions(1e-3)));
+  }
+  for (int step = 0; step < 5; ++step) {
+    auto x = torch::randn({32, 64}, on_gpu(torch::kFloat));
+    auto y = torch::randint(0, 10, {32}, on_gpu(torch::kLong));
+    torch::nn::functional::cross_entropy(alone->forward(x), y).backward();
+    opt_alone.step();
+    opt_alone.zero_grad();
+    for (std::size_t s = 0; s < sharded.size(); ++s) {
+      auto& net = wrapped[s];
+      auto& zero = *sharded[s];
+      auto loss = zero.forward([&] {
+        auto h =
+            zero.forward_unit(*net[0], [&] { return net[0]->as<torch::nn::Linear>()->forward(x); });
+        return torch::nn::functional::cross_entropy(
+            net[2]->as<torch::nn::Linear>()->forward(torch::relu(h)), y);
+      });
+      loss.backward();
+      zero.step(*optimizers[s]);
+    }
+  }
+  for (std::size_t s = 0; s < sharded.size(); ++s) {
+    INFO("stage " << s + 1);
+    auto whole = sharded[s]->full_parameters();
+    for (std::size_t i = 0; i < alone->parameters().size(); ++i) {
+      CHECK(torch::allclose(alone->parameters()[i], wrapped[s]->parameters()[i], 1e-5, 1e-6));
+    }
   }
 }

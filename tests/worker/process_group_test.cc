@@ -119,6 +119,70 @@ TEST_CASE("process group: alone, with no launcher") {
   check_sum_and_gather(results);
 }
 
+TEST_CASE("process group: reduce-scatter and all-gather into one buffer, at 2 and 3 Gloo ranks") {
+  at::set_num_threads(1);
+  for (int world : {2, 3}) {
+    INFO("world " << world);
+    const int64_t chunk = 5;
+    auto results = ctrun::testing::run_gloo_ranks<std::vector<torch::Tensor>>(
+        world, [&](int rank, ProcessGroup& group) {
+          // Rank r contributes (r + 1) * [0, 1, 2, ...]: the sum is (1 + ... + world) * that.
+          auto input = torch::arange(world * chunk, torch::kFloat) * (rank + 1);
+          auto reduced = torch::empty({chunk});
+          group.reduce_scatter_async(reduced, input)->wait();
+          // In place: this rank's chunk of the output is the input.
+          auto gathered = torch::full({world * chunk}, -1.0f);
+          gathered.narrow(0, rank * chunk, chunk).fill_(rank);
+          group.all_gather_into_async(gathered, gathered.narrow(0, rank * chunk, chunk))->wait();
+          auto invalid = std::string("no error");
+          try {
+            group.reduce_scatter_async(torch::empty({chunk + 1}), input);
+          } catch (const std::invalid_argument& e) {
+            invalid = e.what();
+          }
+          return std::vector<torch::Tensor>{reduced, gathered,
+                                            torch::tensor(static_cast<int64_t>(invalid.size()))};
+        });
+    const double ranks_sum = world * (world + 1) / 2.0;
+    for (int r = 0; r < world; ++r) {
+      INFO("rank " << r);
+      CHECK(torch::equal(results[r][0],
+                         torch::arange(r * chunk, (r + 1) * chunk, torch::kFloat) * ranks_sum));
+      CHECK(torch::equal(results[r][1],
+                         torch::arange(world, torch::kFloat).repeat_interleave(chunk)));
+      CHECK(results[r][2].item<int64_t>() > 20);  // the shape error was a message, not a hang
+    }
+  }
+}
+
+TEST_CASE("process group: a reduce-scatter waiting on a silent peer is a timeout error") {
+  at::set_num_threads(1);
+  std::atomic<bool> rank0_done{false};
+  const auto started = std::chrono::steady_clock::now();
+  auto errors = ctrun::testing::run_gloo_ranks<std::string>(
+      2,
+      [&](int rank, ProcessGroup& group) -> std::string {
+        if (rank == 1) {
+          while (!rank0_done && std::chrono::steady_clock::now() - started < 30s) {
+            std::this_thread::sleep_for(10ms);
+          }
+          return "";
+        }
+        std::string error = "no error";
+        try {
+          group.reduce_scatter_async(torch::empty({2}), torch::ones({4}))->wait();
+        } catch (const CollectiveError& e) {
+          error = e.what();
+        }
+        rank0_done = true;
+        return error;
+      },
+      1500ms);
+  CHECK_THAT(errors[0],
+             Catch::StartsWith("gloo reduce_scatter failed:") && Catch::Contains("imed out"));
+  CHECK(std::chrono::steady_clock::now() - started < 20s);
+}
+
 TEST_CASE("process group: a peer that never joins the collective is a timeout error") {
   at::set_num_threads(1);
   std::atomic<bool> rank0_done{false};

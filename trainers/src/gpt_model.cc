@@ -60,7 +60,13 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   const int64_t time = tokens.size(1);
   auto positions = torch::arange(time, tokens.options().dtype(torch::kLong));
   auto x = token_embedding_->forward(tokens) + position_embedding_->forward(positions);
-  for (auto& block : blocks_) x = block->forward(x);
+  for (auto& block : blocks_) {
+    if (unit_forward_) {
+      x = unit_forward_(*block, [&] { return block->forward(x); });
+    } else {
+      x = block->forward(x);
+    }
+  }
   return head_->forward(final_norm_->forward(x));
 }
 

@@ -7,6 +7,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "ctrun/worker/sharded.h"
+
 namespace ctrun::trainers {
 
 struct GptConfig {
@@ -47,9 +49,14 @@ class GptImpl : public torch::nn::Module {
   // tokens [batch, time] (int64) -> logits [batch, time, vocab]
   torch::Tensor forward(const torch::Tensor& tokens);
 
+  const std::vector<Block>& blocks() const { return blocks_; }
+  // Each block's forward through `forward` (ShardedDataParallel::unit_forward at --zero 3).
+  void set_unit_forward(worker::UnitForward forward) { unit_forward_ = std::move(forward); }
+
  private:
   torch::nn::Embedding token_embedding_{nullptr}, position_embedding_{nullptr};
   std::vector<Block> blocks_;
+  worker::UnitForward unit_forward_;
   torch::nn::LayerNorm final_norm_{nullptr};
   torch::nn::Linear head_{nullptr};
 };

@@ -66,7 +66,8 @@ std::string digest_hex(std::uint64_t digest) {
 
 namespace {
 
-// DDP's promise, checked once at the end: every rank holds bit-identical parameters.
+// DDP's promise, checked once at the end: every rank holds bit-identical parameters (with
+// --zero, the whole ones it gathers).
 void check_replicas(Run& run, const torch::nn::Module& model) {
   const std::uint64_t digest = parameter_digest(model);
   const auto gathered = run.group->all_gather(
@@ -87,7 +88,23 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
   if (o.fault_tolerant) return train_fault_tolerant(o, run, task);
   const int rank = run.env.rank;
   const int world = run.env.world_size;
-  auto optimizer = task.make_optimizer(o.lr);
+  if (o.zero != 0 && o.no_ddp) throw std::invalid_argument("--zero and --no_ddp: choose one");
+  if (o.zero != 0 && !o.checkpoint_dir.empty()) {
+    throw std::invalid_argument("--zero " + std::to_string(o.zero) +
+                                " with --checkpoint_dir: sharded checkpoints are not built yet");
+  }
+  // Before the optimizer: with --zero it steps the shards the wrapper makes.
+  std::optional<worker::ShardedDataParallel> sharded;
+  if (o.zero != 0) {
+    worker::ShardingOptions sharding;
+    sharding.stage = o.zero;
+    sharding.unit_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
+    sharding.units = task.shard_units;
+    sharded.emplace(task.model, *run.group, sharding);
+    if (o.zero == 3 && task.route_unit_forward) task.route_unit_forward(sharded->unit_forward());
+  }
+  auto optimizer =
+      task.make_optimizer(sharded ? sharded->shard_parameters() : task.model->parameters(), o.lr);
 
   std::optional<worker::Checkpointer> checkpointer;
   worker::TrainingProgress progress;
@@ -115,7 +132,7 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
         std::to_string(world));
   }
   std::optional<worker::DistributedDataParallel> ddp;
-  if (!o.no_ddp) ddp.emplace(task.model, *run.group, ddp_options);
+  if (!o.no_ddp && !sharded) ddp.emplace(task.model, *run.group, ddp_options);
 
   worker::SamplerOptions sampler_options;
   sampler_options.dataset_size = task.dataset_size;
@@ -132,8 +149,10 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
   log_rank0(rank, "training " + std::to_string(task.dataset_size) + " samples on " +
                       std::to_string(world) + " rank(s), " + std::to_string(o.batch_size) +
                       " per rank x " + std::to_string(o.grad_accum) + " micro-steps, " +
-                      (ddp ? std::to_string(ddp->buckets().size()) + " gradient bucket(s)"
-                           : std::string("no DDP")) +
+                      (ddp       ? std::to_string(ddp->buckets().size()) + " gradient bucket(s)"
+                       : sharded ? "ZeRO stage " + std::to_string(o.zero) + ", " +
+                                       std::to_string(sharded->unit_count()) + " unit(s)"
+                                 : std::string("no DDP")) +
                       ", lr " + fixed(peak_lr, 6));
 
   worker::Throughput throughput;
@@ -177,26 +196,41 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
       for (; pos < step_end; pos += o.batch_size) {
         const std::int64_t end = std::min(step_end, pos + o.batch_size);
         const bool last = end == step_end;
-        torch::Tensor loss = task.loss(all.slice(0, pos, end));
+        const torch::Tensor indices = all.slice(0, pos, end);
+        torch::Tensor loss =
+            sharded ? sharded->forward([&] { return task.loss(indices); }) : task.loss(indices);
         loss_sum += loss.item<double>();
         loss_count += 1;
         // The step's gradient is the mean over its micro-steps.
         if (micro_steps > 1) loss = loss / static_cast<double>(micro_steps);
         // Every micro-step but the last only accumulates locally.
-        if (last || !ddp) {
+        if (last) {
+          loss.backward();
+        } else if (ddp) {
+          auto no_sync = ddp->no_sync();
+          loss.backward();
+        } else if (sharded) {
+          auto no_sync = sharded->no_sync();
           loss.backward();
         } else {
-          auto no_sync = ddp->no_sync();
           loss.backward();
         }
       }
       if (o.clip_grad_norm > 0) {
-        torch::nn::utils::clip_grad_norm_(task.model->parameters(), o.clip_grad_norm);
+        if (sharded) {
+          sharded->clip_grad_norm(o.clip_grad_norm);
+        } else {
+          torch::nn::utils::clip_grad_norm_(task.model->parameters(), o.clip_grad_norm);
+        }
       }
       const double lr = schedule.lr_at(progress.step);
       for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
-      optimizer->step();
-      optimizer->zero_grad();
+      if (sharded) {
+        sharded->step(*optimizer);  // also clears the shards' gradients
+      } else {
+        optimizer->step();
+        optimizer->zero_grad();
+      }
       ++progress.step;
       if (consumed.enabled()) {
         consumed.commit(who, static_cast<std::uint64_t>(epoch), progress.step,
@@ -228,8 +262,19 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
     progress.values = {{"loss_sum", 0.0}, {"loss_count", 0.0}};
     if (checkpointer) checkpointer->save(*task.model, *optimizer, progress);
   }
-  check_replicas(run, *task.model);
-  const double final_loss = task.evaluate();
+  double final_loss = 0;
+  if (sharded) {
+    {
+      auto whole = sharded->full_parameters();
+      check_replicas(run, *task.model);
+    }
+    // Through the wrapper, which gathers one unit at a time.
+    final_loss = sharded->forward([&] { return torch::tensor(task.evaluate(), torch::kDouble); })
+                     .item<double>();
+  } else {
+    check_replicas(run, *task.model);
+    final_loss = task.evaluate();
+  }
   log_rank0(rank, "final loss " + fixed(final_loss, 6) + " after " + std::to_string(progress.step) +
                       " steps, samples/s " + fixed(throughput.samples_per_second() * world, 1));
   return 0;

@@ -13,6 +13,7 @@
 
 #include "ctrun/worker/env.h"
 #include "ctrun/worker/process_group.h"
+#include "ctrun/worker/sharded.h"
 #include "train_options.h"
 
 namespace torch::nn {
@@ -42,7 +43,14 @@ struct TrainTask {
   std::function<torch::Tensor(const torch::Tensor& indices)> loss;
   // Mean loss over a fixed evaluation set (no gradients), printed at the end.
   std::function<double()> evaluate;
-  std::function<std::unique_ptr<torch::optim::Optimizer>(double lr)> make_optimizer;
+  // The optimizer over `parameters` (the model's, or with --zero its shards).
+  std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor> parameters,
+                                                         double lr)>
+      make_optimizer;
+  // --zero 3: the modules sharded one at a time (gpt: its blocks; none: the model is one unit),
+  // and how the model sends their forward through the sharded wrapper.
+  std::vector<std::shared_ptr<torch::nn::Module>> shard_units;
+  std::function<void(worker::UnitForward)> route_unit_forward;
 };
 
 // The parameters' bytes hashed (FNV-1a, 64 bits): equal on replicas that are bit-identical.

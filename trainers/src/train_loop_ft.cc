@@ -48,8 +48,12 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
                                 ": --fault_tolerant trains one micro-step per step");
   }
   if (o.no_ddp) throw std::invalid_argument("--no_ddp: --fault_tolerant trains through DDP");
+  if (o.zero != 0) {
+    throw std::invalid_argument("--zero " + std::to_string(o.zero) +
+                                ": --fault_tolerant trains replicated (DDP) models only");
+  }
   const std::string replica = run.env.replica_id;
-  auto optimizer = task.make_optimizer(o.lr);
+  auto optimizer = task.make_optimizer(task.model->parameters(), o.lr);
 
   worker::SamplerOptions sampler_options;
   sampler_options.dataset_size = task.dataset_size;

@@ -36,6 +36,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_flag("--no_ddp", o.no_ddp,
                "Train the model without DistributedDataParallel (world size 1 only; the "
                "baseline that measures DDP's overhead)");
+  app.add_option("--zero", o.zero,
+                 "Shard the training state (ZeRO): 1 optimizer state, 2 and gradients, 3 and "
+                 "parameters; 0 replicates it (DDP)")
+      ->check(CLI::Range(0, 3));
   app.add_flag("--find_unused_parameters", o.find_unused_parameters,
                "Allow parameters that get no gradient in a step");
   app.add_option("--log_every", o.log_every, "Print step time and samples/s every N steps")

@@ -3,6 +3,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <cstdlib>
+#include <functional>
+#include <utility>
 
 #include "error_text.h"
 
@@ -10,20 +12,25 @@ namespace ctrun::worker {
 namespace {
 
 // c10d reports failures (a peer's closed connection, a timeout) as exceptions from wait().
+// `then` runs once, after a successful wait (what is left to do on the caller's thread).
 class GlooWork : public Work {
  public:
-  GlooWork(c10::intrusive_ptr<c10d::Work> work, const char* op) : work_(std::move(work)), op_(op) {}
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, const char* op,
+           std::function<void()> then = nullptr)
+      : work_(std::move(work)), op_(op), then_(std::move(then)) {}
   void wait() override {
     try {
       work_->wait();
     } catch (const std::exception& e) {
       throw CollectiveError(std::string("gloo ") + op_ + " failed: " + first_line(e.what()));
     }
+    if (then_) std::exchange(then_, nullptr)();
   }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
   const char* op_;
+  std::function<void()> then_;
 };
 
 class GlooGroup : public ProcessGroup {
@@ -36,6 +43,27 @@ class GlooGroup : public ProcessGroup {
   std::unique_ptr<Work> all_reduce_async(at::Tensor tensor) override {
     std::vector<at::Tensor> tensors{std::move(tensor)};
     return std::make_unique<GlooWork>(pg_->allreduce(tensors), "all_reduce");
+  }
+
+  // c10d's Gloo has no reduce-scatter before torch 2.x: an all-reduce, of which this rank keeps
+  // its chunk. The result is the same; the traffic is an all-reduce's (twice a ring
+  // reduce-scatter's). `input` ends up holding the whole sum.
+  std::unique_ptr<Work> reduce_scatter_async(at::Tensor output, at::Tensor input) override {
+    check_chunks("reduce_scatter", input, output);
+    const int64_t n = output.numel();
+    at::Tensor mine = input.narrow(0, rank() * n, n);
+    std::vector<at::Tensor> tensors{std::move(input)};
+    return std::make_unique<GlooWork>(pg_->allreduce(tensors), "reduce_scatter",
+                                      [output, mine]() mutable { output.copy_(mine); });
+  }
+
+  std::unique_ptr<Work> all_gather_into_async(at::Tensor output, at::Tensor input) override {
+    check_chunks("all_gather", output, input);
+    // Gloo gathers into its own buffer and then copies into these views of `output`, so
+    // `input` may be one of them.
+    std::vector<std::vector<at::Tensor>> outputs{output.chunk(size())};
+    std::vector<at::Tensor> inputs{std::move(input)};
+    return std::make_unique<GlooWork>(pg_->allgather(outputs, inputs), "all_gather");
   }
 
   void broadcast(at::Tensor tensor, int root) override {

@@ -45,6 +45,22 @@ std::unique_ptr<Work> ManagedGroup::all_reduce_async(at::Tensor tensor) {
   return std::make_unique<GatedWork>(std::move(inner), gate_);
 }
 
+std::unique_ptr<Work> ManagedGroup::reduce_scatter_async(at::Tensor output, at::Tensor input) {
+  std::unique_ptr<Work> inner;
+  run("reduce_scatter", [&](ProcessGroup& g) {
+    inner = g.reduce_scatter_async(std::move(output), std::move(input));
+  });
+  return std::make_unique<GatedWork>(std::move(inner), gate_);
+}
+
+std::unique_ptr<Work> ManagedGroup::all_gather_into_async(at::Tensor output, at::Tensor input) {
+  std::unique_ptr<Work> inner;
+  run("all_gather", [&](ProcessGroup& g) {
+    inner = g.all_gather_into_async(std::move(output), std::move(input));
+  });
+  return std::make_unique<GatedWork>(std::move(inner), gate_);
+}
+
 void ManagedGroup::broadcast(at::Tensor tensor, int root) {
   run("broadcast", [&](ProcessGroup& g) { g.broadcast(std::move(tensor), root); });
 }

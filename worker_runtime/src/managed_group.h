@@ -32,6 +32,8 @@ class ManagedGroup : public ProcessGroup {
 
   Backend backend() const override { return backend_; }
   std::unique_ptr<Work> all_reduce_async(at::Tensor tensor) override;
+  std::unique_ptr<Work> reduce_scatter_async(at::Tensor output, at::Tensor input) override;
+  std::unique_ptr<Work> all_gather_into_async(at::Tensor output, at::Tensor input) override;
   void broadcast(at::Tensor tensor, int root) override;
   // A skipped all_gather returns this rank's tensor in every slot.
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor) override;

@@ -142,11 +142,11 @@ class NcclComm {
 
   int device() const { return device_; }
 
-  // Queues one collective, `call(comm, stream)`, and hands it to the watchdog; `buffer` stays
+  // Queues one collective, `call(comm, stream)`, and hands it to the watchdog; `buffers` stay
   // allocated until it is done. Under the lock, so the watchdog cannot abort the communicator
   // in the middle of the call.
   template <typename Call>
-  std::shared_ptr<CudaEvent> enqueue(const char* op, at::Tensor buffer, Call call) {
+  std::shared_ptr<CudaEvent> enqueue(const char* op, std::vector<at::Tensor> buffers, Call call) {
     std::shared_ptr<CudaEvent> event;
     {
       std::lock_guard lock(mutex_);
@@ -154,7 +154,7 @@ class NcclComm {
       settle(call(comm_, stream_), op);
       event = std::make_shared<CudaEvent>(stream_);
       if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watch(); });
-      in_flight_.push_back({event, std::move(buffer), op, Clock::now() + timeout_});
+      in_flight_.push_back({event, std::move(buffers), op, Clock::now() + timeout_});
     }
     wake_.notify_one();
     return event;
@@ -204,7 +204,7 @@ class NcclComm {
  private:
   struct InFlight {
     std::shared_ptr<CudaEvent> event;
-    at::Tensor buffer;
+    std::vector<at::Tensor> buffers;
     const char* op;
     Clock::time_point deadline;
   };
@@ -270,7 +270,7 @@ class NcclComm {
   std::thread watchdog_;
 };
 
-// An all-reduce whose wait() orders the caller's later kernels after it, on the GPU.
+// A collective whose wait() orders the caller's later kernels after it, on the GPU.
 class NcclWork : public Work {
  public:
   NcclWork(std::shared_ptr<NcclComm> comm, std::shared_ptr<CudaEvent> event)
@@ -297,15 +297,46 @@ class NcclGroup : public ProcessGroup {
     void* data = tensor.data_ptr();
     const ncclDataType_t type = nccl_type(tensor);
     const auto count = static_cast<std::size_t>(tensor.numel());
-    auto event = comm_->enqueue("all_reduce", std::move(tensor), [&](ncclComm_t c, cudaStream_t s) {
-      return ncclAllReduce(data, data, count, type, ncclSum, c, s);
-    });
+    auto event =
+        comm_->enqueue("all_reduce", {std::move(tensor)}, [&](ncclComm_t c, cudaStream_t s) {
+          return ncclAllReduce(data, data, count, type, ncclSum, c, s);
+        });
+    return std::make_unique<NcclWork>(comm_, std::move(event));
+  }
+
+  std::unique_ptr<Work> reduce_scatter_async(at::Tensor output, at::Tensor input) override {
+    check_chunks("reduce_scatter", input, output);
+    check_tensor(input);
+    check_tensor(output);
+    void* in = input.data_ptr();
+    void* out = output.data_ptr();
+    const ncclDataType_t type = nccl_type(input);
+    const auto count = static_cast<std::size_t>(output.numel());
+    auto event = comm_->enqueue("reduce_scatter", {std::move(input), std::move(output)},
+                                [&](ncclComm_t c, cudaStream_t s) {
+                                  return ncclReduceScatter(in, out, count, type, ncclSum, c, s);
+                                });
+    return std::make_unique<NcclWork>(comm_, std::move(event));
+  }
+
+  // In place when `input` is this rank's chunk of `output`, which NCCL allows.
+  std::unique_ptr<Work> all_gather_into_async(at::Tensor output, at::Tensor input) override {
+    check_chunks("all_gather", output, input);
+    check_tensor(input);
+    check_tensor(output);
+    void* in = input.data_ptr();
+    void* out = output.data_ptr();
+    const ncclDataType_t type = nccl_type(input);
+    const auto count = static_cast<std::size_t>(input.numel());
+    auto event = comm_->enqueue(
+        "all_gather", {std::move(input), std::move(output)},
+        [&](ncclComm_t c, cudaStream_t s) { return ncclAllGather(in, out, count, type, c, s); });
     return std::make_unique<NcclWork>(comm_, std::move(event));
   }
 
   void broadcast(at::Tensor tensor, int root) override {
     check_tensor(tensor);
-    auto event = comm_->enqueue("broadcast", tensor, [&](ncclComm_t c, cudaStream_t s) {
+    auto event = comm_->enqueue("broadcast", {tensor}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), nccl_type(tensor),
                            root, c, s);
     });
@@ -317,7 +348,7 @@ class NcclGroup : public ProcessGroup {
     std::vector<int64_t> shape{size()};
     for (auto d : tensor.sizes()) shape.push_back(d);
     at::Tensor out = at::empty(shape, tensor.options());
-    auto event = comm_->enqueue("all_gather", out, [&](ncclComm_t c, cudaStream_t s) {
+    auto event = comm_->enqueue("all_gather", {out}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclAllGather(tensor.data_ptr(), out.data_ptr(), tensor.numel(), nccl_type(tensor), c,
                            s);
     });
@@ -330,7 +361,7 @@ class NcclGroup : public ProcessGroup {
     // on the host: a barrier holds the caller until every rank is there.
     at::Tensor one =
         at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, comm_->device()));
-    auto event = comm_->enqueue("barrier", one, [&](ncclComm_t c, cudaStream_t s) {
+    auto event = comm_->enqueue("barrier", {one}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, c, s);
     });
     comm_->wait_on_host(*event, "barrier");
@@ -338,7 +369,7 @@ class NcclGroup : public ProcessGroup {
 
   void send(const at::Tensor& tensor, int dst) override {
     check_tensor(tensor);
-    auto event = comm_->enqueue("send", tensor, [&](ncclComm_t c, cudaStream_t s) {
+    auto event = comm_->enqueue("send", {tensor}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclSend(tensor.data_ptr(), tensor.numel(), nccl_type(tensor), dst, c, s);
     });
     comm_->wait_on_host(*event, "send");
@@ -346,7 +377,7 @@ class NcclGroup : public ProcessGroup {
 
   void recv(at::Tensor tensor, int src) override {
     check_tensor(tensor);
-    auto event = comm_->enqueue("recv", tensor, [&](ncclComm_t c, cudaStream_t s) {
+    auto event = comm_->enqueue("recv", {tensor}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclRecv(tensor.data_ptr(), tensor.numel(), nccl_type(tensor), src, c, s);
     });
     comm_->wait_on_host(*event, "recv");

@@ -86,6 +86,17 @@ Backend parse_backend(const std::string& name) {
   throw std::invalid_argument("backend: expected gloo or nccl, got '" + name + "'");
 }
 
+void ProcessGroup::check_chunks(const char* op, const at::Tensor& whole,
+                                const at::Tensor& chunk) const {
+  if (whole.dim() != 1 || chunk.dim() != 1 || whole.scalar_type() != chunk.scalar_type() ||
+      whole.device() != chunk.device() || whole.numel() != chunk.numel() * size()) {
+    throw std::invalid_argument(std::string(op) + ": expected 1-D tensors of one type and " +
+                                "device, the whole " + std::to_string(size()) +
+                                " times the chunk, got " + std::to_string(whole.numel()) + " and " +
+                                std::to_string(chunk.numel()) + " elements");
+  }
+}
+
 const char* backend_name(Backend backend) { return backend == Backend::kNccl ? "nccl" : "gloo"; }
 
 std::unique_ptr<ProcessGroup> make_group(const WorkerEnv& env,

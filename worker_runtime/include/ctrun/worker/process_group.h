@@ -55,6 +55,13 @@ class ProcessGroup {
   // Sums `tensor` in place over all ranks.
   virtual std::unique_ptr<Work> all_reduce_async(at::Tensor tensor) = 0;
   void all_reduce(at::Tensor tensor) { all_reduce_async(std::move(tensor))->wait(); }
+  // Reduce-scatter: sums `input` (1-D, size() equal chunks) over all ranks and leaves chunk
+  // rank() of the sum in `output` (1-D, input.numel() / size() elements). A sharded model's
+  // gradients, many tensors flattened into one buffer: one collective for all of them.
+  virtual std::unique_ptr<Work> reduce_scatter_async(at::Tensor output, at::Tensor input) = 0;
+  // All-gather into one buffer: every rank's `input` (1-D, same numel), by rank, into `output`
+  // (1-D, size() * input.numel()). `input` may be this rank's chunk of `output` (in place).
+  virtual std::unique_ptr<Work> all_gather_into_async(at::Tensor output, at::Tensor input) = 0;
   // Copies `tensor` of rank `root` into every rank's `tensor`.
   virtual void broadcast(at::Tensor tensor, int root) = 0;
   // Every rank's `tensor` (same shape on all ranks), by rank.
@@ -67,6 +74,9 @@ class ProcessGroup {
 
  protected:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  // Throws std::invalid_argument naming `op` unless `whole` and `chunk` are 1-D, of one dtype
+  // and device, and `whole` holds size() chunks.
+  void check_chunks(const char* op, const at::Tensor& whole, const at::Tensor& chunk) const;
   // For a group whose membership changes under it (the fault-tolerant group).
   void set_rank_and_size(int rank, int size) {
     rank_ = rank;

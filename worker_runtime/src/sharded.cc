@@ -1,0 +1,623 @@
+#include "ctrun/worker/sharded.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "coalesced.h"
+#include "ctrun/worker/heartbeat.h"
+#include "shard_layout.h"
+
+namespace ctrun::worker {
+namespace {
+
+// `numel` elements of `base`'s memory from `offset` on, as a tensor of its own: autograd does
+// not see it as a view of `base`, so writing through it (a collective, the optimizer) bumps no
+// version counter that a saved tensor of the model's graph checks. `base`'s memory must be
+// allocated when this is called.
+at::Tensor alias(const at::Tensor& base, int64_t offset, int64_t numel) {
+  at::Tensor t = at::empty({0}, base.options());
+  t.set_(base.storage(), base.storage_offset() + offset, {numel}, {1});
+  return t;
+}
+
+// Stage 3 frees a unit's gathered parameters by taking the memory from under its storage, not
+// by dropping the tensor: the graph's saved tensors (e.g. a weight's transpose) keep pointing
+// at that storage, and find the values again once the unit is gathered into it for backward.
+// This is what FSDP does with storage resize_(0).
+void release_memory(const at::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  storage->set_nbytes(0);
+}
+
+void restore_memory(const at::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+enum class Gathered { kNo, kInFlight, kYes };
+
+struct Unit {
+  std::vector<std::size_t> members;  // indices into the engine's parameters
+  ShardLayout layout;
+  bool root = false;  // stage 3: the parameters in no listed module
+  at::Tensor full;    // [padded]: the whole parameters; stage 3: memory only while gathered
+  std::vector<at::Tensor> views;  // each member's shape over `full`
+  at::Tensor shard;      // [shard], what the optimizer steps; stages 1-2: an alias into `full`
+  at::Tensor grad_full;  // stage 1: [padded]; the members' .grad are aliases into it
+
+  // This backward pass.
+  std::size_t pending = 0;  // members whose gradient is not ready
+  bool complete = false;    // every member's gradient is ready (and, stages 2-3, in grad_input)
+  at::Tensor grad_input;    // stages 2-3: the unit's gradient, flat, to be reduce-scattered
+  at::Tensor grad_output;   // stages 2-3: this rank's chunk of the sum
+  std::unique_ptr<Work> reduce;
+
+  // Stage 3.
+  Gathered gathered = Gathered::kYes;
+  std::unique_ptr<Work> gather;
+};
+
+}  // namespace
+
+class ShardedDataParallel::Engine {
+ public:
+  Engine(torch::nn::Module& module, ProcessGroup& group, ShardingOptions options)
+      : group_(group), options_(std::move(options)) {
+    if (options_.stage < 1 || options_.stage > 3) {
+      throw std::invalid_argument("ShardingOptions::stage: expected 1, 2 or 3, got " +
+                                  std::to_string(options_.stage));
+    }
+    collect_parameters(module);
+    if (options_.broadcast_parameters) {
+      std::vector<at::Tensor> state = module.parameters();
+      for (const auto& buffer : module.buffers()) state.push_back(buffer);
+      broadcast_coalesced(group_, state);
+    }
+    if (options_.stage < 3) {
+      std::vector<std::size_t> bytes;
+      for (const auto& p : params_) bytes.push_back(p.numel() * p.element_size());
+      for (auto& members : group_into_units(bytes, options_.unit_bytes)) add_unit(members, false);
+    } else {
+      plan_stage3_units();
+    }
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      // The accumulator is what torch's own reducer hooks: its post hook runs once the
+      // gradient is in .grad. The variable holds it only weakly, so it is kept here. Made
+      // while the parameter has its real shape: its metadata is what backward checks.
+      auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+      hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i)));
+      accumulators_.push_back(std::move(accumulator));
+    }
+    if (stage() == 3) {
+      for (auto& unit : units_) release(unit);
+    }
+    for (std::size_t u = 0; u < units_.size(); ++u) reduce_order_.push_back(u);
+    reset();
+  }
+
+  ~Engine() {
+    for (std::size_t i = 0; i < accumulators_.size(); ++i) {
+      accumulators_[i]->del_post_hook(hook_keys_[i]);
+    }
+    for (auto& unit : units_) {
+      if (unit.gather) wait_quietly(*unit.gather);
+      if (unit.reduce) wait_quietly(*unit.reduce);
+    }
+  }
+
+  int stage() const { return options_.stage; }
+  std::size_t unit_count() const { return units_.size(); }
+  bool sync = true;
+
+  std::vector<at::Tensor> shard_parameters() const {
+    std::vector<at::Tensor> shards;
+    for (const auto& unit : units_) shards.push_back(unit.shard);
+    return shards;
+  }
+
+  at::Tensor forward(const std::function<at::Tensor()>& run) {
+    if (stage() < 3) return run();
+    {
+      std::lock_guard lock(mutex_);
+      forward_order_.clear();
+      if (root_ != kNoUnit) wait_gathered(units_[root_]);
+    }
+    at::Tensor out = run();
+    std::lock_guard lock(mutex_);
+    previous_order_ = forward_order_;
+    // No backward will follow (evaluation): the root is not needed any more.
+    if (root_ != kNoUnit && !(at::GradMode::is_enabled() && out.defined() && out.requires_grad())) {
+      release(units_[root_]);
+    }
+    return out;
+  }
+
+  at::Tensor forward_unit(const torch::nn::Module& module, const std::function<at::Tensor()>& run) {
+    if (stage() < 3) return run();
+    const auto found = unit_of_module_.find(&module);
+    if (found == unit_of_module_.end()) {
+      throw std::invalid_argument("ShardedDataParallel::forward_unit: the module '" +
+                                  module.name() + "' is not one of ShardingOptions::units");
+    }
+    const std::size_t u = found->second;
+    {
+      std::lock_guard lock(mutex_);
+      const std::size_t position = forward_order_.size();
+      forward_order_.push_back(u);
+      wait_gathered(units_[u]);
+      if (options_.prefetch && position + 1 < previous_order_.size()) {
+        start_gather(units_[previous_order_[position + 1]]);
+      }
+    }
+    at::Tensor out = run();
+    std::lock_guard lock(mutex_);
+    if (at::GradMode::is_enabled() && out.defined() && out.requires_grad()) {
+      // Runs when the gradient of the unit's output is known: before the unit's backward.
+      out.register_hook([this, u](const at::TensorBase&) { before_backward(u); });
+    }
+    release(units_[u]);
+    return out;
+  }
+
+  double clip_grad_norm(double max_norm) {
+    at::NoGradGuard no_grad;
+    const at::Tensor& any = units_.front().shard;
+    at::Tensor squares = at::zeros({1}, any.options().dtype(at::kDouble));
+    for (const auto& unit : units_) {
+      const at::Tensor& grad = unit.shard.grad();
+      if (grad.defined()) squares += grad.to(at::kDouble).pow(2).sum();
+    }
+    group_.all_reduce(squares);
+    const double norm = std::sqrt(squares.item<double>());
+    // torch's clip_grad_norm_: the same coefficient, and no scaling up.
+    const double coefficient = max_norm / (norm + 1e-6);
+    if (coefficient < 1.0) {
+      for (auto& unit : units_) {
+        if (unit.shard.grad().defined()) unit.shard.mutable_grad().mul_(coefficient);
+      }
+    }
+    return norm;
+  }
+
+  void step(torch::optim::Optimizer& optimizer) {
+    optimizer.step();
+    at::NoGradGuard no_grad;
+    std::lock_guard lock(mutex_);
+    if (stage() < 3) {
+      // Every rank's updated shard into every rank's parameters, in place.
+      std::vector<std::unique_ptr<Work>> gathers;
+      for (auto& unit : units_) {
+        gathers.push_back(group_.all_gather_into_async(unit.full, unit.shard.detach()));
+      }
+      for (auto& work : gathers) work->wait();
+    }
+    for (auto& unit : units_) {
+      if (stage() == 1) {
+        unit.grad_full.zero_();  // the members' and the shard's gradients
+      } else if (unit.shard.grad().defined()) {
+        unit.shard.mutable_grad().reset();
+      }
+      if (stage() == 3) release(unit);
+    }
+  }
+
+  void gather_all() {
+    if (stage() < 3) return;
+    std::lock_guard lock(mutex_);
+    for (auto& unit : units_) start_gather(unit);
+    for (auto& unit : units_) wait_gathered(unit);
+  }
+
+  void release_all() {
+    if (stage() < 3) return;
+    std::lock_guard lock(mutex_);
+    for (auto& unit : units_) release(unit);
+  }
+
+ private:
+  static constexpr std::size_t kNoUnit = std::numeric_limits<std::size_t>::max();
+
+  struct ReadyHook : torch::autograd::FunctionPostHook {
+    ReadyHook(Engine* engine, std::size_t index) : engine(engine), index(index) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list&) override {
+      engine->mark_ready(index);
+      return outputs;
+    }
+    Engine* engine;
+    std::size_t index;
+  };
+
+  void collect_parameters(torch::nn::Module& module) {
+    for (const auto& item : module.named_parameters()) {
+      const at::Tensor& p = item.value();
+      if (!p.requires_grad()) continue;  // frozen: stays whole on every rank
+      if (!params_.empty() &&
+          (p.scalar_type() != params_[0].scalar_type() || p.device() != params_[0].device())) {
+        throw std::invalid_argument("ShardedDataParallel: parameter '" + item.key() + "' is " +
+                                    c10::toString(p.scalar_type()) + " on " + p.device().str() +
+                                    ", the first one " + c10::toString(params_[0].scalar_type()) +
+                                    " on " + params_[0].device().str() +
+                                    "; every parameter must have one type and device");
+      }
+      if (!at::isFloatingType(p.scalar_type())) {
+        throw std::invalid_argument("ShardedDataParallel: parameter '" + item.key() +
+                                    "' is not of a floating type");
+      }
+      names_.push_back(item.key());
+      params_.push_back(p);
+    }
+    if (params_.empty()) {
+      throw std::invalid_argument(
+          "ShardedDataParallel: no parameter of the module requires a "
+          "gradient");
+    }
+    unit_of_.assign(params_.size(), kNoUnit);
+  }
+
+  // One unit per listed module, in the order listed, then the root: the rest.
+  void plan_stage3_units() {
+    std::unordered_map<const c10::TensorImpl*, std::size_t> index;
+    for (std::size_t i = 0; i < params_.size(); ++i) index[params_[i].unsafeGetTensorImpl()] = i;
+    std::vector<bool> claimed(params_.size(), false);
+    // Checked whole before any parameter moves: a bad list leaves the model as it was.
+    std::vector<std::pair<const torch::nn::Module*, std::vector<std::size_t>>> planned;
+    for (const auto& listed : options_.units) {
+      if (!listed) throw std::invalid_argument("ShardingOptions::units: a null module");
+      std::vector<std::size_t> members;
+      for (const auto& p : listed->parameters()) {
+        if (!p.requires_grad()) continue;
+        const auto found = index.find(p.unsafeGetTensorImpl());
+        if (found == index.end()) {
+          throw std::invalid_argument("ShardingOptions::units: module '" + listed->name() +
+                                      "' has a parameter that is not the model's");
+        }
+        if (claimed[found->second]) {
+          throw std::invalid_argument("ShardingOptions::units: parameter '" +
+                                      names_[found->second] + "' is in two units");
+        }
+        claimed[found->second] = true;
+        members.push_back(found->second);
+      }
+      if (!members.empty()) planned.emplace_back(listed.get(), std::move(members));
+    }
+    for (const auto& [listed, members] : planned) {
+      unit_of_module_[listed] = units_.size();
+      add_unit(members, false);
+    }
+    std::vector<std::size_t> rest;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!claimed[i]) rest.push_back(i);
+    }
+    if (!rest.empty()) {
+      root_ = units_.size();
+      add_unit(rest, true);
+    }
+  }
+
+  // Moves the members' values into the unit's flat buffer and points them at it.
+  void add_unit(const std::vector<std::size_t>& members, bool root) {
+    at::NoGradGuard no_grad;
+    Unit& unit = units_.emplace_back();
+    unit.members = members;
+    unit.root = root;
+    std::vector<int64_t> numels;
+    for (std::size_t m : members) numels.push_back(params_[m].numel());
+    unit.layout = make_shard_layout(numels, group_.size());
+    const ShardLayout& layout = unit.layout;
+    const at::TensorOptions options = params_[members[0]].options().requires_grad(false);
+    unit.full = at::zeros({layout.padded}, options);
+    if (stage() == 1) unit.grad_full = at::zeros({layout.padded}, options);
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      at::Tensor& p = params_[members[k]];
+      at::Tensor view = alias(unit.full, layout.offsets[k], layout.numels[k]).view(p.sizes());
+      view.copy_(p.detach());
+      p.set_data(view);
+      unit.views.push_back(view);
+      if (stage() == 1) {
+        p.mutable_grad() =
+            alias(unit.grad_full, layout.offsets[k], layout.numels[k]).view(p.sizes());
+      }
+      unit_of_[members[k]] = units_.size() - 1;
+    }
+    const int64_t begin = group_.rank() * layout.shard;
+    unit.shard = stage() < 3 ? alias(unit.full, begin, layout.shard)
+                             : unit.full.narrow(0, begin, layout.shard).clone();
+    unit.shard.requires_grad_(true);
+    if (stage() == 1) unit.shard.mutable_grad() = alias(unit.grad_full, begin, layout.shard);
+  }
+
+  // Stage 3.
+  void start_gather(Unit& unit) {
+    if (unit.gathered != Gathered::kNo) return;
+    restore_memory(unit.full);
+    unit.gather = group_.all_gather_into_async(unit.full, unit.shard.detach());
+    unit.gathered = Gathered::kInFlight;
+  }
+
+  void wait_gathered(Unit& unit) {
+    start_gather(unit);
+    if (unit.gathered == Gathered::kInFlight) {
+      auto work = std::move(unit.gather);
+      work->wait();
+      for (std::size_t k = 0; k < unit.members.size(); ++k) {
+        params_[unit.members[k]].set_data(unit.views[k]);
+      }
+      unit.gathered = Gathered::kYes;
+    }
+  }
+
+  // The members are left as empty tensors meanwhile: a use of one outside forward_unit() is a
+  // shape error, not a read of freed memory.
+  void release(Unit& unit) {
+    if (stage() < 3 || unit.gathered == Gathered::kNo) return;
+    if (unit.gather) {
+      auto work = std::move(unit.gather);
+      wait_quietly(*work);
+    }
+    if (!placeholder_.defined()) placeholder_ = at::empty({0}, unit.full.options());
+    for (std::size_t m : unit.members) params_[m].set_data(placeholder_);
+    release_memory(unit.full);
+    unit.gathered = Gathered::kNo;
+  }
+
+  // On the backward thread, before unit `u`'s backward: its parameters again, and (prefetch)
+  // those of the unit before it in this step's forward.
+  void before_backward(std::size_t u) {
+    std::lock_guard lock(mutex_);
+    enter_backward();
+    wait_gathered(units_[u]);
+    if (!options_.prefetch) return;
+    const auto at = std::find(forward_order_.rbegin(), forward_order_.rend(), u);
+    if (at != forward_order_.rend() && std::next(at) != forward_order_.rend()) {
+      start_gather(units_[*std::next(at)]);
+    }
+  }
+
+  // The first hook of a backward pass: arranges for finalize() at its end and fixes the order
+  // in which units are reduced (the same on every rank).
+  void enter_backward() {
+    if (in_backward_) return;
+    in_backward_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
+    if (stage() == 3) {
+      // Reverse forward order (the order backward finishes them), then the units not run in
+      // this forward, the root last.
+      reduce_order_.clear();
+      std::vector<bool> placed(units_.size(), false);
+      for (auto it = forward_order_.rbegin(); it != forward_order_.rend(); ++it) {
+        if (!placed[*it]) reduce_order_.push_back(*it);
+        placed[*it] = true;
+      }
+      for (std::size_t u = 0; u < units_.size(); ++u) {
+        if (!placed[u] && u != root_) reduce_order_.push_back(u);
+      }
+      if (root_ != kNoUnit) reduce_order_.push_back(root_);
+    }
+  }
+
+  void mark_ready(std::size_t index) {
+    std::lock_guard lock(mutex_);
+    enter_backward();
+    if (ready_[index]) {
+      throw std::logic_error("ShardedDataParallel: parameter '" + names_[index] +
+                             "' got its gradient twice in one backward pass");
+    }
+    ready_[index] = true;
+    Unit& unit = units_[unit_of_[index]];
+    if (--unit.pending == 0) complete(unit);
+    if (sync) start_ready_units();
+  }
+
+  // Every member's gradient is ready (one missing counts as zeros).
+  void complete(Unit& unit) {
+    at::NoGradGuard no_grad;
+    unit.complete = true;
+    if (sync) {
+      const ShardLayout& layout = unit.layout;
+      if (stage() == 1) {
+        // The gradients are in grad_full already, unless .grad was replaced (zero_grad with
+        // set_to_none, or an undefined one).
+        for (std::size_t k = 0; k < unit.members.size(); ++k) {
+          at::Tensor& p = params_[unit.members[k]];
+          at::Tensor slot =
+              alias(unit.grad_full, layout.offsets[k], layout.numels[k]).view(p.sizes());
+          const at::Tensor& grad = p.grad();
+          if (grad.defined() && grad.data_ptr() == slot.data_ptr()) continue;
+          if (grad.defined()) {
+            slot.copy_(grad);
+          } else {
+            slot.zero_();
+          }
+          p.mutable_grad() = slot;
+        }
+      } else {
+        // One concatenation (one kernel on a GPU), then the whole gradients are freed: from
+        // here on the rank holds only its shard of them.
+        std::vector<at::Tensor> pieces;
+        for (std::size_t k = 0; k < unit.members.size(); ++k) {
+          at::Tensor& p = params_[unit.members[k]];
+          if (p.grad().defined()) {
+            pieces.push_back(p.grad().reshape({-1}));
+            p.mutable_grad().reset();
+          } else {
+            pieces.push_back(at::zeros({layout.numels[k]}, unit.full.options()));
+          }
+        }
+        if (layout.padded > layout.total) {
+          pieces.push_back(at::zeros({layout.padded - layout.total}, unit.full.options()));
+        }
+        unit.grad_input = at::empty({layout.padded}, unit.full.options());
+        at::cat_out(unit.grad_input, pieces, 0);
+      }
+    }
+    release(unit);  // stage 3: gathered again by the next forward
+  }
+
+  // Starts the completed units' collectives in reduce order: the same order on every rank.
+  void start_ready_units() {
+    while (next_start_ < reduce_order_.size() && units_[reduce_order_[next_start_]].complete) {
+      start(units_[reduce_order_[next_start_++]]);
+    }
+  }
+
+  void start(Unit& unit) {
+    at::NoGradGuard no_grad;
+    // Dividing first keeps the sum in range for half precision, as torch does.
+    if (stage() == 1) {
+      unit.grad_full.div_(group_.size());
+      unit.reduce = group_.all_reduce_async(unit.grad_full);
+    } else {
+      unit.grad_input.div_(group_.size());
+      unit.grad_output = at::empty({unit.layout.shard}, unit.full.options());
+      unit.reduce = group_.reduce_scatter_async(unit.grad_output, unit.grad_input);
+    }
+  }
+
+  // At the end of the backward pass, on the thread that called backward().
+  void finalize() {
+    std::lock_guard lock(mutex_);
+    for (auto& unit : units_) {
+      if (unit.complete) continue;
+      for (std::size_t m : unit.members) ready_[m] = true;
+      unit.pending = 0;
+      complete(unit);
+    }
+    if (!sync) {
+      reset();
+      return;
+    }
+    start_ready_units();
+    try {
+      for (std::size_t u : reduce_order_) finish(units_[u]);
+    } catch (...) {
+      for (auto& unit : units_) {
+        if (unit.reduce) wait_quietly(*unit.reduce);
+        unit.reduce.reset();
+      }
+      reset();
+      throw;
+    }
+    reset();
+    heartbeat();  // a synchronized step is progress (ctrun --worker_timeout)
+  }
+
+  void finish(Unit& unit) {
+    auto work = std::move(unit.reduce);
+    work->wait();
+    at::NoGradGuard no_grad;
+    if (stage() == 1) return;  // the shard's gradient is an alias into grad_full
+    if (unit.shard.grad().defined()) {
+      unit.shard.mutable_grad().add_(unit.grad_output);
+    } else {
+      unit.shard.mutable_grad() = unit.grad_output;
+    }
+    unit.grad_input.reset();
+    unit.grad_output.reset();
+  }
+
+  void reset() {
+    ready_.assign(params_.size(), false);
+    for (auto& unit : units_) {
+      unit.pending = unit.members.size();
+      unit.complete = false;
+    }
+    next_start_ = 0;
+    in_backward_ = false;
+  }
+
+  static void wait_quietly(Work& work) {
+    try {
+      work.wait();
+    } catch (const std::exception&) {
+      // the caller is already failing or going away; its own error says more
+    }
+  }
+
+  ProcessGroup& group_;
+  ShardingOptions options_;
+  std::vector<at::Tensor> params_;  // those that require a gradient, in registration order
+  std::vector<std::string> names_;
+  std::vector<Unit> units_;
+  std::vector<std::size_t> unit_of_;  // of each parameter
+  std::unordered_map<const torch::nn::Module*, std::size_t> unit_of_module_;
+  std::size_t root_ = kNoUnit;
+  at::Tensor placeholder_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<std::uintptr_t> hook_keys_;
+
+  std::mutex mutex_;
+  std::vector<bool> ready_;
+  std::vector<std::size_t> reduce_order_;
+  std::size_t next_start_ = 0;
+  bool in_backward_ = false;
+  std::vector<std::size_t> forward_order_;   // units run by this step's forward
+  std::vector<std::size_t> previous_order_;  // and by the previous one's (for prefetch)
+};
+
+ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                         ProcessGroup& group, ShardingOptions options)
+    : module_(std::move(module)) {
+  if (!module_) throw std::invalid_argument("ShardedDataParallel: no module");
+  engine_ = std::make_unique<Engine>(*module_, group, std::move(options));
+}
+
+ShardedDataParallel::~ShardedDataParallel() = default;
+
+int ShardedDataParallel::stage() const { return engine_->stage(); }
+std::size_t ShardedDataParallel::unit_count() const { return engine_->unit_count(); }
+
+std::vector<at::Tensor> ShardedDataParallel::shard_parameters() const {
+  return engine_->shard_parameters();
+}
+
+at::Tensor ShardedDataParallel::forward(const std::function<at::Tensor()>& run) {
+  return engine_->forward(run);
+}
+
+at::Tensor ShardedDataParallel::forward_unit(const torch::nn::Module& unit,
+                                             const std::function<at::Tensor()>& run) {
+  return engine_->forward_unit(unit, run);
+}
+
+UnitForward ShardedDataParallel::unit_forward() {
+  return [this](const torch::nn::Module& unit, const std::function<at::Tensor()>& run) {
+    return forward_unit(unit, run);
+  };
+}
+
+double ShardedDataParallel::clip_grad_norm(double max_norm) {
+  return engine_->clip_grad_norm(max_norm);
+}
+
+void ShardedDataParallel::step(torch::optim::Optimizer& optimizer) { engine_->step(optimizer); }
+
+ShardedDataParallel::NoSync::NoSync(ShardedDataParallel& owner)
+    : owner_(owner), previous_(owner.engine_->sync) {
+  owner_.engine_->sync = false;
+}
+
+ShardedDataParallel::NoSync::~NoSync() { owner_.engine_->sync = previous_; }
+
+ShardedDataParallel::FullParameters::FullParameters(ShardedDataParallel& owner) : owner_(owner) {
+  owner_.engine_->gather_all();
+}
+
+ShardedDataParallel::FullParameters::~FullParameters() { owner_.engine_->release_all(); }
+
+}  // namespace ctrun::worker
