@@ -2,6 +2,7 @@
 // a worker SIGKILLed mid-epoch and resumed from its checkpoint, a failing trainer's error file.
 #include <boost/asio.hpp>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <regex>
@@ -16,6 +17,7 @@
 
 using namespace ctrun::testing;
 using namespace std::chrono_literals;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -134,12 +136,65 @@ TEST_CASE("trainers: gpt with --zero 1, 2 and 3 on 3 ranks learns what DDP learn
   // The same training up to the order of float sums (reduce-scatter against all-reduce).
   for (int zero = 1; zero <= 3; ++zero) CHECK(std::abs(losses[zero] - losses[0]) < 1e-4);
   CHECK(losses[0] > 0);
-  // Combinations not built yet are one-line errors before any training.
-  ChildProcess bad({CTRUN_PATH, "--standalone", "--nproc_per_node=1", MLP_PATH, "--zero", "2",
-                    "--checkpoint_dir", s.path("ckpt")},
-                   s.path("bad.log"));
+  // A combination not built is a one-line error before any training.
+  ChildProcess bad(
+      {CTRUN_PATH, "--standalone", "--nproc_per_node=1", MLP_PATH, "--zero", "2", "--no_ddp"},
+      s.path("bad.log"));
   CHECK(bad.wait(60s) != 0);
-  CHECK(read_file(s.path("bad.log")).find("sharded checkpoints") != std::string::npos);
+  CHECK(read_file(s.path("bad.log")).find("--zero and --no_ddp: choose one") != std::string::npos);
+}
+
+TEST_CASE("trainers: gpt's sharded checkpoints resume at another world and stage, and as DDP") {
+  ScratchDir s("gpt_zero_resume");
+  const std::vector<std::string> flags = {"--width",
+                                          "64",
+                                          "--layers",
+                                          "2",
+                                          "--heads",
+                                          "2",
+                                          "--context",
+                                          "16",
+                                          "--corpus_bytes",
+                                          "20000",
+                                          "--batch_size",
+                                          "4",
+                                          "--epochs",
+                                          "1",
+                                          "--checkpoint_dir",
+                                          s.path("ckpt"),
+                                          "--checkpoint_every",
+                                          "2"};
+  struct Phase {
+    int ranks, zero, max_steps;
+    std::string resumed;
+  };
+  const std::vector<Phase> phases = {
+      {3, 3, 4, ""},
+      {2, 2, 6, "resumed at step 4 (epoch 1, written by a world of 3, now 2)"},
+      {2, 0, 8, "resumed at step 6 (epoch 1, written by a world of 2, now 2)"},
+      {3, 1, 10, "resumed at step 8 (epoch 1, written by a world of 2, now 3)"}};
+  for (std::size_t i = 0; i < phases.size(); ++i) {
+    const Phase& phase = phases[i];
+    std::vector<std::string> argv{CTRUN_PATH,
+                                  "--standalone",
+                                  "--nproc_per_node=" + std::to_string(phase.ranks),
+                                  GPT_PATH,
+                                  "--zero",
+                                  std::to_string(phase.zero),
+                                  "--max_steps",
+                                  std::to_string(phase.max_steps)};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const std::string log = s.path("phase" + std::to_string(i) + ".log");
+    REQUIRE(run(argv, log) == 0);
+    const std::string out = read_file(log);
+    INFO(out);
+    if (!phase.resumed.empty()) CHECK(out.find(phase.resumed) != std::string::npos);
+    CHECK(out.find("parameters identical on all " + std::to_string(phase.ranks) + " rank(s)") !=
+          std::string::npos);
+  }
+  // Sharded ones are directories with a file per rank; the DDP phase wrote a whole file.
+  CHECK(fs::exists(s.path("ckpt") + "/checkpoint-10/shard-2.bin"));
+  CHECK(fs::exists(s.path("ckpt") + "/checkpoint-8.pt"));
 }
 
 TEST_CASE(

@@ -10,69 +10,18 @@
 #include <catch2/catch.hpp>
 
 #include "gloo_ranks.h"
+#include "sharded_net.h"
 
 using ctrun::testing::run_gloo_ranks;
 using ctrun::worker::ProcessGroup;
 using ctrun::worker::ShardedDataParallel;
 using ctrun::worker::ShardingOptions;
-using ctrun::worker::UnitForward;
+using namespace ctrun::testing::sharded_net;
 
 namespace {
 
 constexpr int kBatch = 8;  // per rank, per micro-step
 constexpr double kClip = 0.5;
-
-// A residual block, the unit stage 3 gathers at a time.
-struct BlockImpl : torch::nn::Module {
-  BlockImpl()
-      : in(register_module("in", torch::nn::Linear(32, 48))),
-        out(register_module("out", torch::nn::Linear(48, 32))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return x + out(torch::tanh(in(x))); }
-  torch::nn::Linear in, out;
-};
-TORCH_MODULE(Block);
-
-// Root parameters before and after the blocks (like an embedding and a head); 31 + 4 outputs
-// and odd sizes, so the flat buffers need padding at 2 and 3 ranks.
-struct NetImpl : torch::nn::Module {
-  NetImpl()
-      : embed(register_module("embed", torch::nn::Linear(16, 32))),
-        block0(register_module("block0", Block())),
-        block1(register_module("block1", Block())),
-        head(register_module("head", torch::nn::Linear(32, 5))) {}
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto h = embed(x);
-    for (auto* block : {&block0, &block1}) {
-      h = run_unit ? run_unit(**block, [&] { return (*block)(h); }) : (*block)(h);
-    }
-    return head(torch::tanh(h));
-  }
-  torch::nn::Linear embed;
-  Block block0, block1;
-  torch::nn::Linear head;
-  UnitForward run_unit;
-};
-TORCH_MODULE(Net);
-
-Net make_model(std::uint64_t init_seed) {
-  Net model;
-  // A private generator: ranks are threads, and the global one is shared.
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(init_seed);
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) p.copy_(at::randn(p.sizes(), generator) * 0.3);
-  return model;
-}
-
-std::pair<torch::Tensor, torch::Tensor> global_batch(int step, int rows) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
-  return {at::randn({rows, 16}, generator), at::randn({rows, 5}, generator)};
-}
-
-torch::Tensor flat_parameters(torch::nn::Module& model) {
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : model.parameters()) flat.push_back(p.detach().reshape(-1).clone());
-  return torch::cat(flat);
-}
 
 // One process, whole batches, torch's own Adam and clip_grad_norm_: what sharding must reach.
 torch::Tensor train_reference(int world, int steps, int micro_steps) {

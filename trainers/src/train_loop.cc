@@ -19,6 +19,7 @@
 #include "ctrun/worker/lr_schedule.h"
 #include "ctrun/worker/malloc_tuning.h"
 #include "ctrun/worker/sampler.h"
+#include "ctrun/worker/sharded_checkpoint.h"
 #include "ctrun/worker/throughput.h"
 
 namespace ctrun::trainers {
@@ -89,10 +90,6 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
   const int rank = run.env.rank;
   const int world = run.env.world_size;
   if (o.zero != 0 && o.no_ddp) throw std::invalid_argument("--zero and --no_ddp: choose one");
-  if (o.zero != 0 && !o.checkpoint_dir.empty()) {
-    throw std::invalid_argument("--zero " + std::to_string(o.zero) +
-                                " with --checkpoint_dir: sharded checkpoints are not built yet");
-  }
   // Before the optimizer: with --zero it steps the shards the wrapper makes.
   std::optional<worker::ShardedDataParallel> sharded;
   if (o.zero != 0) {
@@ -106,12 +103,29 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
   auto optimizer =
       task.make_optimizer(sharded ? sharded->shard_parameters() : task.model->parameters(), o.lr);
 
-  std::optional<worker::Checkpointer> checkpointer;
+  // Whole checkpoints (rank 0 writes) for a replicated model, sharded ones (every rank writes
+  // its shards) with --zero; each kind resumes from the other.
+  std::optional<worker::Checkpointer> whole_checkpointer;
+  std::optional<worker::ShardedCheckpointer> sharded_checkpointer;
+  const bool checkpointing = !o.checkpoint_dir.empty();
+  auto save_checkpoint = [&](const worker::TrainingProgress& at) {
+    if (sharded) {
+      sharded_checkpointer->save(*sharded, *optimizer, at);
+    } else {
+      whole_checkpointer->save(*task.model, *optimizer, at);
+    }
+  };
   worker::TrainingProgress progress;
   progress.world_size = world;
-  if (!o.checkpoint_dir.empty()) {
-    checkpointer.emplace(o.checkpoint_dir, rank);
-    if (auto loaded = checkpointer->load_latest(*task.model, *optimizer)) {
+  if (checkpointing) {
+    if (sharded) {
+      sharded_checkpointer.emplace(o.checkpoint_dir);
+    } else {
+      whole_checkpointer.emplace(o.checkpoint_dir, rank);
+    }
+    auto loaded = sharded ? sharded_checkpointer->load_latest(*sharded, *optimizer)
+                          : whole_checkpointer->load_latest(*task.model, *optimizer);
+    if (loaded) {
       log_rank0(rank, "resumed at step " + std::to_string(loaded->step) + " (epoch " +
                           std::to_string(loaded->epoch + 1) + ", written by a world of " +
                           std::to_string(loaded->world_size) + ", now " + std::to_string(world) +
@@ -173,7 +187,7 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
       progress.epoch = epoch;
       progress.epoch_consumed = start_consumed + static_cast<std::uint64_t>(pos) * world;
       progress.values = {{"loss_sum", loss_sum}, {"loss_count", loss_count}};
-      checkpointer->save(*task.model, *optimizer, progress);
+      save_checkpoint(progress);
     };
     while (pos < n) {
       if (o.max_steps > 0 && progress.step >= o.max_steps) {
@@ -244,14 +258,14 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
                             fixed(throughput.seconds_per_step() * 1e3, 2) + " samples/s " +
                             fixed(throughput.samples_per_second() * world, 1));
       }
-      if (checkpointer && o.checkpoint_every > 0 && progress.step % o.checkpoint_every == 0 &&
+      if (checkpointing && o.checkpoint_every > 0 && progress.step % o.checkpoint_every == 0 &&
           pos < n) {
         save_mid_epoch();
       }
     }
     if (stop) {
       // Stopped by --max_steps mid-epoch: a later run with a larger limit continues from here.
-      if (checkpointer) save_mid_epoch();
+      if (checkpointing) save_mid_epoch();
       break;
     }
     log_rank0(rank, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs) +
@@ -260,7 +274,7 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
     progress.epoch = epoch + 1;
     progress.epoch_consumed = 0;
     progress.values = {{"loss_sum", 0.0}, {"loss_count", 0.0}};
-    if (checkpointer) checkpointer->save(*task.model, *optimizer, progress);
+    if (checkpointing) save_checkpoint(progress);
   }
   double final_loss = 0;
   if (sharded) {

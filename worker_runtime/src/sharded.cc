@@ -18,6 +18,7 @@
 #include "coalesced.h"
 #include "ctrun/worker/heartbeat.h"
 #include "shard_layout.h"
+#include "sharded_access.h"
 
 namespace ctrun::worker {
 namespace {
@@ -198,14 +199,7 @@ class ShardedDataParallel::Engine {
     optimizer.step();
     at::NoGradGuard no_grad;
     std::lock_guard lock(mutex_);
-    if (stage() < 3) {
-      // Every rank's updated shard into every rank's parameters, in place.
-      std::vector<std::unique_ptr<Work>> gathers;
-      for (auto& unit : units_) {
-        gathers.push_back(group_.all_gather_into_async(unit.full, unit.shard.detach()));
-      }
-      for (auto& work : gathers) work->wait();
-    }
+    if (stage() < 3) gather_shards();
     for (auto& unit : units_) {
       if (stage() == 1) {
         unit.grad_full.zero_();  // the members' and the shard's gradients
@@ -215,6 +209,32 @@ class ShardedDataParallel::Engine {
       if (stage() == 3) release(unit);
     }
   }
+
+  // Stages 1-2: every rank's shard into every rank's parameters, in place.
+  void gather_shards() {
+    std::vector<std::unique_ptr<Work>> gathers;
+    for (auto& unit : units_) {
+      gathers.push_back(group_.all_gather_into_async(unit.full, unit.shard.detach()));
+    }
+    for (auto& work : gathers) work->wait();
+  }
+
+  std::vector<ShardedUnitView> views() const {
+    std::vector<ShardedUnitView> out;
+    for (const auto& unit : units_) {
+      ShardedUnitView view;
+      for (std::size_t k = 0; k < unit.members.size(); ++k) {
+        view.names.push_back(names_[unit.members[k]]);
+        view.shapes.push_back(unit.views[k].sizes().vec());
+      }
+      view.layout = unit.layout;
+      view.shard = unit.shard;
+      out.push_back(std::move(view));
+    }
+    return out;
+  }
+
+  ProcessGroup& group() const { return group_; }
 
   void gather_all() {
     if (stage() < 3) return;
@@ -619,5 +639,19 @@ ShardedDataParallel::FullParameters::FullParameters(ShardedDataParallel& owner) 
 }
 
 ShardedDataParallel::FullParameters::~FullParameters() { owner_.engine_->release_all(); }
+
+std::vector<ShardedUnitView> ShardedAccess::units(const ShardedDataParallel& model) {
+  return model.engine_->views();
+}
+
+ProcessGroup& ShardedAccess::group(const ShardedDataParallel& model) {
+  return model.engine_->group();
+}
+
+void ShardedAccess::release_all(ShardedDataParallel& model) { model.engine_->release_all(); }
+
+void ShardedAccess::gather_shards(ShardedDataParallel& model) {
+  if (model.stage() < 3) model.engine_->gather_shards();
+}
 
 }  // namespace ctrun::worker

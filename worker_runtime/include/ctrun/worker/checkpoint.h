@@ -2,7 +2,8 @@
 // <dir>/checkpoint-<step>.pt through a temporary file that is fsynced and then renamed (and the
 // directory fsynced), so a checkpoint file is either whole or absent; older checkpoints are
 // removed only after the new one is whole. On start every rank loads the newest whole one, so
-// a restarted job resumes where the last save left it.
+// a restarted job resumes where the last save left it. A sharded model's checkpoints
+// (sharded_checkpoint.h) sit beside these, and each kind loads the other.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +46,7 @@ class Checkpointer {
   std::optional<TrainingProgress> load_latest(torch::nn::Module& module,
                                               torch::optim::Optimizer& optimizer) const;
 
-  // Whole checkpoint files, newest first.
+  // Whole checkpoints (files, and sharded ones' directories), newest first.
   std::vector<std::string> list() const;
 
  private:

@@ -122,6 +122,7 @@ class ShardedDataParallel {
   FullParameters full_parameters() { return FullParameters(*this); }
 
  private:
+  friend class ShardedAccess;  // the sharded checkpoints' view of the units (src/)
   class Engine;
   std::shared_ptr<torch::nn::Module> module_;
   std::unique_ptr<Engine> engine_;
