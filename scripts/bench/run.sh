@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issues 2, 3, 4, 7, 16 and 18 and prints their tables with ratios:
+# Runs every benchmark of issues 2, 3, 4, 7, 16, 18 and 19 and prints their tables with ratios:
 #   store_bench       ctrund vs PyTorch's TCPStore: set+get throughput (1/4/16 client processes), latency
 #   bootstrap_bench   process-group bootstrap store traffic of 256/1024/4096 ranks: the agent's
 #                     worker store vs PyTorch's TCPStore server
@@ -13,6 +13,8 @@
 #                     all-reduce bus bandwidth
 #   ft_bench          a worker SIGKILLed: --fault_tolerance=step vs ctrun's restart vs torchrun
 #                     (fault to next committed step, steps lost); the quorum's steady cost
+#   zero_bench        ZeRO stages 1-3 vs DDP: measured per-rank tensor memory against the
+#                     formulas, step time (gpt on CPU at 2, 3 and 4 ranks)
 # Usage: scripts/bench/run.sh [--quick]
 # Builds build-bench/ first if needed (one job at a time: the machine is shared; BENCH_JOBS=N
 # to change). Everything runs inside a loopback-only network namespace, because TCPStore binds
@@ -37,7 +39,7 @@ if [[ " $* " != *" --in-netns "* ]]; then
       -DCTRUN_WITH_TORCH=ON -DCMAKE_BUILD_TYPE=Release
   fi
   nice -n 19 ninja -C "$build" -j "${BENCH_JOBS:-1}" ctrund rdzv_bench backend_rdzv_bench store_bench \
-    bootstrap_bench ctrun launch_probe launch_measure mlp gpt allreduce_bench
+    bootstrap_bench ctrun launch_probe launch_measure mlp gpt allreduce_bench zero_bench
   # Re-run this script in a fresh network namespace with only the loopback interface.
   unshare_flags=(-n)
   [ "$(id -u)" -eq 0 ] || unshare_flags=(-r -n)
@@ -70,4 +72,5 @@ run 1200 /usr/bin/python3 "$root/scripts/bench/etcd_rdzv_bench.py" \
 run 900 /usr/bin/python3 "$root/scripts/bench/launch_bench.py" "${quick[@]}"
 run 3600 /usr/bin/python3 "$root/scripts/bench/train_bench.py" "${quick[@]}"
 run 1800 /usr/bin/python3 "$root/scripts/bench/ft_bench.py" "${quick[@]}"
+run 1800 /usr/bin/python3 "$root/scripts/bench/zero_bench.py" "${quick[@]}"
 exit $status
