@@ -1,6 +1,8 @@
 #include "checkpoint_files.h"
 
 #include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,11 +60,11 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& directory) {
     if (auto step = step_of(name, kSuffix)) {
       found.push_back({*step, entry.path().string(), false});
     } else if (auto sharded = step_of(name, "");
-               sharded && entry.is_directory(ec) && fs::exists(entry.path() / kMetadata, ec)) {
+               sharded && path_exists(entry.path().string() + "/" + kMetadata)) {
       found.push_back({*sharded, entry.path().string(), true});
     }
   }
-  // Newest first; of one step, the sharded one (a later save of the same step).
+  // Newest first; of a step saved both ways, the sharded one (any fixed order: ranks agree).
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
     return a.step != b.step ? a.step > b.step : a.sharded > b.sharded;
   });
@@ -111,15 +113,35 @@ void prune_checkpoints(const std::string& directory, int keep) {
   std::error_code ec;
   const auto whole = list_checkpoints(directory);
   for (std::size_t i = static_cast<std::size_t>(std::max(keep, 1)); i < whole.size(); ++i) {
-    fs::remove_all(whole[i].path, ec);
+    remove_tree(whole[i].path);
   }
   for (const auto& entry : fs::directory_iterator(directory, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(kPrefix, 0) == 0 &&
         (name.find(".tmp") != std::string::npos || name.find(".old") != std::string::npos)) {
-      fs::remove_all(entry.path(), ec);
+      remove_tree(entry.path().string());
     }
   }
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+void remove_tree(const std::string& path) {
+  // Depth first, not following links: files and links are unlinked, directories removed empty.
+  ::nftw(
+      path.c_str(),
+      [](const char* entry, const struct stat*, int type, struct FTW*) {
+        if (type == FTW_DP) {
+          ::rmdir(entry);
+        } else {
+          ::unlink(entry);
+        }
+        return 0;
+      },
+      16, FTW_DEPTH | FTW_PHYS);
 }
 
 }  // namespace ctrun::worker

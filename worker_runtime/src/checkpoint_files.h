@@ -37,4 +37,9 @@ void write_file_durably(const std::string& path,
 // Removes all but the newest `keep` checkpoints and what killed writers left behind.
 void prune_checkpoints(const std::string& directory, int keep);
 
+// Removes `path` and all below it, without std::filesystem::remove_all (which pip LibTorch 2.x's
+// own copy of it broke: docs/worker_runtime.md, Known limits). Best effort.
+void remove_tree(const std::string& path);
+bool path_exists(const std::string& path);
+
 }  // namespace ctrun::worker

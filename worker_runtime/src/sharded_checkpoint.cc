@@ -447,10 +447,9 @@ void complete_save(const SavePlan& plan, const torch::optim::Optimizer& optimize
   }
   // A save of a step saved before (a restarted job) replaces it: the old one steps aside first,
   // and goes only once the new one is in place.
-  std::error_code ec;
   const std::string old_dir = plan.final_dir + ".old";
-  fs::remove_all(old_dir, ec);
-  if (fs::exists(plan.final_dir, ec)) fs::rename(plan.final_dir, old_dir, ec);
+  remove_tree(old_dir);
+  if (path_exists(plan.final_dir)) ::rename(plan.final_dir.c_str(), old_dir.c_str());
   if (::rename(plan.temp_dir.c_str(), plan.final_dir.c_str()) != 0) {
     throw std::runtime_error("checkpoint: rename " + plan.temp_dir + " to " + plan.final_dir +
                              ": " + std::strerror(errno));
