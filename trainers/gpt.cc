@@ -4,7 +4,9 @@
 #include <ATen/autocast_mode.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adamw.h>
+
 #include <torch/version.h>
+#include "ctrun/worker/optimizers.h"
 
 #include "src/gpt_model.h"
 #include "src/text_corpus.h"
@@ -99,10 +101,12 @@ int main(int argc, char** argv) {
       torch::NoGradGuard no_grad;
       return loss_on(torch::arange(std::min(windows, eval_windows), torch::kLong)).item<double>();
     };
-    task.make_optimizer = [](std::vector<torch::Tensor> parameters,
-                             double lr) -> std::unique_ptr<torch::optim::Optimizer> {
-      return std::make_unique<torch::optim::AdamW>(std::move(parameters),
-                                                   torch::optim::AdamWOptions(lr));
+    task.make_optimizer = [kernel =
+                               ctrun::worker::parse_optimizer_kernel(options.optimizer_kernel)](
+                              std::vector<torch::Tensor> parameters,
+                              double lr) -> std::unique_ptr<torch::optim::Optimizer> {
+      return std::make_unique<ctrun::worker::AdamW>(std::move(parameters),
+                                                    torch::optim::AdamWOptions(lr), kernel);
     };
     for (const auto& block : net->blocks()) task.shard_units.push_back(block.ptr());
     task.route_unit_forward = [net](ctrun::worker::UnitForward forward) {

@@ -7,6 +7,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
 
+#include "ctrun/worker/optimizers.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "src/trainer_main.h"
@@ -59,10 +61,12 @@ int main(int argc, char** argv) {
           return torch::nn::functional::cross_entropy(model->forward(data->inputs), data->labels)
               .item<double>();
         };
-        task.make_optimizer = [](std::vector<torch::Tensor> parameters,
-                                 double lr) -> std::unique_ptr<torch::optim::Optimizer> {
-          return std::make_unique<torch::optim::Adam>(std::move(parameters),
-                                                      torch::optim::AdamOptions(lr));
+        task.make_optimizer = [kernel =
+                                   ctrun::worker::parse_optimizer_kernel(options.optimizer_kernel)](
+                                  std::vector<torch::Tensor> parameters,
+                                  double lr) -> std::unique_ptr<torch::optim::Optimizer> {
+          return std::make_unique<ctrun::worker::Adam>(std::move(parameters),
+                                                       torch::optim::AdamOptions(lr), kernel);
         };
         return task;
       });

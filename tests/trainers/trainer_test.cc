@@ -144,6 +144,24 @@ TEST_CASE("trainers: gpt with --zero 1, 2 and 3 on 3 ranks learns what DDP learn
   CHECK(read_file(s.path("bad.log")).find("--zero and --no_ddp: choose one") != std::string::npos);
 }
 
+TEST_CASE("trainers: Adam's foreach kernels train to the loop's very parameters") {
+  ScratchDir s("mlp_kernels");
+  std::string digests[2];
+  const char* kernels[2] = {"loop", "foreach"};
+  for (int k = 0; k < 2; ++k) {
+    auto flags = kSmall;
+    flags.insert(flags.end(), {"--optimizer_kernel", kernels[k], "--max_steps", "8"});
+    const std::string log = s.path(std::string(kernels[k]) + ".log");
+    REQUIRE(run(ctrun_mlp({"--standalone", "--nproc_per_node=2"}, flags), log) == 0);
+    digests[k] = last_value(read_file(log), "digest ");
+  }
+  CHECK_FALSE(digests[0].empty());
+  CHECK(digests[0] == digests[1]);
+  ChildProcess bad({MLP_PATH, "--optimizer_kernel", "fast"}, s.path("bad.log"));
+  CHECK(bad.wait(30s) != 0);
+  CHECK(read_file(s.path("bad.log")).find("--optimizer_kernel") != std::string::npos);
+}
+
 TEST_CASE("trainers: gpt's sharded checkpoints resume at another world and stage, and as DDP") {
   ScratchDir s("gpt_zero_resume");
   const std::vector<std::string> flags = {"--width",

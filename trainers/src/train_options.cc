@@ -40,6 +40,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "Shard the training state (ZeRO): 1 optimizer state, 2 and gradients, 3 and "
                  "parameters; 0 replicates it (DDP)")
       ->check(CLI::Range(0, 3));
+  app.add_option("--optimizer_kernel", o.optimizer_kernel,
+                 "How Adam/AdamW step: fused (_fused_adam(w)_), foreach, loop (torch's), or "
+                 "auto (fused where this LibTorch has it for the device, else foreach)")
+      ->check(CLI::IsMember({"auto", "fused", "foreach", "loop"}));
   app.add_flag("--find_unused_parameters", o.find_unused_parameters,
                "Allow parameters that get no gradient in a step");
   app.add_option("--log_every", o.log_every, "Print step time and samples/s every N steps")

@@ -28,7 +28,8 @@ struct TrainOptions {
   bool find_unused_parameters = false;
   bool no_ddp = false;  // the model alone, no DDP (world size 1): the baseline for its overhead
   int zero = 0;         // 1-3: ShardedDataParallel at this ZeRO stage instead of DDP
-  int log_every = 0;    // print step timing every N optimizer steps; 0: per epoch only
+  std::string optimizer_kernel = "auto";  // Adam(W)'s kernels: auto, fused, foreach, loop
+  int log_every = 0;  // print step timing every N optimizer steps; 0: per epoch only
   int timeout_s = 1800;
   std::int64_t inject_kill_at_step = -1;  // fault injection: the last rank SIGKILLs itself
   std::int64_t inject_hang_at_step = -1;  // fault injection: the last rank sleeps forever
