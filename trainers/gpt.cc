@@ -60,7 +60,9 @@ int main(int argc, char** argv) {
   app.add_option("--layers", config.layers, "Transformer blocks")->check(CLI::Range(1, 256));
   app.add_option("--heads", config.heads, "Attention heads (divide --width)")
       ->check(CLI::Range(1, 256));
-  app.add_flag("--bf16", bf16, "bfloat16 autocast in the forward pass (--device cuda)");
+  app.add_flag("--bf16", bf16,
+               "bfloat16 autocast in the forward pass (--device cuda); with --zero, bf16 "
+               "parameters and gradients too, the optimizer on fp32 master shards");
   app.add_option("--eval_windows", eval_windows, "Windows in the final evaluation")
       ->check(CLI::PositiveNumber);
   // A transformer step is much heavier than the MLP's: a smaller batch, GPT-like rate.
@@ -109,6 +111,7 @@ int main(int argc, char** argv) {
                                                     torch::optim::AdamWOptions(lr), kernel);
     };
     for (const auto& block : net->blocks()) task.shard_units.push_back(block.ptr());
+    if (bf16) task.shard_param_dtype = torch::kBFloat16;
     task.route_unit_forward = [net](ctrun::worker::UnitForward forward) {
       net->set_unit_forward(std::move(forward));
     };

@@ -8,14 +8,16 @@ table gives, per parameter:
   state   bytes held right after backward: parameters + gradients + optimizer state (AdamW,
           fp32), the quantity the ZeRO formulas predict
   formula DDP 16, stage 1 8 + 8/N, stage 2 4 + 12/N, stage 3 16/N (fp32: 4 bytes of
-          parameter, 4 of gradient, 8 of Adam's two moments)
+          parameter, 4 of gradient, 8 of Adam's two moments); with --bf16 (2-byte parameters
+          and gradients, fp32 master and moments) stage 1 4 + 12/N, stage 2 2 + 14/N, stage 3
+          14/N (no bf16 copy of the shard is kept between gathers; the usual count is 16/N)
   peak    the most held at any moment of a step (adds activations and what is gathered)
 and the median step time with its ratio to DDP's in the same world. Goal: state within 10 % of
 the formula for stages 1-3. DDP's state is above 16: its gradient buckets are a second copy of
 the gradients (as torch's DDP without gradient_as_bucket_view).
 
   /usr/bin/python3 scripts/bench/zero_bench.py [--quick] [--build build-bench]
-      [--worlds 2,3,4] [--width 256] [--layers 8]
+      [--worlds 2,3,4] [--width 256] [--layers 8] [--bf16]
 """
 import argparse
 import json
@@ -29,7 +31,11 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 RUN_TIMEOUT_S = 900
 
 
-def formula(stage, world):
+def formula(stage, world, bf16):
+    if bf16 and stage > 0:  # bf16 parameters and gradients, fp32 master + Adam's moments
+        # Stage 3 keeps no bf16 copy of its shard (it is made for the moment of each gather):
+        # 14/N where FSDP and the ZeRO paper count 16/N.
+        return {1: 4 + 12 / world, 2: 2 + 14 / world, 3: 14 / world}[stage]
     return {0: 16.0, 1: 8 + 8 / world, 2: 4 + 12 / world, 3: 16 / world}[stage]
 
 
@@ -37,7 +43,7 @@ def run_one(build, world, stage, args):
     cmd = [os.path.join(build, "launcher", "ctrun"), "--standalone",
            f"--nproc_per_node={world}", os.path.join(build, "scripts", "bench", "zero_bench"),
            "--zero", str(stage), "--width", str(args.width), "--layers", str(args.layers),
-           "--steps", str(args.steps)]
+           "--steps", str(args.steps)] + (["--bf16"] if args.bf16 else [])
     env = dict(os.environ, OMP_NUM_THREADS="1")
     rc, out = run_bounded(cmd, RUN_TIMEOUT_S, env=env)
     for line in out.splitlines():
@@ -55,12 +61,15 @@ def main():
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--steps", type=int, default=0, help="steps per run (default 12, quick 5)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="stages 1-3 with bf16 parameters and fp32 masters (DDP stays fp32)")
     parser.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     ensure_loopback_netns(__file__, sys.argv[1:])
     if args.steps == 0:
         args.steps = 5 if args.quick else 12
-    print(f"gpt width {args.width}, {args.layers} layers, AdamW fp32, CPU (gloo), "
+    precision = "bf16 parameters, fp32 masters (DDP fp32)" if args.bf16 else "fp32"
+    print(f"gpt width {args.width}, {args.layers} layers, AdamW, {precision}, CPU (gloo), "
           f"{args.steps} steps per run (the first 2 not measured), OMP_NUM_THREADS=1")
     print(f"{'world':>5} {'stage':>5} {'params':>10} {'state B/p':>9} {'formula':>7} "
           f"{'ratio':>6} {'peak B/p':>8} {'step ms':>8} {'vs DDP':>7}  goal")
@@ -71,7 +80,7 @@ def main():
             row = run_one(args.build, world, stage, args)
             params = row["parameters"]
             state = row["state_bytes"] / params
-            expected = formula(stage, world)
+            expected = formula(stage, world, args.bf16)
             ratio = state / expected
             if stage == 0:
                 ddp_ms = row["step_ms"]

@@ -31,12 +31,13 @@ struct NetImpl : torch::nn::Module {
         block0(register_module("block0", Block())),
         block1(register_module("block1", Block())),
         head(register_module("head", torch::nn::Linear(32, 5))) {}
+  // In the parameters' type (bf16 with mixed precision), the output in float.
   torch::Tensor forward(const torch::Tensor& x) {
-    auto h = embed(x);
+    auto h = embed(x.to(embed->weight.scalar_type()));
     for (auto* block : {&block0, &block1}) {
       h = run_unit ? run_unit(**block, [&] { return (*block)(h); }) : (*block)(h);
     }
-    return head(torch::tanh(h));
+    return head(torch::tanh(h)).to(torch::kFloat);
   }
   torch::nn::Linear embed;
   Block block0, block1;

@@ -44,6 +44,8 @@ struct RankResult {
   int64_t whole_grad_elements = 0;               // in the parameters' .grad after the last backward
   int64_t parameter_elements_between_steps = 0;  // what the module holds outside a step
   int units = 0;
+  torch::Dtype master_type = torch::kFloat;     // of the shards the optimizer steps
+  torch::Dtype parameter_type = torch::kFloat;  // of the module's parameters
 };
 
 RankResult train_rank(int rank, ProcessGroup& group, int stage, int steps, int micro_steps,
@@ -57,6 +59,7 @@ RankResult train_rank(int rank, ProcessGroup& group, int stage, int steps, int m
   torch::optim::Adam opt(sharded.shard_parameters(), torch::optim::AdamOptions(0.01));
   RankResult result;
   result.units = static_cast<int>(sharded.unit_count());
+  result.master_type = sharded.shard_parameters().front().scalar_type();
   for (const auto& shard : sharded.shard_parameters()) result.shard_elements += shard.numel();
   for (int step = 0; step < steps; ++step) {
     auto [x, y] = global_batch(step, group.size() * kBatch * micro_steps);
@@ -84,6 +87,7 @@ RankResult train_rank(int rank, ProcessGroup& group, int stage, int steps, int m
   {
     auto whole = sharded.full_parameters();
     result.parameters = flat_parameters(*model);
+    result.parameter_type = model->parameters().front().scalar_type();
   }
   return result;
 }
@@ -155,6 +159,36 @@ TEST_CASE("sharded: each rank holds its share: shards of 1/N, and per stage what
       CHECK(rank.parameter_elements_between_steps == (stage == 3 ? 0 : total));
     }
     if (stage == 3) CHECK(ranks[0].units == 3);  // two blocks and the root
+  }
+}
+
+TEST_CASE("sharded: bf16 parameters and collectives with fp32 master shards, at each stage") {
+  at::set_num_threads(1);
+  const auto reference = train_reference(2, 5, 1);
+  torch::Tensor first_stage;
+  for (int stage : {1, 2, 3}) {
+    INFO("stage " << stage);
+    ShardingOptions options;
+    options.param_dtype = torch::kBFloat16;
+    auto ranks = run_gloo_ranks<RankResult>(2, [&](int rank, ProcessGroup& group) {
+      return train_rank(rank, group, stage, 5, 1, options);
+    });
+    CHECK(torch::equal(ranks[0].parameters, ranks[1].parameters));
+    CHECK(ranks[0].master_type == torch::kFloat);
+    CHECK(ranks[0].parameter_type == torch::kBFloat16);
+    // bf16 keeps 8 bits of mantissa: the same training as in fp32, not the same numbers. The
+    // update (final - initial) against fp32's, relative to its size:
+    const auto initial = flat_parameters(*make_model(100));
+    const auto update = ranks[0].parameters.to(torch::kFloat) - initial;
+    const double relative =
+        ((update - (reference - initial)).norm() / (reference - initial).norm()).item<double>();
+    INFO("|bf16 update - fp32 update| / |fp32 update| = " << relative);
+    // (About half of it is the rounding of the final values to bf16.)
+    CHECK(relative < 0.15);
+    CHECK(relative > 0);
+    // Every stage sums the same bf16 gradients in fp32 and steps the same fp32 masters.
+    if (stage == 1) first_stage = ranks[0].parameters;
+    CHECK(torch::equal(ranks[0].parameters, first_stage));
   }
 }
 

@@ -97,6 +97,7 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
     sharding.stage = o.zero;
     sharding.unit_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
     sharding.units = task.shard_units;
+    sharding.param_dtype = task.shard_param_dtype;
     sharded.emplace(task.model, *run.group, sharding);
     if (o.zero == 3 && task.route_unit_forward) task.route_unit_forward(sharded->unit_forward());
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ctrun/worker/env.h"
@@ -51,6 +52,8 @@ struct TrainTask {
   // and how the model sends their forward through the sharded wrapper.
   std::vector<std::shared_ptr<torch::nn::Module>> shard_units;
   std::function<void(worker::UnitForward)> route_unit_forward;
+  // --zero: the parameters' type while they compute (gpt --bf16: bf16, fp32 masters).
+  std::optional<at::ScalarType> shard_param_dtype;
 };
 
 // The parameters' bytes hashed (FNV-1a, 64 bits): equal on replicas that are bit-identical.

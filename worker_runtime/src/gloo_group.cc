@@ -33,6 +33,12 @@ class GlooWork : public Work {
   std::function<void()> then_;
 };
 
+// c10d's Gloo (torch 1.13) has no bfloat16 (nor int16). Gathers and broadcasts only move bytes:
+// they go as half, which Gloo copies without arithmetic. Sums go in float32, rounded back once
+// at the end (no worse than summing in bfloat16, and the same on every rank).
+bool is_bf16(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16; }
+at::Tensor as_bytes16(const at::Tensor& t) { return is_bf16(t) ? t.view(at::kHalf) : t; }
+
 class GlooGroup : public ProcessGroup {
  public:
   GlooGroup(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank, int size)
@@ -41,6 +47,11 @@ class GlooGroup : public ProcessGroup {
   Backend backend() const override { return Backend::kGloo; }
 
   std::unique_ptr<Work> all_reduce_async(at::Tensor tensor) override {
+    if (is_bf16(tensor)) {
+      std::vector<at::Tensor> wide{tensor.to(at::kFloat)};
+      return std::make_unique<GlooWork>(pg_->allreduce(wide), "all_reduce",
+                                        [tensor, sum = wide[0]]() mutable { tensor.copy_(sum); });
+    }
     std::vector<at::Tensor> tensors{std::move(tensor)};
     return std::make_unique<GlooWork>(pg_->allreduce(tensors), "all_reduce");
   }
@@ -51,6 +62,7 @@ class GlooGroup : public ProcessGroup {
   std::unique_ptr<Work> reduce_scatter_async(at::Tensor output, at::Tensor input) override {
     check_chunks("reduce_scatter", input, output);
     const int64_t n = output.numel();
+    if (is_bf16(input)) input = input.to(at::kFloat);
     at::Tensor mine = input.narrow(0, rank() * n, n);
     std::vector<at::Tensor> tensors{std::move(input)};
     return std::make_unique<GlooWork>(pg_->allreduce(tensors), "reduce_scatter",
@@ -61,14 +73,15 @@ class GlooGroup : public ProcessGroup {
     check_chunks("all_gather", output, input);
     // Gloo gathers into its own buffer and then copies into these views of `output`, so
     // `input` may be one of them.
-    std::vector<std::vector<at::Tensor>> outputs{output.chunk(size())};
-    std::vector<at::Tensor> inputs{std::move(input)};
+    std::vector<std::vector<at::Tensor>> outputs{as_bytes16(output).chunk(size())};
+    std::vector<at::Tensor> inputs{as_bytes16(input)};
     return std::make_unique<GlooWork>(pg_->allgather(outputs, inputs), "all_gather");
   }
 
   void broadcast(at::Tensor tensor, int root) override {
     // Gloo has no bool type (masks are bool buffers): the same bytes, seen as uint8.
     if (tensor.scalar_type() == at::kBool) tensor = tensor.view(at::kByte);
+    tensor = as_bytes16(tensor);
     std::vector<at::Tensor> tensors{std::move(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
@@ -78,8 +91,10 @@ class GlooGroup : public ProcessGroup {
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor) override {
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(tensor));
-    std::vector<at::Tensor> inputs{tensor};
-    GlooWork(pg_->allgather(outputs, inputs), "all_gather").wait();
+    std::vector<std::vector<at::Tensor>> wire{{}};
+    for (const auto& out : outputs[0]) wire[0].push_back(as_bytes16(out));
+    std::vector<at::Tensor> inputs{as_bytes16(tensor)};
+    GlooWork(pg_->allgather(wire, inputs), "all_gather").wait();
     return outputs[0];
   }
 

@@ -56,10 +56,14 @@ struct Unit {
   std::vector<std::size_t> members;  // indices into the engine's parameters
   ShardLayout layout;
   bool root = false;  // stage 3: the parameters in no listed module
-  at::Tensor full;    // [padded]: the whole parameters; stage 3: memory only while gathered
+  at::Tensor full;    // [padded], compute type: the whole parameters; stage 3: memory only
+                      // while gathered
   std::vector<at::Tensor> views;  // each member's shape over `full`
-  at::Tensor shard;      // [shard], what the optimizer steps; stages 1-2: an alias into `full`
-  at::Tensor grad_full;  // stage 1: [padded]; the members' .grad are aliases into it
+  at::Tensor shard;       // [shard], what the optimizer steps, in the parameters' own type; without
+                          // mixed precision at stages 1-2 an alias into `full`
+  at::Tensor grad_full;   // stage 1: [padded]; the members' .grad are aliases into it
+  at::Tensor grad_shard;  // [shard], compute type: this rank's chunk of the reduced gradients
+                          // (stage 1: an alias into grad_full)
 
   // This backward pass.
   std::size_t pending = 0;  // members whose gradient is not ready
@@ -84,6 +88,11 @@ class ShardedDataParallel::Engine {
                                   std::to_string(options_.stage));
     }
     collect_parameters(module);
+    compute_type_ = options_.param_dtype.value_or(params_[0].scalar_type());
+    mixed_ = compute_type_ != params_[0].scalar_type();
+    if (mixed_ && !at::isFloatingType(compute_type_)) {
+      throw std::invalid_argument("ShardingOptions::param_dtype: not a floating type");
+    }
     if (options_.broadcast_parameters) {
       std::vector<at::Tensor> state = module.parameters();
       for (const auto& buffer : module.buffers()) state.push_back(buffer);
@@ -180,7 +189,7 @@ class ShardedDataParallel::Engine {
     const at::Tensor& any = units_.front().shard;
     at::Tensor squares = at::zeros({1}, any.options().dtype(at::kDouble));
     for (const auto& unit : units_) {
-      const at::Tensor& grad = unit.shard.grad();
+      const at::Tensor& grad = unit.grad_shard;
       if (grad.defined()) squares += grad.to(at::kDouble).pow(2).sum();
     }
     group_.all_reduce(squares);
@@ -189,32 +198,46 @@ class ShardedDataParallel::Engine {
     const double coefficient = max_norm / (norm + 1e-6);
     if (coefficient < 1.0) {
       for (auto& unit : units_) {
-        if (unit.shard.grad().defined()) unit.shard.mutable_grad().mul_(coefficient);
+        if (unit.grad_shard.defined()) unit.grad_shard.mul_(coefficient);
       }
     }
     return norm;
   }
 
   void step(torch::optim::Optimizer& optimizer) {
+    {
+      at::NoGradGuard no_grad;
+      // The optimizer sees gradients only now: in the master's type with mixed precision
+      // (converted for the moment of the step), else the reduced chunk itself.
+      for (auto& unit : units_) {
+        if (!unit.grad_shard.defined()) continue;
+        unit.shard.mutable_grad() =
+            mixed_ ? unit.grad_shard.to(unit.shard.scalar_type()) : unit.grad_shard;
+      }
+    }
     optimizer.step();
     at::NoGradGuard no_grad;
     std::lock_guard lock(mutex_);
     if (stage() < 3) gather_shards();
     for (auto& unit : units_) {
+      unit.shard.mutable_grad().reset();
       if (stage() == 1) {
-        unit.grad_full.zero_();  // the members' and the shard's gradients
-      } else if (unit.shard.grad().defined()) {
-        unit.shard.mutable_grad().reset();
+        unit.grad_full.zero_();  // the members' gradients, and grad_shard
+      } else {
+        unit.grad_shard.reset();
       }
       if (stage() == 3) release(unit);
     }
   }
 
-  // Stages 1-2: every rank's shard into every rank's parameters, in place.
+  // Stages 1-2: every rank's shard into every rank's parameters, in place (with mixed
+  // precision, the master rounded into this rank's chunk first).
   void gather_shards() {
     std::vector<std::unique_ptr<Work>> gathers;
     for (auto& unit : units_) {
-      gathers.push_back(group_.all_gather_into_async(unit.full, unit.shard.detach()));
+      at::Tensor mine = alias(unit.full, group_.rank() * unit.layout.shard, unit.layout.shard);
+      if (mixed_) mine.copy_(unit.shard.detach());
+      gathers.push_back(group_.all_gather_into_async(unit.full, mine));
     }
     for (auto& work : gathers) work->wait();
   }
@@ -340,13 +363,17 @@ class ShardedDataParallel::Engine {
     for (std::size_t m : members) numels.push_back(params_[m].numel());
     unit.layout = make_shard_layout(numels, group_.size());
     const ShardLayout& layout = unit.layout;
-    const at::TensorOptions options = params_[members[0]].options().requires_grad(false);
+    const at::TensorOptions master_options = params_[members[0]].options().requires_grad(false);
+    const at::TensorOptions options = master_options.dtype(compute_type_);
     unit.full = at::zeros({layout.padded}, options);
+    // With mixed precision the values in the parameters' own type, for the master shard.
+    at::Tensor master = mixed_ ? at::zeros({layout.padded}, master_options) : unit.full;
     if (stage() == 1) unit.grad_full = at::zeros({layout.padded}, options);
     for (std::size_t k = 0; k < members.size(); ++k) {
       at::Tensor& p = params_[members[k]];
       at::Tensor view = alias(unit.full, layout.offsets[k], layout.numels[k]).view(p.sizes());
       view.copy_(p.detach());
+      if (mixed_) master.narrow(0, layout.offsets[k], layout.numels[k]).copy_(p.detach().view(-1));
       p.set_data(view);
       unit.views.push_back(view);
       if (stage() == 1) {
@@ -356,17 +383,18 @@ class ShardedDataParallel::Engine {
       unit_of_[members[k]] = units_.size() - 1;
     }
     const int64_t begin = group_.rank() * layout.shard;
-    unit.shard = stage() < 3 ? alias(unit.full, begin, layout.shard)
-                             : unit.full.narrow(0, begin, layout.shard).clone();
+    unit.shard = stage() < 3 && !mixed_ ? alias(unit.full, begin, layout.shard)
+                                        : master.narrow(0, begin, layout.shard).clone();
     unit.shard.requires_grad_(true);
-    if (stage() == 1) unit.shard.mutable_grad() = alias(unit.grad_full, begin, layout.shard);
+    if (stage() == 1) unit.grad_shard = alias(unit.grad_full, begin, layout.shard);
   }
 
   // Stage 3.
   void start_gather(Unit& unit) {
     if (unit.gathered != Gathered::kNo) return;
     restore_memory(unit.full);
-    unit.gather = group_.all_gather_into_async(unit.full, unit.shard.detach());
+    unit.gather = group_.all_gather_into_async(
+        unit.full, mixed_ ? unit.shard.detach().to(compute_type_) : unit.shard.detach());
     unit.gathered = Gathered::kInFlight;
   }
 
@@ -541,11 +569,11 @@ class ShardedDataParallel::Engine {
     auto work = std::move(unit.reduce);
     work->wait();
     at::NoGradGuard no_grad;
-    if (stage() == 1) return;  // the shard's gradient is an alias into grad_full
-    if (unit.shard.grad().defined()) {
-      unit.shard.mutable_grad().add_(unit.grad_output);
+    if (stage() == 1) return;  // grad_shard is an alias into grad_full
+    if (unit.grad_shard.defined()) {
+      unit.grad_shard.add_(unit.grad_output);
     } else {
-      unit.shard.mutable_grad() = unit.grad_output;
+      unit.grad_shard = unit.grad_output;
     }
     unit.grad_input.reset();
     unit.grad_output.reset();
@@ -577,6 +605,8 @@ class ShardedDataParallel::Engine {
   std::vector<std::size_t> unit_of_;  // of each parameter
   std::unordered_map<const torch::nn::Module*, std::size_t> unit_of_module_;
   std::size_t root_ = kNoUnit;
+  at::ScalarType compute_type_ = at::kFloat;  // of the module's parameters and the collectives
+  bool mixed_ = false;                        // compute_type_ is not the master's
   at::Tensor placeholder_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<std::uintptr_t> hook_keys_;

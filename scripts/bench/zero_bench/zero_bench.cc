@@ -55,12 +55,14 @@ int main(int argc, char** argv) {
   config.context = 32;
   int batch = 2;
   int steps = 6;
+  bool bf16 = false;
   app.add_option("--zero", zero, "0 (DDP), 1, 2 or 3")->check(CLI::Range(0, 3));
   app.add_option("--width", config.width)->check(CLI::PositiveNumber);
   app.add_option("--layers", config.layers)->check(CLI::PositiveNumber);
   app.add_option("--heads", config.heads)->check(CLI::PositiveNumber);
   app.add_option("--context", config.context)->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "Sequences per rank per step")->check(CLI::PositiveNumber);
+  app.add_flag("--bf16", bf16, "Sharded stages: bf16 parameters and gradients, fp32 masters");
   app.add_option("--steps", steps, "Steps (the first two are not measured)")
       ->check(CLI::Range(3, 100000));
   CLI11_PARSE(app, argc, argv);
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
   } else {
     ctrun::worker::ShardingOptions options;
     options.stage = zero;
+    if (bf16) options.param_dtype = at::kBFloat16;
     for (const auto& block : model->blocks()) options.units.push_back(block.ptr());
     sharded.emplace(model.ptr(), *group, options);
     model->set_unit_forward(sharded->unit_forward());
@@ -100,7 +103,7 @@ int main(int argc, char** argv) {
     const auto started = std::chrono::steady_clock::now();
     auto loss_of = [&] {
       const auto logits = model->forward(tokens.slice(1, 0, -1));
-      return torch::nn::functional::cross_entropy(logits.reshape({-1, config.vocab}),
+      return torch::nn::functional::cross_entropy(logits.reshape({-1, config.vocab}).to(at::kFloat),
                                                   tokens.slice(1, 1).reshape({-1}));
     };
     (sharded ? sharded->forward(loss_of) : loss_of()).backward();
@@ -128,8 +131,8 @@ int main(int argc, char** argv) {
   for (const auto& rank : all) worst = torch::max(worst, rank);
   std::sort(step_ms.begin(), step_ms.end());
   if (env.value().rank == 0) {
-    std::cout << "ZERO_BENCH {\"zero\": " << zero << ", \"world\": " << group->size()
-              << ", \"parameters\": " << parameters
+    std::cout << "ZERO_BENCH {\"zero\": " << zero << ", \"bf16\": " << (bf16 && zero > 0)
+              << ", \"world\": " << group->size() << ", \"parameters\": " << parameters
               << ", \"state_bytes\": " << worst[0].item<std::int64_t>()
               << ", \"peak_bytes\": " << worst[1].item<std::int64_t>()
               << ", \"step_ms\": " << step_ms[step_ms.size() / 2] << "}" << std::endl;
