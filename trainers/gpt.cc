@@ -56,10 +56,21 @@ int main(int argc, char** argv) {
   app.add_option("--corpus_bytes", corpus_bytes, "Size of the generated corpus")
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 32));
   app.add_option("--context", config.context, "Bytes of context")->check(CLI::Range(2, 4096));
-  app.add_option("--width", config.width, "Model width")->check(CLI::Range(8, 8192));
-  app.add_option("--layers", config.layers, "Transformer blocks")->check(CLI::Range(1, 256));
-  app.add_option("--heads", config.heads, "Attention heads (divide --width)")
-      ->check(CLI::Range(1, 256));
+  auto* width = app.add_option("--width", config.width, "Model width")->check(CLI::Range(8, 8192));
+  auto* layers =
+      app.add_option("--layers", config.layers, "Transformer blocks")->check(CLI::Range(1, 256));
+  auto* heads = app.add_option("--heads", config.heads, "Attention heads (divide --width)")
+                    ->check(CLI::Range(1, 256));
+  // GPT-2's shapes (with a byte vocabulary: a few million parameters fewer), for models whose
+  // training state no longer fits one rank's memory without --zero.
+  std::string size;
+  app.add_option("--size", size,
+                 "GPT-2's width, layers and heads: small (85 M parameters), medium (302 M), "
+                 "large (709 M), xl (1.47 B)")
+      ->check(CLI::IsMember({"small", "medium", "large", "xl"}))
+      ->excludes(width)
+      ->excludes(layers)
+      ->excludes(heads);
   app.add_flag("--bf16", bf16,
                "bfloat16 autocast in the forward pass (--device cuda); with --zero, bf16 "
                "parameters and gradients too, the optimizer on fp32 master shards");
@@ -70,6 +81,10 @@ int main(int argc, char** argv) {
   defaults.batch_size = 16;
   defaults.lr = 3e-4;
   return trainer_main(app, argc, argv, defaults, [&](const TrainOptions& options, const Run& run) {
+    if (size == "small") config = {config.vocab, config.context, 768, 12, 12};
+    if (size == "medium") config = {config.vocab, config.context, 1024, 24, 16};
+    if (size == "large") config = {config.vocab, config.context, 1280, 36, 20};
+    if (size == "xl") config = {config.vocab, config.context, 1600, 48, 25};
     if (config.width % config.heads != 0) {
       throw std::invalid_argument("--heads " + std::to_string(config.heads) +
                                   " does not divide --width " + std::to_string(config.width));

@@ -2,6 +2,7 @@
 // a worker SIGKILLed mid-epoch and resumed from its checkpoint, a failing trainer's error file.
 #include <boost/asio.hpp>
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -160,6 +161,27 @@ TEST_CASE("trainers: Adam's foreach kernels train to the loop's very parameters"
   ChildProcess bad({MLP_PATH, "--optimizer_kernel", "fast"}, s.path("bad.log"));
   CHECK(bad.wait(30s) != 0);
   CHECK(read_file(s.path("bad.log")).find("--optimizer_kernel") != std::string::npos);
+}
+
+TEST_CASE("trainers: gpt --size takes GPT-2's shapes, and no width, layers or heads beside it") {
+  ScratchDir s("gpt_size");
+  // GPT-2 small with a byte vocabulary: 85.5 M parameters (its first line counts them; the
+  // run is stopped there, a CPU step of it takes a minute).
+  ChildProcess small({GPT_PATH, "--size", "small", "--no_ddp", "--corpus_bytes", "20000"},
+                     s.path("small.log"));
+  CHECK(wait_for_text(s.path("small.log"), "training 85498624 parameters", 120s));
+  small.signal(SIGKILL);
+  (void)small.wait(30s);
+  for (const char* other : {"--width", "--layers", "--heads"}) {
+    ChildProcess bad({GPT_PATH, "--size", "small", other, "8"}, s.path("bad.log"));
+    CHECK(bad.wait(30s) != 0);
+    CHECK(read_file(s.path("bad.log")).find(std::string(other) + " excludes --size") !=
+          std::string::npos);
+  }
+  ChildProcess unknown({GPT_PATH, "--size", "huge"}, s.path("unknown.log"));
+  CHECK(unknown.wait(30s) != 0);
+  CHECK(read_file(s.path("unknown.log")).find("--size: huge not in {small,medium,large,xl}") !=
+        std::string::npos);
 }
 
 TEST_CASE("trainers: gpt's sharded checkpoints resume at another world and stage, and as DDP") {

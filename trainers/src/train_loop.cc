@@ -90,6 +90,8 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
   const int rank = run.env.rank;
   const int world = run.env.world_size;
   if (o.zero != 0 && o.no_ddp) throw std::invalid_argument("--zero and --no_ddp: choose one");
+  std::int64_t parameter_count = 0;  // counted before a sharded wrapper takes them apart
+  for (const auto& p : task.model->parameters()) parameter_count += p.numel();
   // Before the optimizer: with --zero it steps the shards the wrapper makes.
   std::optional<worker::ShardedDataParallel> sharded;
   if (o.zero != 0) {
@@ -161,9 +163,10 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
   const double peak_lr = o.scale_lr ? worker::scale_lr_linearly(o.lr, world) : o.lr;
   worker::WarmupCosineSchedule schedule{peak_lr, o.warmup_steps,
                                         o.cosine ? steps_per_epoch * o.epochs : 0, 0.0};
-  log_rank0(rank, "training " + std::to_string(task.dataset_size) + " samples on " +
-                      std::to_string(world) + " rank(s), " + std::to_string(o.batch_size) +
-                      " per rank x " + std::to_string(o.grad_accum) + " micro-steps, " +
+  log_rank0(rank, "training " + std::to_string(parameter_count) + " parameters on " +
+                      std::to_string(task.dataset_size) + " samples, " + std::to_string(world) +
+                      " rank(s), " + std::to_string(o.batch_size) + " per rank x " +
+                      std::to_string(o.grad_accum) + " micro-steps, " +
                       (ddp       ? std::to_string(ddp->buckets().size()) + " gradient bucket(s)"
                        : sharded ? "ZeRO stage " + std::to_string(o.zero) + ", " +
                                        std::to_string(sharded->unit_count()) + " unit(s)"
