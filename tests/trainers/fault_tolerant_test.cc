@@ -103,6 +103,46 @@ TEST_CASE("trainers: with --fault_tolerant a killed or hung worker costs a step,
   for (const Fault& f : {kKilled, kHung}) check_worker_fault(s, f, {"--standalone"});
 }
 
+TEST_CASE(
+    "trainers: with --fault_tolerant --zero 3 a killed worker's group waits, its replacement heals "
+    "its shard") {
+  ScratchDir s("mlp_ft_zero");
+  const std::string consumed = s.path("consumed");
+  const std::string log = s.path("zero.log");
+  // Four workers in two shard groups of two (HSDP): each group shards the model at stage 3,
+  // the quorum replicates it across the groups. Worker 3 (group 1, index 1) is killed.
+  std::vector<std::string> argv = {CTRUN_PATH,           "--standalone",
+                                   "--nproc_per_node=4", "--fault_tolerance=step",
+                                   "--max_restarts=1",   "--worker_timeout=0"};
+  const auto mlp = ft_mlp_argv(MLP_PATH, 12288, consumed);
+  argv.insert(argv.end(), mlp.begin(), mlp.end());
+  argv.insert(argv.end(), {"--zero", "3", "--ft_shard_group", "2", "--inject_kill_at_step", "3"});
+  ChildProcess p(argv, log);
+  const auto rc = p.wait(180s);
+  const std::string out = read_file(log);
+  INFO(out);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(out.find("replacing worker rank 3 (local rank 3; 1 of 1 restarts); the others run on") !=
+        std::string::npos);
+  // Its group's other worker waited for the replacement instead of training with half a model.
+  CHECK(out.find(" is not whole; waiting for it") != std::string::npos);
+  const auto lines = replica_lines(out);
+  REQUIRE(lines.size() == 4);
+  std::set<std::string> digests;
+  for (const auto& [replica, r] : lines) {
+    INFO(replica);
+    const bool killed = replica.size() > 2 && replica.compare(replica.size() - 2, 2, "/3") == 0;
+    CHECK(r.started_pids.size() == (killed ? 2u : 1u));
+    CHECK_FALSE(r.digest.empty());
+    if (!killed) CHECK(r.final_pid == r.started_pids.front());
+    digests.insert(r.digest);
+  }
+  CHECK(digests.size() == 1);  // every worker gathers the very same model
+  check_commits(read_consumed(consumed), 12288);
+  CHECK(out.find("healed from ") != std::string::npos);
+}
+
 TEST_CASE("trainers: with --fault_tolerant on etcd a killed worker costs a step, not a restart") {
   CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir s("mlp_ft_etcd");

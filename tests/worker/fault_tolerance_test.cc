@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <functional>
 #include <map>
@@ -14,6 +15,7 @@
 
 #include "ctrun/worker/ddp.h"
 #include "ctrun/worker/sampler.h"
+#include "ctrun/worker/sharded.h"
 #include "fake_env.h"
 #include "loopback_daemon.h"
 
@@ -143,6 +145,123 @@ ReplicaRun train_replica(const WorkerEnv& env, const FaultToleranceOptions& opti
     run.error = e.what();
   }
   return run;
+}
+
+// Shard groups (HSDP): `groups` groups of two workers, worker `index` of group `group` as the
+// agent names it ("g<group>/<local rank>").
+WorkerEnv sharded_env(std::uint16_t port, int group, int index, int groups) {
+  auto env = read_worker_env(
+      env_of({{"RANK", std::to_string(2 * group + index)},
+              {"WORLD_SIZE", std::to_string(2 * groups)},
+              {"LOCAL_RANK", std::to_string(index)},
+              {"LOCAL_WORLD_SIZE", "2"},
+              {"TORCHELASTIC_RUN_ID", "ft-hsdp"},
+              {"CTRUN_STORE_ADDR", "127.0.0.1"},
+              {"CTRUN_STORE_PORT", std::to_string(port)},
+              {"CTRUN_FAULT_TOLERANCE", "step"},
+              {"CTRUN_REPLICA_ID", "g" + std::to_string(group) + "/" + std::to_string(index)}}));
+  REQUIRE(env.ok());
+  return env.value();
+}
+
+// train_replica() for a worker of a shard group: the model sharded over the group at `stage`,
+// replicated across groups. Its parameters, gathered whole, are its result; `committed`, when
+// given, follows its committed step.
+ReplicaRun train_sharded_worker(const WorkerEnv& env, FaultToleranceOptions options, float init,
+                                int stage, const std::function<bool(std::int64_t)>& die_at,
+                                std::atomic<std::int64_t>* committed = nullptr) {
+  ReplicaRun run;
+  try {
+    auto model = make_model(init);
+    SamplerOptions sampler_options;
+    sampler_options.dataset_size = kDataset;
+    sampler_options.seed = 5;
+    StepSampler sampler(sampler_options, kBatch);
+    options.shard_group_size = 2;
+    auto ft = FaultTolerance::start(env, options, {model.get(), nullptr, &sampler});
+    if (!ft) throw std::runtime_error(ft.error().message);
+    ShardingOptions sharding;
+    sharding.stage = stage;
+    sharding.broadcast_parameters = false;
+    sharding.gather_in_step = false;
+    sharding.replicate_group = &ft.value()->replicate_group();
+    auto sharded =
+        std::make_unique<ShardedDataParallel>(model, ft.value()->shard_group(), sharding);
+    torch::optim::Adam optimizer(sharded->shard_parameters(), torch::optim::AdamOptions(0.01));
+    ft.value()->set_state({model.get(), &optimizer, &sampler, sharded.get()});
+    for (;;) {
+      if (sampler.epoch_done(1)) {
+        if (sampler.epoch() + 1 >= kEpochs) break;
+        sampler.set_epoch(sampler.epoch() + 1);
+      }
+      const auto step = ft.value()->begin_step();
+      if (step.finished) break;
+      if (sampler.epoch_done(step.size)) {
+        (void)ft.value()->should_commit();
+        continue;
+      }
+      const auto mine = sampler.step(step.rank, step.size);
+      auto [x, y] = samples(mine);
+      const double scale =
+          static_cast<double>(step.size) / static_cast<double>(sampler.step_size(step.size));
+      auto loss = sharded->forward([&] { return (model->forward(x) - y).pow(2).sum() * scale; });
+      loss.backward();
+      if (die_at(step.step)) {
+        run.died = true;
+        sharded.reset();
+        ft.value().reset();
+        return run;
+      }
+      std::vector<std::uint64_t> all;
+      for (int r = 0; r < step.size; ++r) {
+        auto share = sampler.step(r, step.size);
+        all.insert(all.end(), share.begin(), share.end());
+      }
+      const std::uint64_t epoch = sampler.epoch();
+      if (ft.value()->should_commit()) {
+        sharded->step(optimizer);
+        run.committed.emplace_back(epoch, std::move(all));
+        if (committed != nullptr) *committed = ft.value()->committed_step();
+      }
+    }
+    run.stats = ft.value()->stats();
+    run.final_step = ft.value()->committed_step();
+    // Gathered over the shard group: a collective of the group's two workers, outside any step.
+    auto whole = sharded->full_parameters();
+    std::vector<torch::Tensor> flat;
+    for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten().clone());
+    run.parameters = torch::cat(flat);
+    ft.value()->finish();
+  } catch (const std::exception& e) {
+    run.error = e.what();
+  }
+  return run;
+}
+
+// The same training in one process (every step's samples at once, one optimizer): what the
+// groups compute together, up to the order of float sums.
+torch::Tensor train_alone(float init) {
+  auto model = make_model(init);
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(0.01));
+  SamplerOptions sampler_options;
+  sampler_options.dataset_size = kDataset;
+  sampler_options.seed = 5;
+  StepSampler sampler(sampler_options, 4 * kBatch);
+  for (;;) {
+    if (sampler.epoch_done(1)) {
+      if (sampler.epoch() + 1 >= kEpochs) break;
+      sampler.set_epoch(sampler.epoch() + 1);
+    }
+    auto [x, y] = samples(sampler.step(0, 1));
+    auto loss = (model->forward(x) - y).pow(2).sum() / static_cast<double>(sampler.step_size(1));
+    loss.backward();
+    optimizer.step();
+    optimizer.zero_grad();
+    sampler.commit(1);
+  }
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten());
+  return torch::cat(flat);
 }
 
 // Each sample of each epoch exactly once, over the committed steps of a replica that saw them
@@ -288,4 +407,80 @@ TEST_CASE("fault tolerance: a replica left alone of three gets no quorum and sto
   CHECK((runs[0].error.find("no quorum for step 4") != std::string::npos ||
          runs[0].error.find("no quorum for step 3") != std::string::npos));
   CHECK(runs[0].error.find("minority side of a partition") != std::string::npos);
+}
+
+TEST_CASE("fault tolerance with shard groups: two groups of two train as one model, every stage") {
+  const int stage = GENERATE(1, 2, 3);
+  INFO("stage " << stage);
+  LoopbackDaemon daemon;
+  std::vector<ReplicaRun> runs(4);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      // Each group initialises differently: before step 1 both take the first group's state.
+      runs[w] = train_sharded_worker(sharded_env(daemon.port(), w / 2, w % 2, 2), fast_options(4),
+                                     1.0f + static_cast<float>(w / 2), stage,
+                                     [](std::int64_t) { return false; });
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& run : runs) {
+    INFO(run.error);
+    REQUIRE(run.error.empty());
+    CHECK(run.stats.steps_lost == 0);
+    CHECK(run.final_step == static_cast<std::int64_t>(2 * kDataset / (4 * kBatch)));
+  }
+  CHECK(runs[2].stats.heals_received == 1);
+  CHECK(runs[3].stats.heals_received == 1);
+  for (int w = 1; w < 4; ++w) CHECK(torch::equal(runs[0].parameters, runs[w].parameters));
+  CHECK(torch::allclose(runs[0].parameters, train_alone(1.0f), 1e-4, 1e-5));
+  check_exactly_once(runs[0]);
+}
+
+TEST_CASE(
+    "fault tolerance with shard groups: a lost worker's group waits, its replacement takes the "
+    "shard") {
+  const int stage = GENERATE(1, 3);
+  INFO("stage " << stage);
+  LoopbackDaemon daemon;
+  std::vector<ReplicaRun> runs(5);
+  std::vector<std::thread> threads;
+  std::atomic<std::int64_t> first_committed{0};
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      runs[w] = train_sharded_worker(
+          sharded_env(daemon.port(), w / 2, w % 2, 2), fast_options(4),
+          1.0f + static_cast<float>(w / 2), stage,
+          [w](std::int64_t step) { return w == 3 && step == 3; },
+          w == 0 ? &first_committed : nullptr);
+    });
+  }
+  threads[3].join();
+  REQUIRE(runs[3].died);
+  // The first group trains alone meanwhile (steps 3 to 5 at least); g1/0 waits for its group.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (first_committed < 5 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(first_committed >= 5);
+  std::thread replacement([&] {
+    runs[4] = train_sharded_worker(sharded_env(daemon.port(), 1, 1, 2), fast_options(4), 9.0f,
+                                   stage, [](std::int64_t) { return false; });
+  });
+  for (int w = 0; w < 3; ++w) threads[w].join();
+  replacement.join();
+  for (int w : {0, 1, 2, 4}) {
+    INFO("worker run " << w << ": " << runs[w].error);
+    REQUIRE(runs[w].error.empty());
+    CHECK(runs[w].final_step == runs[0].final_step);
+  }
+  CHECK(runs[0].stats.steps_lost >= 1);
+  CHECK(runs[2].stats.quorums_sat_out >= 1);
+  // g1/0 sat out and so asked as holding nothing: it healed too, with the replacement.
+  CHECK(runs[2].stats.heals_received == 2);
+  CHECK(runs[4].stats.heals_received == 1);
+  // (Not one process's result: while the first group trained alone, steps were half the size.)
+  for (int w : {1, 2, 4}) CHECK(torch::equal(runs[0].parameters, runs[w].parameters));
+  check_exactly_once(runs[0]);
+  check_exactly_once(runs[1]);
 }

@@ -19,6 +19,7 @@
 #include "ctrun/worker/log.h"
 #include "ctrun/worker/lr_schedule.h"
 #include "ctrun/worker/sampler.h"
+#include "ctrun/worker/sharded.h"
 #include "ctrun/worker/throughput.h"
 #include "train_loop.h"
 
@@ -48,12 +49,19 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
                                 ": --fault_tolerant trains one micro-step per step");
   }
   if (o.no_ddp) throw std::invalid_argument("--no_ddp: --fault_tolerant trains through DDP");
-  if (o.zero != 0) {
-    throw std::invalid_argument("--zero " + std::to_string(o.zero) +
-                                ": --fault_tolerant trains replicated (DDP) models only");
+  if (o.zero != 0 && !o.checkpoint_dir.empty()) {
+    throw std::invalid_argument(
+        "--checkpoint_dir with --fault_tolerant --zero: sharded replicas heal from each other "
+        "but do not write or resume checkpoints yet; leave one of them out");
+  }
+  if (o.ft_shard_group != 0 && o.zero == 0) {
+    throw std::invalid_argument("--ft_shard_group " + std::to_string(o.ft_shard_group) +
+                                ": shard groups shard a model, give --zero 1, 2 or 3 too");
   }
   const std::string replica = run.env.replica_id;
-  auto optimizer = task.make_optimizer(task.model->parameters(), o.lr);
+  // With --zero the optimizer steps the shards, which exist once the shard group does.
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (o.zero == 0) optimizer = task.make_optimizer(task.model->parameters(), o.lr);
 
   worker::SamplerOptions sampler_options;
   sampler_options.dataset_size = task.dataset_size;
@@ -82,18 +90,41 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
     }
   }
   ft_options.committed_step = resumed_step;
+  if (o.zero != 0) {
+    // HSDP: one replica's state sharded over a group of the node's workers, replicated across
+    // the groups by the quorum.
+    ft_options.shard_group_size =
+        o.ft_shard_group > 0 ? o.ft_shard_group : run.env.local_world_size;
+  }
   auto started = worker::FaultTolerance::start(run.env, ft_options,
                                                {task.model.get(), optimizer.get(), &sampler});
   if (!started) throw std::runtime_error(started.error().message);
   worker::FaultTolerance& ft = *started.value();
 
-  worker::DdpOptions ddp_options;
-  ddp_options.first_bucket_bytes = static_cast<std::size_t>(o.first_bucket_mb * (1 << 20));
-  ddp_options.bucket_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
-  ddp_options.overlap = !o.no_overlap;
-  ddp_options.find_unused_parameters = o.find_unused_parameters;
-  ddp_options.broadcast_parameters = false;  // the quorum equalises replicas (healing)
-  worker::DistributedDataParallel ddp(task.model, ft.group(), ddp_options);
+  std::optional<worker::DistributedDataParallel> ddp;
+  std::optional<worker::ShardedDataParallel> sharded;
+  if (o.zero == 0) {
+    worker::DdpOptions ddp_options;
+    ddp_options.first_bucket_bytes = static_cast<std::size_t>(o.first_bucket_mb * (1 << 20));
+    ddp_options.bucket_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
+    ddp_options.overlap = !o.no_overlap;
+    ddp_options.find_unused_parameters = o.find_unused_parameters;
+    ddp_options.broadcast_parameters = false;  // the quorum equalises replicas (healing)
+    ddp.emplace(task.model, ft.group(), ddp_options);
+  } else {
+    worker::ShardingOptions sharding;
+    sharding.stage = o.zero;
+    sharding.unit_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
+    sharding.units = task.shard_units;
+    sharding.param_dtype = task.shard_param_dtype;
+    sharding.broadcast_parameters = false;  // the quorum equalises replicas (healing)
+    sharding.gather_in_step = false;        // no collective after a step committed
+    sharding.replicate_group = &ft.replicate_group();
+    sharded.emplace(task.model, ft.shard_group(), sharding);
+    if (o.zero == 3 && task.route_unit_forward) task.route_unit_forward(sharded->unit_forward());
+    optimizer = task.make_optimizer(sharded->shard_parameters(), o.lr);
+    ft.set_state({task.model.get(), optimizer.get(), &sampler, &*sharded});
+  }
 
   // The schedule counts committed steps, planned for the world the job starts with.
   const auto initial_world = static_cast<std::uint64_t>(run.env.world_size);
@@ -148,10 +179,19 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
     const double share = static_cast<double>(mine.size()) * step.size /
                          static_cast<double>(sampler.step_size(step.size));
     // A replica with no sample in a short last step still sends (zero) gradients.
-    torch::Tensor loss = mine.empty() ? zero_loss(*task.model) : task.loss(indices) * share;
+    auto forward = [&] {
+      if (!mine.empty()) return task.loss(indices) * share;
+      // Sharded: through the model's own forward, which gathers what stage 3 needs.
+      return sharded ? task.loss(torch::zeros({1}, torch::kLong)) * 0.0 : zero_loss(*task.model);
+    };
+    torch::Tensor loss = sharded ? sharded->forward(forward) : forward();
     loss.backward();
     if (o.clip_grad_norm > 0) {
-      torch::nn::utils::clip_grad_norm_(task.model->parameters(), o.clip_grad_norm);
+      if (sharded) {
+        sharded->clip_grad_norm(o.clip_grad_norm);
+      } else {
+        torch::nn::utils::clip_grad_norm_(task.model->parameters(), o.clip_grad_norm);
+      }
     }
     std::vector<std::uint64_t> all;
     if (consumed.enabled()) {
@@ -165,7 +205,11 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
     if (ft.should_commit()) {
       const double lr = schedule.lr_at(ft.committed_step() - 1);
       for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
-      optimizer->step();
+      if (sharded) {
+        sharded->step(*optimizer);
+      } else {
+        optimizer->step();
+      }
       consumed.commit(replica, epoch, ft.committed_step(), all);
       if (!mine.empty()) {
         loss_sum += loss.item<double>() / share;
@@ -190,14 +234,22 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
     }
     optimizer->zero_grad();
   }
+  // Sharded: the whole parameters for a while, gathered over the shard group (whose workers
+  // end together).
+  std::optional<worker::ShardedDataParallel::FullParameters> whole;
+  if (sharded) whole.emplace(*sharded);
+  const std::uint64_t digest = parameter_digest(*task.model);
+  const double final_loss = task.evaluate();
+  whole.reset();
   ft.finish();
   const auto stats = ft.stats();
-  say(replica, "parameters digest " + digest_hex(parameter_digest(*task.model)) + " at step " +
+  say(replica, "parameters digest " + digest_hex(digest) + " at step " +
                    std::to_string(ft.committed_step()) + ", steps lost " +
                    std::to_string(stats.steps_lost) + ", communicators built " +
                    std::to_string(stats.rebuilds) + ", heals received " +
-                   std::to_string(stats.heals_received));
-  say(replica, "final loss " + fixed(task.evaluate(), 6));
+                   std::to_string(stats.heals_received) +
+                   (sharded ? ", quorums sat out " + std::to_string(stats.quorums_sat_out) : ""));
+  say(replica, "final loss " + fixed(final_loss, 6));
   return 0;
 }
 

@@ -61,6 +61,11 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                "costs one step; survivors go on, a replaced replica heals from a peer");
   app.add_option("--ft_min_replicas", o.ft_min_replicas, "Fewest replicas a step may train on")
       ->check(CLI::PositiveNumber);
+  app.add_option("--ft_shard_group", o.ft_shard_group,
+                 "With --zero: the workers (local ranks of one node) that shard one replica's "
+                 "state; the quorum replicates it across such groups (default: all of the "
+                 "node's workers)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--ft_collective_timeout_ms", o.ft_collective_timeout_ms,
                  "How long a collective waits for a dead or stuck peer")
       ->check(CLI::PositiveNumber);

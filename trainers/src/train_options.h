@@ -37,6 +37,7 @@ struct TrainOptions {
   // each committed step's samples are written (consumed_log.h).
   bool fault_tolerant = false;
   int ft_min_replicas = 1;
+  int ft_shard_group = 0;  // with --zero: workers per shard group (0: LOCAL_WORLD_SIZE)
   std::int64_t ft_collective_timeout_ms = 30000;
   std::int64_t ft_heartbeat_timeout_ms = 5000;
   std::int64_t ft_join_timeout_ms = 60000;

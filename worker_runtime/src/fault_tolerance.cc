@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <condition_variable>
 #include <future>
 #include <iostream>
@@ -15,7 +16,9 @@
 #include "error_text.h"
 #include "make_group.h"
 #include "managed_group.h"
+#include "quorum_plan.h"
 #include "replica_state.h"
+#include "sharded_access.h"
 
 namespace ctrun::worker {
 
@@ -68,15 +71,22 @@ std::string check_timeouts(const FaultToleranceOptions& o) {
 class FaultTolerance::Impl : public StepGate {
  public:
   Impl(WorkerEnv env, FaultToleranceOptions options, ReplicaState state,
-       rendezvous::QuorumConfig config, std::unique_ptr<StepQuorum> quorum)
+       rendezvous::QuorumConfig config, ShardSlot slot, std::unique_ptr<StepQuorum> quorum)
       : env_(std::move(env)),
         options_(options),
         state_(state),
         config_(config),
-        group_(*this, options.backend),
+        slot_(std::move(slot)),
+        group_(*this, options.backend, Span::kWorld),
+        shard_group_(*this, options.backend, Span::kShard),
+        replicate_group_(*this, options.backend, Span::kReplicas),
         committed_(options.committed_step),
         quorum_(std::move(quorum)),
-        background_([this] { ask_and_beat(); }) {}
+        background_([this] { ask_and_beat(); }) {
+    // A worker's place in its shard group is fixed for the run: the wrapper sharding over it
+    // lays out its shards once.
+    shard_group_.reset(slot_.index, options_.shard_group_size);
+  }
 
   ~Impl() override {
     {
@@ -88,13 +98,32 @@ class FaultTolerance::Impl : public StepGate {
   }
 
   ProcessGroup& group() { return group_; }
+  ProcessGroup& shard_group() { return shard_group_; }
+  ProcessGroup& replicate_group() { return replicate_group_; }
+
+  void set_state(ReplicaState state) {
+    if (current_)
+      throw std::logic_error("FaultTolerance: set_state() after the first begin_step()");
+    state_ = state;
+  }
 
   Step begin_step() {
     if (step_open_)
       throw std::logic_error("FaultTolerance: begin_step() twice without should_commit()");
+    if (state_.module == nullptr || state_.optimizer == nullptr) {
+      throw std::logic_error(
+          "FaultTolerance: the replica state needs the module and the optimizer (set_state())");
+    }
+    if (state_.sharded != nullptr && !last_committed_) {
+      // The last step was not stepped: its gradients go, and what its failed collectives left
+      // in the gathered parameters.
+      ShardedAccess::discard_step(*state_.sharded);
+    }
     {
       std::lock_guard lock(step_mutex_);
       step_lost_ = false;
+      skip_all_ = false;
+      failed_spans_.fill(false);
     }
     step_open_ = true;
     if (options_.overlap_quorum && inner_ && last_committed_ && !group_broken_) {
@@ -143,7 +172,9 @@ class FaultTolerance::Impl : public StepGate {
       fatal = fatal_;
     }
     if (!fatal.empty()) throw std::runtime_error(fatal);
-    if (!lost && options_.backend == Backend::kNccl) {
+    if (sharded_groups()) {
+      lost = !vote(lost);
+    } else if (!lost && options_.backend == Backend::kNccl) {
       // NCCL's waits return before the collectives end, and a failure shows at the group's
       // next call: a barrier waited on the host settles the step's all-reduces. Gloo's waits
       // end with the result, so a replica whose collectives all succeeded holds the quorum's
@@ -152,7 +183,7 @@ class FaultTolerance::Impl : public StepGate {
       try {
         inner_->barrier();
       } catch (const std::exception& e) {
-        collective_failed("the step's closing barrier: " + first_line(e.what()));
+        collective_failed(Span::kWorld, "the step's closing barrier: " + first_line(e.what()));
         lost = true;
       }
     }
@@ -178,24 +209,52 @@ class FaultTolerance::Impl : public StepGate {
   Stats stats() const { return stats_; }
 
   // StepGate, called from the step's collectives (the backward thread too).
-  ProcessGroup* step_group() override {
+  ProcessGroup* step_group(Span span) override {
     std::lock_guard lock(step_mutex_);
     resolve_answer();
-    return step_lost_ ? nullptr : inner_.get();
+    if (skip_all_ || failed_spans_[static_cast<std::size_t>(span)]) return nullptr;
+    switch (span) {
+      case Span::kShard:
+        return shard_inner_.get();
+      case Span::kReplicas:
+        return replicate_inner_.get();
+      case Span::kWorld:
+        break;
+    }
+    return inner_.get();
   }
 
-  void collective_failed(const std::string& why) override {
+  void collective_failed(Span span, const std::string& why) override {
     std::lock_guard lock(step_mutex_);
     if (!step_lost_ || !group_broken_) {
       log("step " + std::to_string(committed_ + 1) + " lost: " + why);
     }
     step_lost_ = true;
+    failed_spans_[static_cast<std::size_t>(span)] = true;
     group_broken_ = true;
   }
 
  private:
+  bool sharded_groups() const { return options_.shard_group_size > 1; }
+
   Step plan() const {
-    return Step{committed_ + 1, current_->rank, static_cast<int>(current_->members.size())};
+    return Step{committed_ + 1, rank_, static_cast<int>(plan_->trainers.size())};
+  }
+
+  // Shard groups: every training worker says whether its step succeeded; all commit or none,
+  // so that a group's shards stay at one step. A worker whose step is lost votes too (no), so
+  // that its peers learn it at once instead of at a timeout. True: commit.
+  bool vote(bool lost) {
+    ProcessGroup* world = step_group(Span::kWorld);
+    if (world == nullptr) return false;
+    at::Tensor ballot = at::full({1}, lost ? 1 : 0, at::kLong).to(device());
+    try {
+      world->all_reduce_async(ballot)->wait();
+      return !lost && ballot.cpu().item<std::int64_t>() == 0;
+    } catch (const std::exception& e) {
+      collective_failed(Span::kWorld, "the commit vote: " + first_line(e.what()));
+      return false;
+    }
   }
 
   // Asks for the quorum of the step after `committed`, connecting again (and asking for a new
@@ -246,24 +305,31 @@ class FaultTolerance::Impl : public StepGate {
     if (!answer) {
       fatal_ = no_quorum(answer.error());
       step_lost_ = true;
+      skip_all_ = true;
     } else if (continues(answer.value())) {
       current_ = std::move(answer).value();
     } else {
       // Redone under the new quorum, which the next begin_step() adopts without asking again:
-      // its newcomers adopted it at once and wait in it.
+      // its newcomers adopted it at once and wait in it. Every member got the same answer:
+      // they all skip the step's collectives.
       step_lost_ = true;
+      skip_all_ = true;
       changed_ = std::move(answer).value();
     }
   }
 
-  // The same communicator, and no member behind: the step goes on as it started.
+  // The same communicator, the same workers training, and nobody to heal: the step goes on as
+  // it started.
   bool continues(const QuorumAssignment& a) const {
-    if (!current_ || a.store_prefix != current_->store_prefix) return false;
-    for (const auto& m : a.members) {
-      if (m.step != a.max_step) return false;
-    }
-    return true;
+    if (!current_ || !plan_ || a.store_prefix != current_->store_prefix) return false;
+    auto next = plan_quorum(a.members, options_.shard_group_size);
+    return next && next.value().lost.empty() && !next.value().heals() &&
+           next.value().trainers == plan_->trainers;
   }
+
+  // What this worker asks with: its committed step, or 0 once it sat out a quorum (its state
+  // is stale then, and may come from a step its peers redid: it must heal, never be healed from).
+  std::int64_t ask_step() const { return holds_state_ ? committed_ : 0; }
 
   // Waits for the quorum and makes it this replica's: a communicator among its members, this
   // replica healed if behind. Retried (asking for a new communicator) when building fails.
@@ -279,19 +345,29 @@ class FaultTolerance::Impl : public StepGate {
     }
     if (changed) {
       std::string why = adopt(*changed);
-      if (why.empty()) return;
-      log("quorum " + std::to_string(changed->quorum_id) + ": " + why + "; asking again");
+      if (why.empty() && !sitting_out_) return;
+      if (!why.empty()) {
+        log("quorum " + std::to_string(changed->quorum_id) + ": " + why + "; asking again");
+      }
     }
-    const auto deadline = Clock::now() + options_.quorum_timeout;
+    auto deadline = Clock::now() + options_.quorum_timeout;
     for (;;) {
-      auto answer = ask(committed_, group_broken_ || !inner_);
+      // A new communicator when this one failed, or when there is none (just started, or the
+      // daemon came back); a worker that sits out has none and needs none.
+      auto answer = ask(ask_step(), group_broken_ || (!inner_ && !sitting_out_));
       if (!answer) throw std::runtime_error(no_quorum(answer.error()));
       if (answer.value().finished) {
         finished_at_ = answer.value().max_step;
         return;
       }
       std::string why = adopt(answer.value());
-      if (why.empty()) return;
+      if (why.empty() && !sitting_out_) return;
+      if (why.empty()) {
+        // Waiting for the group to be whole is not failing: the quorums go on forming.
+        deadline = Clock::now() + options_.quorum_timeout;
+        heartbeat();
+        continue;
+      }
       log("quorum " + std::to_string(answer.value().quorum_id) + ": " + why + "; asking again");
       if (Clock::now() >= deadline) {
         throw std::runtime_error(
@@ -301,28 +377,65 @@ class FaultTolerance::Impl : public StepGate {
     }
   }
 
-  // Empty on success; otherwise why, and the communicator is dropped.
+  // Empty on success, also when this worker sits the quorum out (sitting_out_); otherwise
+  // why, and the communicators are dropped. Throws std::runtime_error when the quorum cannot
+  // be trained at all (replica ids that name no shard slot, a shard's state lost).
   std::string adopt(const QuorumAssignment& a) {
+    auto planned = plan_quorum(a.members, options_.shard_group_size);
+    if (!planned) throw std::runtime_error("fault tolerance: " + planned.error().message);
+    const QuorumPlan& p = planned.value();
+    if (!p.lost.empty()) throw std::runtime_error("fault tolerance: " + p.lost);
+    const auto rank = p.rank_of(a.rank);
+    if (!rank) {
+      // This worker's group is not whole: it waits for it, holding no communicator.
+      drop_communicators();
+      if (!sitting_out_) {
+        log("quorum " + std::to_string(a.quorum_id) + ": shard group " + slot_.group +
+            " is not whole; waiting for it");
+      }
+      ++stats_.quorums_sat_out;
+      sitting_out_ = true;
+      holds_state_ = committed_ == 0;
+      current_ = a;
+      plan_ = p;
+      std::lock_guard lock(step_mutex_);
+      group_broken_ = false;
+      return "";
+    }
+    if (p.step == 0 && committed_ > 0 && !holds_state_) {
+      throw std::runtime_error(
+          "fault tolerance: this worker's state at step " + std::to_string(committed_) +
+          " has no whole copy left (every group lost a worker): resume from a checkpoint");
+    }
+    sitting_out_ = false;
+    const int size = static_cast<int>(p.trainers.size());
+    const int group = *rank / p.group_size;
     try {
       if (!inner_ || !current_ || current_->store_prefix != a.store_prefix) {
-        inner_.reset();  // the old communicator first: its peers may be gone
+        drop_communicators();  // the old communicators first: their peers may be gone
         current_.reset();
-        auto store = c10::make_intrusive<CtrunStore>(*env_.store, env_.run_id, a.store_prefix,
-                                                     options_.collective_timeout);
-        ProcessGroupOptions group_options;
-        group_options.backend = options_.backend;
-        group_options.timeout = options_.collective_timeout;
-        inner_ = make_group(env_, store, a.rank, static_cast<int>(a.members.size()), group_options);
+        inner_ = build_group(a.store_prefix, *rank, size);
+        if (sharded_groups() || state_.sharded != nullptr) {
+          shard_inner_ = build_group(a.store_prefix + "shard/" + std::to_string(group) + "/",
+                                     slot_.index, p.group_size);
+          replicate_inner_ =
+              build_group(a.store_prefix + "replicate/" + std::to_string(slot_.index) + "/", group,
+                          p.replicas());
+        }
         ++stats_.rebuilds;
       }
-      group_.reset(a.rank, static_cast<int>(a.members.size()));
-      heal(a);
+      group_.reset(*rank, size);
+      replicate_group_.reset(group, p.replicas());
+      heal(a, p, *rank);
       current_ = a;
+      plan_ = p;
+      rank_ = *rank;
+      holds_state_ = true;
       std::lock_guard lock(step_mutex_);
       group_broken_ = false;
       return "";
     } catch (const std::exception& e) {
-      inner_.reset();
+      drop_communicators();
       current_.reset();
       std::lock_guard lock(step_mutex_);
       group_broken_ = true;
@@ -330,34 +443,45 @@ class FaultTolerance::Impl : public StepGate {
     }
   }
 
-  // Members behind the quorum's step take the state of an up-to-date one (heal_sources: every
-  // member computes the same plan). Before anyone committed, everyone takes rank 0's, so
-  // replicas that initialised differently start equal.
-  void heal(const QuorumAssignment& a) {
-    auto sources = rendezvous::heal_sources(a.members);
-    if (a.max_step == 0) {
-      for (std::size_t i = 0; i < sources.size(); ++i) {
-        sources[i] = i == 0 ? std::nullopt : std::optional<int>(0);
-      }
-    }
+  std::unique_ptr<ProcessGroup> build_group(const std::string& prefix, int rank, int size) {
+    auto store = c10::make_intrusive<CtrunStore>(*env_.store, env_.run_id, prefix,
+                                                 options_.collective_timeout);
+    ProcessGroupOptions group_options;
+    group_options.backend = options_.backend;
+    group_options.timeout = options_.collective_timeout;
+    return make_group(env_, store, rank, size, group_options);
+  }
+
+  void drop_communicators() {
+    replicate_inner_.reset();
+    shard_inner_.reset();
+    inner_.reset();
+  }
+
+  // Training workers not at the plan's step take the state of one that is (quorum_plan.h:
+  // every member computes the same plan). Before anyone committed, everyone takes the first
+  // group's, so that replicas that initialised differently start equal.
+  void heal(const QuorumAssignment& a, const QuorumPlan& p, int rank) {
     std::string state;
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-      if (!sources[i]) continue;
+    for (std::size_t i = 0; i < p.heal_from.size(); ++i) {
+      if (!p.heal_from[i]) continue;
       const int to = static_cast<int>(i);
-      if (*sources[i] == a.rank) {
+      const int from = *p.heal_from[i];
+      if (from == rank) {
         if (state.empty()) state = save_replica_state(state_, committed_);
         send_bytes(state, to);
         ++stats_.heals_sent;
-      } else if (to == a.rank) {
-        const std::int64_t step = load_replica_state(state_, recv_bytes(*sources[i]));
-        if (step != a.max_step) {
+      } else if (to == rank) {
+        const std::int64_t step = load_replica_state(state_, recv_bytes(from));
+        if (step != p.step) {
           throw std::runtime_error("healing: the peer sent step " + std::to_string(step) +
-                                   ", the quorum trains from step " + std::to_string(a.max_step));
+                                   ", the quorum trains from step " + std::to_string(p.step));
         }
         committed_ = step;
         ++stats_.heals_received;
         if (step > 0) {
-          log("healed from " + a.members[static_cast<std::size_t>(*sources[i])].replica_id +
+          const int member = p.trainers[static_cast<std::size_t>(from)];
+          log("healed from " + a.members[static_cast<std::size_t>(member)].replica_id +
               " at step " + std::to_string(step));
         }
       }
@@ -419,13 +543,22 @@ class FaultTolerance::Impl : public StepGate {
 
   const WorkerEnv env_;
   const FaultToleranceOptions options_;
-  const ReplicaState state_;
+  ReplicaState state_;
   const rendezvous::QuorumConfig config_;
+  const ShardSlot slot_;
   ManagedGroup group_;
+  ManagedGroup shard_group_;
+  ManagedGroup replicate_group_;
 
-  // The main thread's: the communicator and the quorum it belongs to, the committed step.
-  std::unique_ptr<ProcessGroup> inner_;
+  // The main thread's: the communicators and the quorum they belong to, the committed step.
+  std::unique_ptr<ProcessGroup> inner_;            // the step's training workers
+  std::unique_ptr<ProcessGroup> shard_inner_;      // shard groups: this worker's group
+  std::unique_ptr<ProcessGroup> replicate_inner_;  // and its shard's holders in the others
   std::optional<QuorumAssignment> current_;
+  std::optional<QuorumPlan> plan_;
+  int rank_ = 0;              // among the training workers
+  bool sitting_out_ = false;  // shard groups: this worker's group is not whole
+  bool holds_state_ = true;   // false once it sat out: it asks with step 0
   std::int64_t committed_ = 0;
   bool step_open_ = false;
   bool last_committed_ = false;
@@ -439,6 +572,8 @@ class FaultTolerance::Impl : public StepGate {
   std::mutex step_mutex_;  // shared with the step's collectives
   std::future<Result<QuorumAssignment>> pending_;
   bool step_lost_ = false;
+  bool skip_all_ = false;  // the quorum changed under the step: every collective is skipped
+  std::array<bool, kSpans> failed_spans_{};
   bool group_broken_ = false;
   std::optional<QuorumAssignment> changed_;  // the overlapped ask's answer, when it changed
   std::string fatal_;
@@ -454,11 +589,19 @@ class FaultTolerance::Impl : public StepGate {
 Result<std::unique_ptr<FaultTolerance>> FaultTolerance::start(const WorkerEnv& env,
                                                               FaultToleranceOptions options,
                                                               ReplicaState state) {
-  if (state.module == nullptr || state.optimizer == nullptr) {
+  if (state.module == nullptr || (state.optimizer == nullptr && options.shard_group_size == 1)) {
     return Error{ErrorCode::kBadRequest,
                  "fault tolerance: the replica state needs the module and the optimizer"};
   }
   if (auto why = check_timeouts(options); !why.empty()) return Error{ErrorCode::kBadRequest, why};
+  if (options.shard_group_size < 1 || env.local_world_size % options.shard_group_size != 0) {
+    return Error{ErrorCode::kBadRequest, "fault tolerance: the shard group size " +
+                                             std::to_string(options.shard_group_size) +
+                                             " must be at least 1 and divide LOCAL_WORLD_SIZE (" +
+                                             std::to_string(env.local_world_size) + ")"};
+  }
+  auto slot = shard_slot(env.replica_id, options.shard_group_size);
+  if (!slot) return Error{ErrorCode::kBadRequest, "fault tolerance: " + slot.error().message};
   if (options.backend == Backend::kNccl && !nccl_available()) {
     return Error{ErrorCode::kBadRequest,
                  "fault tolerance: the nccl backend is not in this build of libctrun_worker"};
@@ -470,13 +613,17 @@ Result<std::unique_ptr<FaultTolerance>> FaultTolerance::start(const WorkerEnv& e
   config.heartbeat_timeout = options.heartbeat_timeout;
   auto quorum = StepQuorum::connect(env, config, options.quorum_timeout);
   if (!quorum) return quorum.error();
-  auto impl = std::make_unique<Impl>(env, options, state, config, std::move(quorum).value());
+  auto impl = std::make_unique<Impl>(env, options, state, config, std::move(slot).value(),
+                                     std::move(quorum).value());
   return std::unique_ptr<FaultTolerance>(new FaultTolerance(std::move(impl)));
 }
 
 FaultTolerance::FaultTolerance(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 FaultTolerance::~FaultTolerance() = default;
 ProcessGroup& FaultTolerance::group() { return impl_->group(); }
+ProcessGroup& FaultTolerance::shard_group() { return impl_->shard_group(); }
+ProcessGroup& FaultTolerance::replicate_group() { return impl_->replicate_group(); }
+void FaultTolerance::set_state(ReplicaState state) { impl_->set_state(state); }
 FaultTolerance::Step FaultTolerance::begin_step() { return impl_->begin_step(); }
 void FaultTolerance::finish() { impl_->finish(); }
 bool FaultTolerance::should_commit() { return impl_->should_commit(); }

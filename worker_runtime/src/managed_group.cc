@@ -8,13 +8,14 @@ namespace {
 // Waits through the gate: a failed wait loses the step instead of throwing.
 class GatedWork : public Work {
  public:
-  GatedWork(std::unique_ptr<Work> inner, StepGate& gate) : inner_(std::move(inner)), gate_(gate) {}
+  GatedWork(std::unique_ptr<Work> inner, StepGate& gate, Span span)
+      : inner_(std::move(inner)), gate_(gate), span_(span) {}
   void wait() override {
     if (!inner_) return;
     try {
       inner_->wait();
     } catch (const std::exception& e) {
-      gate_.collective_failed(first_line(e.what()));
+      gate_.collective_failed(span_, first_line(e.what()));
     }
     inner_.reset();
   }
@@ -22,19 +23,20 @@ class GatedWork : public Work {
  private:
   std::unique_ptr<Work> inner_;
   StepGate& gate_;
+  Span span_;
 };
 
 }  // namespace
 
 template <typename Op>
 bool ManagedGroup::run(const char* name, Op&& op) {
-  ProcessGroup* group = gate_.step_group();
+  ProcessGroup* group = gate_.step_group(span_);
   if (group == nullptr) return false;
   try {
     op(*group);
     return true;
   } catch (const std::exception& e) {
-    gate_.collective_failed(std::string(name) + ": " + first_line(e.what()));
+    gate_.collective_failed(span_, std::string(name) + ": " + first_line(e.what()));
     return false;
   }
 }
@@ -42,7 +44,7 @@ bool ManagedGroup::run(const char* name, Op&& op) {
 std::unique_ptr<Work> ManagedGroup::all_reduce_async(at::Tensor tensor) {
   std::unique_ptr<Work> inner;
   run("all_reduce", [&](ProcessGroup& g) { inner = g.all_reduce_async(std::move(tensor)); });
-  return std::make_unique<GatedWork>(std::move(inner), gate_);
+  return std::make_unique<GatedWork>(std::move(inner), gate_, span_);
 }
 
 std::unique_ptr<Work> ManagedGroup::reduce_scatter_async(at::Tensor output, at::Tensor input) {
@@ -50,7 +52,7 @@ std::unique_ptr<Work> ManagedGroup::reduce_scatter_async(at::Tensor output, at::
   run("reduce_scatter", [&](ProcessGroup& g) {
     inner = g.reduce_scatter_async(std::move(output), std::move(input));
   });
-  return std::make_unique<GatedWork>(std::move(inner), gate_);
+  return std::make_unique<GatedWork>(std::move(inner), gate_, span_);
 }
 
 std::unique_ptr<Work> ManagedGroup::all_gather_into_async(at::Tensor output, at::Tensor input) {
@@ -58,7 +60,7 @@ std::unique_ptr<Work> ManagedGroup::all_gather_into_async(at::Tensor output, at:
   run("all_gather", [&](ProcessGroup& g) {
     inner = g.all_gather_into_async(std::move(output), std::move(input));
   });
-  return std::make_unique<GatedWork>(std::move(inner), gate_);
+  return std::make_unique<GatedWork>(std::move(inner), gate_, span_);
 }
 
 void ManagedGroup::broadcast(at::Tensor tensor, int root) {

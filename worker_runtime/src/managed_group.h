@@ -10,22 +10,29 @@
 
 namespace ctrun::worker {
 
+// Which of a step's communicators: all its training workers, or (shard groups) this worker's
+// group, or the workers holding its shard in the other groups.
+enum class Span { kWorld = 0, kShard = 1, kReplicas = 2 };
+constexpr int kSpans = 3;
+
 // What the group asks of the fault-tolerance manager.
 class StepGate {
  public:
   virtual ~StepGate() = default;
-  // The communicator for this step's collectives; nullptr when the step is lost (a collective
-  // failed, or the quorum changed under it): the collective is skipped. May wait for the
-  // step's quorum answer.
-  virtual ProcessGroup* step_group() = 0;
-  // A collective of this step failed: the step is lost, and the communicator with it.
-  virtual void collective_failed(const std::string& why) = 0;
+  // The communicator for this step's collectives over `span`; nullptr when the step is lost
+  // for it (a collective over it failed, or the quorum changed under the step): the collective
+  // is skipped. Collectives over the other spans go on, so that their peers are not left
+  // waiting. May wait for the step's quorum answer.
+  virtual ProcessGroup* step_group(Span span) = 0;
+  // A collective of this step over `span` failed: the step is lost, and the communicator with
+  // it.
+  virtual void collective_failed(Span span, const std::string& why) = 0;
 };
 
 class ManagedGroup : public ProcessGroup {
  public:
-  ManagedGroup(StepGate& gate, Backend backend)
-      : ProcessGroup(0, 1), gate_(gate), backend_(backend) {}
+  ManagedGroup(StepGate& gate, Backend backend, Span span = Span::kWorld)
+      : ProcessGroup(0, 1), gate_(gate), backend_(backend), span_(span) {}
 
   // The quorum changed: this replica's rank and the quorum's size.
   void reset(int rank, int size) { set_rank_and_size(rank, size); }
@@ -48,6 +55,7 @@ class ManagedGroup : public ProcessGroup {
 
   StepGate& gate_;
   Backend backend_;
+  Span span_;
 };
 
 }  // namespace ctrun::worker

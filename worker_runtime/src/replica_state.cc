@@ -13,13 +13,22 @@
 
 #include "ctrun/worker/sampler.h"
 #include "error_text.h"
+#include "sharded_access.h"
 
 namespace ctrun::worker {
 
 std::string save_replica_state(const ReplicaState& state, std::int64_t committed_step) {
   torch::serialize::OutputArchive archive;
   for (const auto& item : state.module->named_parameters()) {
+    // Sharded: the trained parameters are the shards (written below); frozen ones stay whole.
+    if (state.sharded != nullptr && item.value().requires_grad()) continue;
     archive.write("parameter/" + item.key(), item.value());
+  }
+  if (state.sharded != nullptr) {
+    const auto shards = state.sharded->shard_parameters();
+    for (std::size_t u = 0; u < shards.size(); ++u) {
+      archive.write("shard/" + std::to_string(u), shards[u].detach());
+    }
   }
   for (const auto& item : state.module->named_buffers()) {
     archive.write("buffer/" + item.key(), item.value(), /*is_buffer=*/true);
@@ -54,9 +63,25 @@ std::int64_t load_replica_state(const ReplicaState& state, const std::string& by
     // gradient hooks hang on these tensors.
     torch::NoGradGuard no_grad;
     for (auto& item : state.module->named_parameters()) {
+      if (state.sharded != nullptr && item.value().requires_grad()) continue;
       at::Tensor value;
       archive.read("parameter/" + item.key(), value);
       item.value().copy_(value);
+    }
+    if (state.sharded != nullptr) {
+      auto shards = state.sharded->shard_parameters();
+      for (std::size_t u = 0; u < shards.size(); ++u) {
+        at::Tensor value;
+        archive.read("shard/" + std::to_string(u), value);
+        if (!value.sizes().equals(shards[u].sizes())) {
+          throw std::runtime_error("shard " + std::to_string(u) + ": the peer sent " +
+                                   std::to_string(value.numel()) + " elements, this one has " +
+                                   std::to_string(shards[u].numel()) +
+                                   " (another model, or another shard group size)");
+        }
+        shards[u].detach().copy_(value);
+      }
+      ShardedAccess::discard_step(*state.sharded);  // the parameters, from the new shards
     }
     for (auto& item : state.module->named_buffers()) {
       at::Tensor value;

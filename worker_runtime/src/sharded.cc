@@ -71,6 +71,7 @@ struct Unit {
   at::Tensor grad_input;    // stages 2-3: the unit's gradient, flat, to be reduce-scattered
   at::Tensor grad_output;   // stages 2-3: this rank's chunk of the sum
   std::unique_ptr<Work> reduce;
+  std::unique_ptr<Work> replicate;  // HSDP: the shard's average across the replicas
 
   // Stage 3.
   Gathered gathered = Gathered::kYes;
@@ -127,6 +128,7 @@ class ShardedDataParallel::Engine {
     for (auto& unit : units_) {
       if (unit.gather) wait_quietly(*unit.gather);
       if (unit.reduce) wait_quietly(*unit.reduce);
+      if (unit.replicate) wait_quietly(*unit.replicate);
     }
   }
 
@@ -141,7 +143,13 @@ class ShardedDataParallel::Engine {
   }
 
   at::Tensor forward(const std::function<at::Tensor()>& run) {
-    if (stage() < 3) return run();
+    if (stage() < 3) {
+      {
+        std::lock_guard lock(mutex_);
+        if (stale_) gather_shards();
+      }
+      return run();
+    }
     {
       std::lock_guard lock(mutex_);
       forward_order_.clear();
@@ -218,21 +226,30 @@ class ShardedDataParallel::Engine {
     optimizer.step();
     at::NoGradGuard no_grad;
     std::lock_guard lock(mutex_);
-    if (stage() < 3) gather_shards();
-    for (auto& unit : units_) {
-      unit.shard.mutable_grad().reset();
-      if (stage() == 1) {
-        unit.grad_full.zero_();  // the members' gradients, and grad_shard
+    if (stage() < 3) {
+      if (options_.gather_in_step) {
+        gather_shards();
       } else {
-        unit.grad_shard.reset();
+        stale_ = true;  // gathered by the next forward()
       }
-      if (stage() == 3) release(unit);
     }
+    drop_gradients();
+  }
+
+  // A step that is not stepped (fault tolerance: it did not commit), or shards that were
+  // replaced (healed from a peer): the reduced gradients go, and the parameters are gathered
+  // afresh from the shards when next used (what a failed collective left in them is garbage).
+  void discard_step() {
+    at::NoGradGuard no_grad;
+    std::lock_guard lock(mutex_);
+    drop_gradients();  // stage 3: releases every unit too
+    if (stage() < 3) stale_ = true;
   }
 
   // Stages 1-2: every rank's shard into every rank's parameters, in place (with mixed
   // precision, the master rounded into this rank's chunk first).
   void gather_shards() {
+    stale_ = false;
     std::vector<std::unique_ptr<Work>> gathers;
     for (auto& unit : units_) {
       at::Tensor mine = alias(unit.full, group_.rank() * unit.layout.shard, unit.layout.shard);
@@ -260,8 +277,11 @@ class ShardedDataParallel::Engine {
   ProcessGroup& group() const { return group_; }
 
   void gather_all() {
-    if (stage() < 3) return;
     std::lock_guard lock(mutex_);
+    if (stage() < 3) {
+      if (stale_) gather_shards();
+      return;
+    }
     for (auto& unit : units_) start_gather(unit);
     for (auto& unit : units_) wait_gathered(unit);
   }
@@ -274,6 +294,18 @@ class ShardedDataParallel::Engine {
 
  private:
   static constexpr std::size_t kNoUnit = std::numeric_limits<std::size_t>::max();
+
+  void drop_gradients() {
+    for (auto& unit : units_) {
+      unit.shard.mutable_grad().reset();
+      if (stage() == 1) {
+        unit.grad_full.zero_();  // the members' gradients, and grad_shard
+      } else {
+        unit.grad_shard.reset();
+      }
+      if (stage() == 3) release(unit);
+    }
+  }
 
   struct ReadyHook : torch::autograd::FunctionPostHook {
     ReadyHook(Engine* engine, std::size_t index) : engine(engine), index(index) {}
@@ -552,11 +584,14 @@ class ShardedDataParallel::Engine {
     }
     start_ready_units();
     try {
+      for (std::size_t u : reduce_order_) replicate(units_[u]);
       for (std::size_t u : reduce_order_) finish(units_[u]);
     } catch (...) {
       for (auto& unit : units_) {
         if (unit.reduce) wait_quietly(*unit.reduce);
+        if (unit.replicate) wait_quietly(*unit.replicate);
         unit.reduce.reset();
+        unit.replicate.reset();
       }
       reset();
       throw;
@@ -565,9 +600,24 @@ class ShardedDataParallel::Engine {
     heartbeat();  // a synchronized step is progress (ctrun --worker_timeout)
   }
 
-  void finish(Unit& unit) {
+  // Once the shard group reduced the unit: HSDP starts averaging this rank's chunk across the
+  // replicas (all units' before waiting for any).
+  void replicate(Unit& unit) {
     auto work = std::move(unit.reduce);
     work->wait();
+    ProcessGroup* replicas = options_.replicate_group;
+    if (replicas == nullptr || replicas->size() == 1) return;
+    at::NoGradGuard no_grad;
+    at::Tensor chunk = stage() == 1 ? unit.grad_shard : unit.grad_output;
+    chunk.div_(replicas->size());
+    unit.replicate = replicas->all_reduce_async(chunk);
+  }
+
+  void finish(Unit& unit) {
+    if (unit.replicate) {
+      auto work = std::move(unit.replicate);
+      work->wait();
+    }
     at::NoGradGuard no_grad;
     if (stage() == 1) return;  // grad_shard is an alias into grad_full
     if (unit.grad_shard.defined()) {
@@ -607,6 +657,7 @@ class ShardedDataParallel::Engine {
   std::size_t root_ = kNoUnit;
   at::ScalarType compute_type_ = at::kFloat;  // of the module's parameters and the collectives
   bool mixed_ = false;                        // compute_type_ is not the master's
+  bool stale_ = false;  // stages 1-2: the parameters wait for the shards' gather
   at::Tensor placeholder_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<std::uintptr_t> hook_keys_;
@@ -679,6 +730,8 @@ ProcessGroup& ShardedAccess::group(const ShardedDataParallel& model) {
 }
 
 void ShardedAccess::release_all(ShardedDataParallel& model) { model.engine_->release_all(); }
+
+void ShardedAccess::discard_step(ShardedDataParallel& model) { model.engine_->discard_step(); }
 
 void ShardedAccess::gather_shards(ShardedDataParallel& model) {
   if (model.stage() < 3) model.engine_->gather_shards();

@@ -1,4 +1,5 @@
-// What the sharded checkpoints see of a ShardedDataParallel: its units' layouts and shards.
+// What the sharded checkpoints and fault tolerance see of a ShardedDataParallel: its units'
+// layouts and shards.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,6 +27,9 @@ class ShardedAccess {
   static void release_all(ShardedDataParallel& model);
   // Stages 1-2: all-gathers the shards into the whole parameters (after a load of the shards).
   static void gather_shards(ShardedDataParallel& model);
+  // Fault tolerance: the step will not be stepped, or the shards were replaced: its gradients
+  // go and the parameters are gathered from the shards when next used. No collective.
+  static void discard_step(ShardedDataParallel& model);
 };
 
 }  // namespace ctrun::worker

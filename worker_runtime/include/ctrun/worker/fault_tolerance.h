@@ -18,6 +18,26 @@
 // communicator among its members in this process, and brings a replica that is behind (new, or
 // one that missed the last commit) up to date from a peer: parameters, optimizer state, sampler
 // position, random generator. Committed parameters are bit-identical on every live replica.
+//
+// Sharded replicas (HSDP; shard_group_size S > 1): the S workers of a group (local ranks of one
+// node) shard one replica's state among themselves with ShardedDataParallel over
+// shard_group(), and the groups replicate it, averaging each shard over replicate_group():
+//
+//   auto ft = FaultTolerance::start(env, options, {module.get(), nullptr, &sampler}).value();
+//   ShardingOptions sharding;                 // any stage
+//   sharding.broadcast_parameters = false;
+//   sharding.gather_in_step = false;          // step() issues no collective after the commit
+//   sharding.replicate_group = &ft->replicate_group();
+//   ShardedDataParallel sharded(module, ft->shard_group(), sharding);
+//   Adam optimizer(sharded.shard_parameters());
+//   ft->set_state({module.get(), &optimizer, &sampler, &sharded});
+//   ... the loop above, with sharded.forward(...) and sharded.step(optimizer) ...
+//
+// Only whole groups train: a group that lost a worker waits (its members keep asking) until
+// the replacement came, which then takes its shard from the same slot of another group. A
+// step commits on a vote of every training worker, so a group's workers commit together. A
+// quorum of one whole group holds one copy of each shard: a failure in it loses that state,
+// and the job stops with an error saying so (resume it from a checkpoint).
 #pragma once
 
 #include <chrono>
@@ -38,6 +58,7 @@ class Optimizer;
 
 namespace ctrun::worker {
 
+class ShardedDataParallel;
 class StepSampler;
 
 // The timeouts work together as one hierarchy (check_timeouts):
@@ -61,6 +82,9 @@ struct FaultToleranceOptions {
   bool overlap_quorum = true;
   // The step this replica's state is at when it starts (a checkpoint's; 0: fresh).
   std::int64_t committed_step = 0;
+  // HSDP: the workers of a replica, local ranks [k S, (k + 1) S) of one node, shard its state
+  // (see above); must divide LOCAL_WORLD_SIZE. 1: every worker is a replica of its own.
+  int shard_group_size = 1;
 };
 
 // Empty when the options are consistent; otherwise one line naming the values that contradict
@@ -69,17 +93,20 @@ struct FaultToleranceOptions {
 std::string check_timeouts(const FaultToleranceOptions& options);
 
 // What a replica hands to a peer that heals from it. module and optimizer are required; the
-// sampler, when given, is restored to the peer's place and committed by should_commit().
+// sampler, when given, is restored to the peer's place and committed by should_commit(). With
+// `sharded`, the parameters handed over are its shards (the optimizer steps them).
 struct ReplicaState {
   torch::nn::Module* module = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;
   StepSampler* sampler = nullptr;
+  ShardedDataParallel* sharded = nullptr;
 };
 
 class FaultTolerance {
  public:
   // Connects to the job's quorum (ctrund) as the replica CTRUN_REPLICA_ID; an error names what
-  // is missing or contradictory (the mode not on, no ctrund store, the timeouts).
+  // is missing or contradictory (the mode not on, no ctrund store, the timeouts, the shard
+  // group size). With shard groups the optimizer may come later, through set_state().
   static Result<std::unique_ptr<FaultTolerance>> start(const WorkerEnv& env,
                                                        FaultToleranceOptions options,
                                                        ReplicaState state);
@@ -89,18 +116,28 @@ class FaultTolerance {
 
   // The group the step's collectives go through: one object for the whole run, whose rank and
   // size are the current quorum's. Its collectives never throw: a failure loses the step.
+  // With shard groups: every training worker of the step (Step::rank and Step::size).
   ProcessGroup& group();
+  // With shard groups: this worker's group (rank: its index in it, size: shard_group_size, for
+  // the whole run), and the workers holding the same shard in the step's other groups (rank:
+  // this group's number, size: the groups training the step). Like group(), they never throw.
+  ProcessGroup& shard_group();
+  ProcessGroup& replicate_group();
+  // Replaces what heals and is healed (before the first begin_step(): sharded, the optimizer
+  // and the wrapper exist only once shard_group() does).
+  void set_state(ReplicaState state);
 
   struct Step {
     std::int64_t step = 0;  // the step being trained: committed_step() + 1
-    int rank = 0;           // this replica's rank in the quorum, and the quorum's size:
-    int size = 1;           // the share of the step's samples this replica trains
+    int rank = 0;           // this replica's rank among the step's training workers, and their
+    int size = 1;           // count: the share of the step's samples this replica trains
     // The job's other replicas finished the training (at `step`) while this one was being
     // started or healed: nothing is left to train; end as they did, without should_commit().
     bool finished = false;
   };
   // Starts a step. The first (and every one after a lost step, or with overlap_quorum off)
-  // waits for the quorum, and builds the communicator and heals this replica when needed.
+  // waits for the quorum, and builds the communicator and heals this replica when needed. A
+  // worker whose shard group is not whole waits here, asking again at every quorum.
   // Throws std::runtime_error when no quorum forms within the quorum timeout: this replica must
   // not train on alone.
   Step begin_step();
@@ -109,7 +146,8 @@ class FaultTolerance {
   // gradients. Then the caller applies the optimizer step, and the sampler, if given, has moved
   // past the step's samples. false: the caller discards the gradients; the next step trains the
   // same samples again. A member that did not commit a step its peers committed is behind, and
-  // heals from them before its next step. Throws like begin_step().
+  // heals from them before its next step. With shard groups the training workers vote: the
+  // step commits on all of them or on none. Throws like begin_step().
   bool should_commit();
 
   // This replica finished the training: the quorum lets it go, and a replica that asks later
@@ -127,6 +165,7 @@ class FaultTolerance {
     std::int64_t rebuilds = 0;        // communicators built
     std::int64_t heals_received = 0;  // times this replica took its state from a peer
     std::int64_t heals_sent = 0;
+    std::int64_t quorums_sat_out = 0;  // shard groups: quorums in which this group was not whole
   };
   Stats stats() const;
 

@@ -19,6 +19,8 @@
 //            whole step.
 // Collectives are issued in the same order on every rank. After step() the ranks' parameters
 // are bit-identical (stages 1-2), as are their gathered values (stage 3).
+// With a replicate group (HSDP) the shards are also averaged across the model's replicas; the
+// gradient's global norm (clip_grad_norm) is the shard group's, which every replica shares.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -57,6 +59,15 @@ struct ShardingOptions {
   // own type (fp32). Bytes per parameter with bf16 and Adam: stage 1 4 + 12/N, stage 2
   // 2 + 14/N, stage 3 16/N. Unset: everything in the parameters' type.
   std::optional<at::ScalarType> param_dtype;
+  // HSDP (sharded within a replica, replicated across replicas): the ranks that hold this
+  // rank's shard in the model's other replicas. Each unit's reduced gradient shard is averaged
+  // across them too, so that every replica steps the same shards (FaultTolerance's
+  // replicate_group()). nullptr: `group` is the whole world.
+  ProcessGroup* replicate_group = nullptr;
+  // Stages 1-2: all-gather the updated shards in step() (true), or at the next forward()
+  // (false), so that step() issues no collective: per-step fault tolerance commits a step
+  // before stepping it, and a gather failing after the commit would leave parameters stale.
+  bool gather_in_step = true;
 };
 
 // How a model runs one unit's forward: forward_unit() at stage 3, a plain call otherwise.
