@@ -50,18 +50,21 @@ const Fault kKilled{
 const Fault kHung{"hung",  "--inject_hang_at_step", "--worker_timeout=8", "no heartbeat for ", "10",
                   kSamples};
 
-// One node of three workers on the rendezvous `rendezvous` names, one worker faulty: the job
-// succeeds with the promises kept.
-void check_worker_fault(const ScratchDir& s, const Fault& f,
-                        const std::vector<std::string>& rendezvous) {
+// One node of `workers` workers (mlp with `extra` flags) on the rendezvous `rendezvous` names,
+// the last one faulty: the job succeeds with the promises kept. Returns the agent's output.
+std::string check_worker_fault(const ScratchDir& s, const Fault& f,
+                               const std::vector<std::string>& rendezvous, int workers = 3,
+                               const std::vector<std::string>& extra = {}) {
   const std::string consumed = s.path(std::string(f.name) + ".consumed");
   const std::string log = s.path(std::string(f.name) + ".log");
+  const std::string last = std::to_string(workers - 1);
   std::vector<std::string> argv = {CTRUN_PATH};
   argv.insert(argv.end(), rendezvous.begin(), rendezvous.end());
-  argv.insert(argv.end(), {"--nproc_per_node=3", "--fault_tolerance=step", "--max_restarts=2",
-                           f.worker_timeout});
+  argv.insert(argv.end(), {"--nproc_per_node=" + std::to_string(workers), "--fault_tolerance=step",
+                           "--max_restarts=2", f.worker_timeout});
   const auto mlp = ft_mlp_argv(MLP_PATH, f.samples, consumed);
   argv.insert(argv.end(), mlp.begin(), mlp.end());
+  argv.insert(argv.end(), extra.begin(), extra.end());
   argv.insert(argv.end(), {f.flag, f.at_step});
   ChildProcess p(argv, log);
   const auto rc = p.wait(120s);
@@ -70,18 +73,20 @@ void check_worker_fault(const ScratchDir& s, const Fault& f,
   REQUIRE(rc);
   CHECK(*rc == 0);
   CHECK(out.find(f.seen) != std::string::npos);
-  CHECK(out.find("replacing worker rank 2 (local rank 2; 1 of 2 restarts); the others run on") !=
-        std::string::npos);
+  CHECK(out.find("replacing worker rank " + last + " (local rank " + last +
+                 "; 1 of 2 restarts); the others run on") != std::string::npos);
 
   const auto lines = replica_lines(out);
-  REQUIRE(lines.size() == 3);
+  REQUIRE(lines.size() == static_cast<std::size_t>(workers));
   std::set<std::string> digests;
   for (const auto& [replica, r] : lines) {
     INFO(replica);
     // Survivors ran in one process from start to end; the faulty one was replaced once. Its
     // replacement heals and trains on, or, started after its peers finished (a hang is seen
     // only after --worker_timeout), learns that nothing is left.
-    const bool faulty = replica.size() > 2 && replica.compare(replica.size() - 2, 2, "/2") == 0;
+    const std::string suffix = "/" + last;
+    const bool faulty = replica.size() > suffix.size() &&
+                        replica.compare(replica.size() - suffix.size(), suffix.size(), suffix) == 0;
     CHECK(r.started_pids.size() == (faulty ? 2u : 1u));
     if (faulty && r.digest.empty()) {
       CHECK(out.find("the other replicas finished the training at step") != std::string::npos);
@@ -94,6 +99,7 @@ void check_worker_fault(const ScratchDir& s, const Fault& f,
   CHECK(digests.size() == 1);  // the very same parameters on every replica
   check_commits(read_consumed(consumed), f.samples);
   if (std::string(f.name) == "killed") CHECK(out.find("healed from ") != std::string::npos);
+  return out;
 }
 
 }  // namespace
@@ -107,40 +113,13 @@ TEST_CASE(
     "trainers: with --fault_tolerant --zero 3 a killed worker's group waits, its replacement heals "
     "its shard") {
   ScratchDir s("mlp_ft_zero");
-  const std::string consumed = s.path("consumed");
-  const std::string log = s.path("zero.log");
-  // Four workers in two shard groups of two (HSDP): each group shards the model at stage 3,
-  // the quorum replicates it across the groups. Worker 3 (group 1, index 1) is killed.
-  std::vector<std::string> argv = {CTRUN_PATH,           "--standalone",
-                                   "--nproc_per_node=4", "--fault_tolerance=step",
-                                   "--max_restarts=1",   "--worker_timeout=0"};
-  const auto mlp = ft_mlp_argv(MLP_PATH, 12288, consumed);
-  argv.insert(argv.end(), mlp.begin(), mlp.end());
-  argv.insert(argv.end(), {"--zero", "3", "--ft_shard_group", "2", "--inject_kill_at_step", "3"});
-  ChildProcess p(argv, log);
-  const auto rc = p.wait(180s);
-  const std::string out = read_file(log);
-  INFO(out);
-  REQUIRE(rc);
-  CHECK(*rc == 0);
-  CHECK(out.find("replacing worker rank 3 (local rank 3; 1 of 1 restarts); the others run on") !=
-        std::string::npos);
-  // Its group's other worker waited for the replacement instead of training with half a model.
+  // Four workers in two shard groups of two (HSDP): each group shards the model at stage 3, the
+  // quorum replicates it across the groups. Worker 3 (group 1, slot 1) is killed; every worker
+  // ends with the same parameters, gathered whole.
+  const std::string out =
+      check_worker_fault(s, kKilled, {"--standalone"}, 4, {"--zero", "3", "--ft_shard_group", "2"});
+  // Its group's other worker waited for the replacement instead of training half a model.
   CHECK(out.find(" is not whole; waiting for it") != std::string::npos);
-  const auto lines = replica_lines(out);
-  REQUIRE(lines.size() == 4);
-  std::set<std::string> digests;
-  for (const auto& [replica, r] : lines) {
-    INFO(replica);
-    const bool killed = replica.size() > 2 && replica.compare(replica.size() - 2, 2, "/3") == 0;
-    CHECK(r.started_pids.size() == (killed ? 2u : 1u));
-    CHECK_FALSE(r.digest.empty());
-    if (!killed) CHECK(r.final_pid == r.started_pids.front());
-    digests.insert(r.digest);
-  }
-  CHECK(digests.size() == 1);  // every worker gathers the very same model
-  check_commits(read_consumed(consumed), 12288);
-  CHECK(out.find("healed from ") != std::string::npos);
 }
 
 TEST_CASE("trainers: with --fault_tolerant on etcd a killed worker costs a step, not a restart") {

@@ -74,6 +74,23 @@ std::pair<torch::Tensor, torch::Tensor> samples(const std::vector<std::uint64_t>
   return {x, y};
 }
 
+// The whole quorum's samples of the step the sampler is at, shared among `size` replicas.
+std::vector<std::uint64_t> step_samples(const StepSampler& sampler, int size) {
+  std::vector<std::uint64_t> all;
+  for (int r = 0; r < size; ++r) {
+    auto share = sampler.step(r, size);
+    all.insert(all.end(), share.begin(), share.end());
+  }
+  return all;
+}
+
+// Every parameter, flattened into one tensor of its own (torch::cat copies).
+torch::Tensor flat_parameters(const torch::nn::Module& model) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : model.parameters()) flat.push_back(p.detach().flatten());
+  return torch::cat(flat);
+}
+
 struct ReplicaRun {
   // The whole quorum's samples of every step this replica committed, with its epoch.
   std::vector<std::pair<std::uint64_t, std::vector<std::uint64_t>>> committed;
@@ -124,11 +141,7 @@ ReplicaRun train_replica(const WorkerEnv& env, const FaultToleranceOptions& opti
         ft.value().reset();  // its sockets close, as a killed process's would
         return run;
       }
-      std::vector<std::uint64_t> all;
-      for (int r = 0; r < step.size; ++r) {
-        auto share = sampler.step(r, step.size);
-        all.insert(all.end(), share.begin(), share.end());
-      }
+      auto all = step_samples(sampler, step.size);
       const std::uint64_t epoch = sampler.epoch();
       if (ft.value()->should_commit()) {
         optimizer.step();
@@ -138,9 +151,7 @@ ReplicaRun train_replica(const WorkerEnv& env, const FaultToleranceOptions& opti
     }
     run.stats = ft.value()->stats();
     run.final_step = ft.value()->committed_step();
-    std::vector<torch::Tensor> flat;
-    for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten());
-    run.parameters = torch::cat(flat);
+    run.parameters = flat_parameters(*model);
   } catch (const std::exception& e) {
     run.error = e.what();
   }
@@ -212,11 +223,7 @@ ReplicaRun train_sharded_worker(const WorkerEnv& env, FaultToleranceOptions opti
         ft.value().reset();
         return run;
       }
-      std::vector<std::uint64_t> all;
-      for (int r = 0; r < step.size; ++r) {
-        auto share = sampler.step(r, step.size);
-        all.insert(all.end(), share.begin(), share.end());
-      }
+      auto all = step_samples(sampler, step.size);
       const std::uint64_t epoch = sampler.epoch();
       if (ft.value()->should_commit()) {
         sharded->step(optimizer);
@@ -228,9 +235,7 @@ ReplicaRun train_sharded_worker(const WorkerEnv& env, FaultToleranceOptions opti
     run.final_step = ft.value()->committed_step();
     // Gathered over the shard group: a collective of the group's two workers, outside any step.
     auto whole = sharded->full_parameters();
-    std::vector<torch::Tensor> flat;
-    for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten().clone());
-    run.parameters = torch::cat(flat);
+    run.parameters = flat_parameters(*model);
     ft.value()->finish();
   } catch (const std::exception& e) {
     run.error = e.what();
@@ -259,9 +264,7 @@ torch::Tensor train_alone(float init) {
     optimizer.zero_grad();
     sampler.commit(1);
   }
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten());
-  return torch::cat(flat);
+  return flat_parameters(*model);
 }
 
 // Each sample of each epoch exactly once, over the committed steps of a replica that saw them
