@@ -134,7 +134,7 @@ TEST_CASE(
   Agent a("a", clock);
   std::vector<etcd::KeyValue> joins;
   for (int i = 0; i < 130; ++i) {
-    const std::string id = "n" + std::to_string(1000 + i);
+    const std::string id = std::string("n") + std::to_string(1000 + i);  // GCC bug 105651
     joins.push_back(kv(kPrefix + "joins/" + id, request(id, nodes(1, 200)), 10 + i));
   }
   joins.push_back(kv(kPrefix + "joins/m", request("m", nodes(2, 2)), 200));  // other nnodes
