@@ -42,14 +42,18 @@ for f in usr/bin/ctrun usr/bin/ctrund usr/share/man/man1/ctrun.1.gz usr/share/ma
          usr/include/ctrun/rendezvous/client.h usr/include/ctrun/worker/fault_tolerance.h; do
   [ -e "$root/$f" ] || fail "the package has no /$f"
 done
-dpkg-deb --ctrl-tarfile "$deb" | tar -t | grep -q postinst || fail "no postinst in the package"
+# Outputs are read whole before they are searched: `producer | grep -q` fails now and then under
+# pipefail, when grep has matched and gone before the producer's last write (SIGPIPE).
+has() { grep -qE -- "$2" <<< "$1"; }
+control=$(dpkg-deb --ctrl-tarfile "$deb" | tar -t)
+has "$control" 'postinst' || fail "no postinst in the package: $control"
 
-"$root/usr/bin/ctrun" --version | grep -qE '^ctrun [0-9.]+ \(revision [0-9a-f]+' ||
-  fail "ctrun --version: $("$root/usr/bin/ctrun" --version)"
-"$root/usr/bin/ctrund" --version | grep -qE '^ctrund [0-9.]+ \(revision [0-9a-f]+' ||
-  fail "ctrund --version: $("$root/usr/bin/ctrund" --version)"
-zcat "$root/usr/share/man/man1/ctrun.1.gz" | grep -q 'nproc' || fail "ctrun(1) lists no --nproc_per_node"
-zcat "$root/usr/share/man/man1/ctrund.1.gz" | grep -q 'state' || fail "ctrund(1) lists no --state_dir"
+version=$("$root/usr/bin/ctrun" --version)
+has "$version" '^ctrun [0-9.]+ \(revision [0-9a-f]+' || fail "ctrun --version: $version"
+version=$("$root/usr/bin/ctrund" --version)
+has "$version" '^ctrund [0-9.]+ \(revision [0-9a-f]+' || fail "ctrund --version: $version"
+has "$(zcat "$root/usr/share/man/man1/ctrun.1.gz")" 'nproc' || fail "ctrun(1) lists no --nproc_per_node"
+has "$(zcat "$root/usr/share/man/man1/ctrund.1.gz")" 'state' || fail "ctrund(1) lists no --state_dir"
 
 # A launch with the unpacked ctrun: two workers, each says hello.
 "$root/usr/bin/ctrun" --standalone --nproc_per_node=2 "$test_worker" print > "$scratch/launch.log" 2>&1 ||

@@ -101,28 +101,53 @@ struct ReplicaRun {
   bool died = false;
 };
 
-// Trains kEpochs; `die_at(step)` true: the replica dies after that step's backward.
-ReplicaRun train_replica(const WorkerEnv& env, const FaultToleranceOptions& options, float init,
-                         const std::function<bool(std::int64_t)>& die_at) {
+// Trains kEpochs; `die_at(step)` true: the worker dies after that step's backward. Stage 0: a
+// replica of its own, through DDP; stages 1-3: a worker of a shard group of two (HSDP), the
+// model sharded over the group at that stage and replicated across groups. Its parameters,
+// gathered whole, are its result; `committed`, when given, follows its committed step.
+ReplicaRun train_replica(const WorkerEnv& env, FaultToleranceOptions options, float init,
+                         const std::function<bool(std::int64_t)>& die_at, int stage = 0,
+                         std::atomic<std::int64_t>* committed = nullptr) {
   ReplicaRun run;
   try {
     auto model = make_model(init);
-    torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(0.01));
     SamplerOptions sampler_options;
     sampler_options.dataset_size = kDataset;
     sampler_options.seed = 5;
     StepSampler sampler(sampler_options, kBatch);
-    auto ft = FaultTolerance::start(env, options, {model.get(), &optimizer, &sampler});
+    std::unique_ptr<torch::optim::Adam> optimizer;
+    if (stage == 0) {
+      optimizer = std::make_unique<torch::optim::Adam>(model->parameters(),
+                                                       torch::optim::AdamOptions(0.01));
+    } else {
+      options.shard_group_size = 2;
+    }
+    auto ft = FaultTolerance::start(env, options, {model.get(), optimizer.get(), &sampler});
     if (!ft) throw std::runtime_error(ft.error().message);
-    DdpOptions ddp_options;
-    ddp_options.broadcast_parameters = false;
-    auto ddp = std::make_unique<DistributedDataParallel>(model, ft.value()->group(), ddp_options);
+    std::unique_ptr<DistributedDataParallel> ddp;
+    std::unique_ptr<ShardedDataParallel> sharded;
+    if (stage == 0) {
+      DdpOptions ddp_options;
+      ddp_options.broadcast_parameters = false;
+      ddp = std::make_unique<DistributedDataParallel>(model, ft.value()->group(), ddp_options);
+    } else {
+      ShardingOptions sharding;
+      sharding.stage = stage;
+      sharding.broadcast_parameters = false;
+      sharding.gather_in_step = false;
+      sharding.replicate_group = &ft.value()->replicate_group();
+      sharded = std::make_unique<ShardedDataParallel>(model, ft.value()->shard_group(), sharding);
+      optimizer = std::make_unique<torch::optim::Adam>(sharded->shard_parameters(),
+                                                       torch::optim::AdamOptions(0.01));
+      ft.value()->set_state({model.get(), optimizer.get(), &sampler, sharded.get()});
+    }
     for (;;) {
       if (sampler.epoch_done(1)) {
         if (sampler.epoch() + 1 >= kEpochs) break;
         sampler.set_epoch(sampler.epoch() + 1);
       }
       const auto step = ft.value()->begin_step();
+      if (step.finished) break;
       if (sampler.epoch_done(step.size)) {  // healed to a peer's place at an epoch's end
         (void)ft.value()->should_commit();
         continue;
@@ -130,27 +155,37 @@ ReplicaRun train_replica(const WorkerEnv& env, const FaultToleranceOptions& opti
       const auto mine = sampler.step(step.rank, step.size);
       auto [x, y] = samples(mine);
       // The sum over this replica's share, over the whole step's count, times the quorum's size
-      // (which DDP's averaging divides out): the quorum's mean, however it is shared.
+      // (which the averaging divides out): the quorum's mean, however it is shared.
       const double scale =
           static_cast<double>(step.size) / static_cast<double>(sampler.step_size(step.size));
-      auto loss = (model->forward(x) - y).pow(2).sum() * scale;
+      auto forward = [&] { return (model->forward(x) - y).pow(2).sum() * scale; };
+      auto loss = sharded ? sharded->forward(forward) : forward();
       loss.backward();
       if (die_at(step.step)) {
         run.died = true;
         ddp.reset();
+        sharded.reset();
         ft.value().reset();  // its sockets close, as a killed process's would
         return run;
       }
       auto all = step_samples(sampler, step.size);
       const std::uint64_t epoch = sampler.epoch();
       if (ft.value()->should_commit()) {
-        optimizer.step();
+        if (sharded) {
+          sharded->step(*optimizer);
+        } else {
+          optimizer->step();
+        }
         run.committed.emplace_back(epoch, std::move(all));
+        if (committed != nullptr) *committed = ft.value()->committed_step();
       }
-      optimizer.zero_grad();
+      optimizer->zero_grad();
     }
     run.stats = ft.value()->stats();
     run.final_step = ft.value()->committed_step();
+    // Sharded: gathered over the shard group, a collective of the group's two workers.
+    std::optional<ShardedDataParallel::FullParameters> whole;
+    if (sharded) whole.emplace(*sharded);
     run.parameters = flat_parameters(*model);
   } catch (const std::exception& e) {
     run.error = e.what();
@@ -173,74 +208,6 @@ WorkerEnv sharded_env(std::uint16_t port, int group, int index, int groups) {
               {"CTRUN_REPLICA_ID", "g" + std::to_string(group) + "/" + std::to_string(index)}}));
   REQUIRE(env.ok());
   return env.value();
-}
-
-// train_replica() for a worker of a shard group: the model sharded over the group at `stage`,
-// replicated across groups. Its parameters, gathered whole, are its result; `committed`, when
-// given, follows its committed step.
-ReplicaRun train_sharded_worker(const WorkerEnv& env, FaultToleranceOptions options, float init,
-                                int stage, const std::function<bool(std::int64_t)>& die_at,
-                                std::atomic<std::int64_t>* committed = nullptr) {
-  ReplicaRun run;
-  try {
-    auto model = make_model(init);
-    SamplerOptions sampler_options;
-    sampler_options.dataset_size = kDataset;
-    sampler_options.seed = 5;
-    StepSampler sampler(sampler_options, kBatch);
-    options.shard_group_size = 2;
-    auto ft = FaultTolerance::start(env, options, {model.get(), nullptr, &sampler});
-    if (!ft) throw std::runtime_error(ft.error().message);
-    ShardingOptions sharding;
-    sharding.stage = stage;
-    sharding.broadcast_parameters = false;
-    sharding.gather_in_step = false;
-    sharding.replicate_group = &ft.value()->replicate_group();
-    auto sharded =
-        std::make_unique<ShardedDataParallel>(model, ft.value()->shard_group(), sharding);
-    torch::optim::Adam optimizer(sharded->shard_parameters(), torch::optim::AdamOptions(0.01));
-    ft.value()->set_state({model.get(), &optimizer, &sampler, sharded.get()});
-    for (;;) {
-      if (sampler.epoch_done(1)) {
-        if (sampler.epoch() + 1 >= kEpochs) break;
-        sampler.set_epoch(sampler.epoch() + 1);
-      }
-      const auto step = ft.value()->begin_step();
-      if (step.finished) break;
-      if (sampler.epoch_done(step.size)) {
-        (void)ft.value()->should_commit();
-        continue;
-      }
-      const auto mine = sampler.step(step.rank, step.size);
-      auto [x, y] = samples(mine);
-      const double scale =
-          static_cast<double>(step.size) / static_cast<double>(sampler.step_size(step.size));
-      auto loss = sharded->forward([&] { return (model->forward(x) - y).pow(2).sum() * scale; });
-      loss.backward();
-      if (die_at(step.step)) {
-        run.died = true;
-        sharded.reset();
-        ft.value().reset();
-        return run;
-      }
-      auto all = step_samples(sampler, step.size);
-      const std::uint64_t epoch = sampler.epoch();
-      if (ft.value()->should_commit()) {
-        sharded->step(optimizer);
-        run.committed.emplace_back(epoch, std::move(all));
-        if (committed != nullptr) *committed = ft.value()->committed_step();
-      }
-    }
-    run.stats = ft.value()->stats();
-    run.final_step = ft.value()->committed_step();
-    // Gathered over the shard group: a collective of the group's two workers, outside any step.
-    auto whole = sharded->full_parameters();
-    run.parameters = flat_parameters(*model);
-    ft.value()->finish();
-  } catch (const std::exception& e) {
-    run.error = e.what();
-  }
-  return run;
 }
 
 // The same training in one process (every step's samples at once, one optimizer): what the
@@ -421,9 +388,9 @@ TEST_CASE("fault tolerance with shard groups: two groups of two train as one mod
   for (int w = 0; w < 4; ++w) {
     threads.emplace_back([&, w] {
       // Each group initialises differently: before step 1 both take the first group's state.
-      runs[w] = train_sharded_worker(sharded_env(daemon.port(), w / 2, w % 2, 2), fast_options(4),
-                                     1.0f + static_cast<float>(w / 2), stage,
-                                     [](std::int64_t) { return false; });
+      runs[w] = train_replica(
+          sharded_env(daemon.port(), w / 2, w % 2, 2), fast_options(4),
+          1.0f + static_cast<float>(w / 2), [](std::int64_t) { return false; }, stage);
     });
   }
   for (auto& t : threads) t.join();
@@ -451,11 +418,10 @@ TEST_CASE(
   std::atomic<std::int64_t> first_committed{0};
   for (int w = 0; w < 4; ++w) {
     threads.emplace_back([&, w] {
-      runs[w] = train_sharded_worker(
+      runs[w] = train_replica(
           sharded_env(daemon.port(), w / 2, w % 2, 2), fast_options(4),
-          1.0f + static_cast<float>(w / 2), stage,
-          [w](std::int64_t step) { return w == 3 && step == 3; },
-          w == 0 ? &first_committed : nullptr);
+          1.0f + static_cast<float>(w / 2), [w](std::int64_t step) { return w == 3 && step == 3; },
+          stage, w == 0 ? &first_committed : nullptr);
     });
   }
   threads[3].join();
@@ -467,8 +433,9 @@ TEST_CASE(
   }
   CHECK(first_committed >= 5);
   std::thread replacement([&] {
-    runs[4] = train_sharded_worker(sharded_env(daemon.port(), 1, 1, 2), fast_options(4), 9.0f,
-                                   stage, [](std::int64_t) { return false; });
+    runs[4] = train_replica(
+        sharded_env(daemon.port(), 1, 1, 2), fast_options(4), 9.0f,
+        [](std::int64_t) { return false; }, stage);
   });
   for (int w = 0; w < 3; ++w) threads[w].join();
   replacement.join();
