@@ -51,10 +51,10 @@ const Fault kHung{"hung",  "--inject_hang_at_step", "--worker_timeout=8", "no he
                   kSamples};
 
 // One node of `workers` workers (mlp with `extra` flags) on the rendezvous `rendezvous` names,
-// the last one faulty: the job succeeds with the promises kept. Returns the agent's output.
-std::string check_worker_fault(const ScratchDir& s, const Fault& f,
-                               const std::vector<std::string>& rendezvous, int workers = 3,
-                               const std::vector<std::string>& extra = {}) {
+// the last one faulty: the job succeeds with the promises kept.
+void check_worker_fault(const ScratchDir& s, const Fault& f,
+                        const std::vector<std::string>& rendezvous, int workers = 3,
+                        const std::vector<std::string>& extra = {}) {
   const std::string consumed = s.path(std::string(f.name) + ".consumed");
   const std::string log = s.path(std::string(f.name) + ".log");
   const std::string last = std::to_string(workers - 1);
@@ -99,7 +99,6 @@ std::string check_worker_fault(const ScratchDir& s, const Fault& f,
   CHECK(digests.size() == 1);  // the very same parameters on every replica
   check_commits(read_consumed(consumed), f.samples);
   if (std::string(f.name) == "killed") CHECK(out.find("healed from ") != std::string::npos);
-  return out;
 }
 
 }  // namespace
@@ -110,16 +109,17 @@ TEST_CASE("trainers: with --fault_tolerant a killed or hung worker costs a step,
 }
 
 TEST_CASE(
-    "trainers: with --fault_tolerant --zero 3 a killed worker's group waits, its replacement heals "
-    "its shard") {
+    "trainers: with --fault_tolerant --zero 3 a killed worker's replacement heals its shard from "
+    "the other group") {
   ScratchDir s("mlp_ft_zero");
   // Four workers in two shard groups of two (HSDP): each group shards the model at stage 3, the
   // quorum replicates it across the groups. Worker 3 (group 1, slot 1) is killed; every worker
   // ends with the same parameters, gathered whole.
-  const std::string out =
-      check_worker_fault(s, kKilled, {"--standalone"}, 4, {"--zero", "3", "--ft_shard_group", "2"});
-  // Its group's other worker waited for the replacement instead of training half a model.
-  CHECK(out.find(" is not whole; waiting for it") != std::string::npos);
+  check_worker_fault(s, kKilled, {"--standalone"}, 4, {"--zero", "3", "--ft_shard_group", "2"});
+  // Whether its group's other worker had to wait for the replacement ("is not whole") depends on
+  // timing: a replacement that asks before the quorum without the dead worker forms (on a loaded
+  // machine the survivors' collectives take up to their 1 s timeout to fail) joins that quorum
+  // at once. tests/worker/fault_tolerance_test.cc forces the waiting case.
 }
 
 TEST_CASE("trainers: with --fault_tolerant on etcd a killed worker costs a step, not a restart") {
