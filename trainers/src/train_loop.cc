@@ -59,6 +59,24 @@ std::uint64_t parameter_digest(const torch::nn::Module& model) {
   return digest;
 }
 
+worker::DdpOptions ddp_options(const TrainOptions& o) {
+  worker::DdpOptions options;
+  options.first_bucket_bytes = static_cast<std::size_t>(o.first_bucket_mb * (1 << 20));
+  options.bucket_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
+  options.overlap = !o.no_overlap;
+  options.find_unused_parameters = o.find_unused_parameters;
+  return options;
+}
+
+worker::ShardingOptions sharding_options(const TrainOptions& o, const TrainTask& task) {
+  worker::ShardingOptions options;
+  options.stage = o.zero;
+  options.unit_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
+  options.units = task.shard_units;
+  options.param_dtype = task.shard_param_dtype;
+  return options;
+}
+
 std::string digest_hex(std::uint64_t digest) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
@@ -95,12 +113,7 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
   // Before the optimizer: with --zero it steps the shards the wrapper makes.
   std::optional<worker::ShardedDataParallel> sharded;
   if (o.zero != 0) {
-    worker::ShardingOptions sharding;
-    sharding.stage = o.zero;
-    sharding.unit_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
-    sharding.units = task.shard_units;
-    sharding.param_dtype = task.shard_param_dtype;
-    sharded.emplace(task.model, *run.group, sharding);
+    sharded.emplace(task.model, *run.group, sharding_options(o, task));
     if (o.zero == 3 && task.route_unit_forward) task.route_unit_forward(sharded->unit_forward());
   }
   auto optimizer =
@@ -138,18 +151,13 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
     }
   }
 
-  worker::DdpOptions ddp_options;
-  ddp_options.first_bucket_bytes = static_cast<std::size_t>(o.first_bucket_mb * (1 << 20));
-  ddp_options.bucket_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
-  ddp_options.overlap = !o.no_overlap;
-  ddp_options.find_unused_parameters = o.find_unused_parameters;
   if (o.no_ddp && world != 1) {
     throw std::invalid_argument(
         "--no_ddp trains one replica alone: it needs a world size of 1, got " +
         std::to_string(world));
   }
   std::optional<worker::DistributedDataParallel> ddp;
-  if (!o.no_ddp && !sharded) ddp.emplace(task.model, *run.group, ddp_options);
+  if (!o.no_ddp && !sharded) ddp.emplace(task.model, *run.group, ddp_options(o));
 
   worker::SamplerOptions sampler_options;
   sampler_options.dataset_size = task.dataset_size;

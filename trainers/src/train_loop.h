@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "ctrun/worker/ddp.h"
 #include "ctrun/worker/env.h"
 #include "ctrun/worker/process_group.h"
 #include "ctrun/worker/sharded.h"
@@ -55,6 +56,10 @@ struct TrainTask {
   // --zero: the parameters' type while they compute (gpt --bf16: bf16, fp32 masters).
   std::optional<at::ScalarType> shard_param_dtype;
 };
+
+// The flags' settings of DDP and of ShardedDataParallel, which both loops build.
+worker::DdpOptions ddp_options(const TrainOptions& options);
+worker::ShardingOptions sharding_options(const TrainOptions& options, const TrainTask& task);
 
 // The parameters' bytes hashed (FNV-1a, 64 bits): equal on replicas that are bit-identical.
 std::uint64_t parameter_digest(const torch::nn::Module& model);

@@ -104,19 +104,11 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
   std::optional<worker::DistributedDataParallel> ddp;
   std::optional<worker::ShardedDataParallel> sharded;
   if (o.zero == 0) {
-    worker::DdpOptions ddp_options;
-    ddp_options.first_bucket_bytes = static_cast<std::size_t>(o.first_bucket_mb * (1 << 20));
-    ddp_options.bucket_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
-    ddp_options.overlap = !o.no_overlap;
-    ddp_options.find_unused_parameters = o.find_unused_parameters;
-    ddp_options.broadcast_parameters = false;  // the quorum equalises replicas (healing)
-    ddp.emplace(task.model, ft.group(), ddp_options);
+    worker::DdpOptions options = ddp_options(o);
+    options.broadcast_parameters = false;  // the quorum equalises replicas (healing)
+    ddp.emplace(task.model, ft.group(), options);
   } else {
-    worker::ShardingOptions sharding;
-    sharding.stage = o.zero;
-    sharding.unit_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
-    sharding.units = task.shard_units;
-    sharding.param_dtype = task.shard_param_dtype;
+    worker::ShardingOptions sharding = sharding_options(o, task);
     sharding.broadcast_parameters = false;  // the quorum equalises replicas (healing)
     sharding.gather_in_step = false;        // no collective after a step committed
     sharding.replicate_group = &ft.replicate_group();
