@@ -55,6 +55,16 @@ void check_commits(const Commits& commits, std::uint64_t samples, std::uint64_t 
   }
 }
 
+std::string without_step_lines(const std::string& log) {
+  const std::regex step_line(R"(\] step \d+ loss )");
+  std::string out;
+  std::istringstream lines(log);
+  for (std::string text; std::getline(lines, text);) {
+    if (!std::regex_search(text, step_line)) out += text + "\n";
+  }
+  return out;
+}
+
 std::map<std::string, ReplicaLines> replica_lines(const std::string& log) {
   std::map<std::string, ReplicaLines> out;
   const std::regex line(R"(\[([^\[\]\s]+) pid (\d+)\] (training|parameters digest) (\S+))");

@@ -35,6 +35,10 @@ struct ReplicaLines {
 };
 std::map<std::string, ReplicaLines> replica_lines(const std::string& log);
 
+// `log` without the trainers' per-step loss lines: what a failed assertion prints, short enough
+// to be read whole in a CI log.
+std::string without_step_lines(const std::string& log);
+
 // Each replica of `lines` ran in one process from start to end and ended with the same
 // parameters as the others.
 void check_kept_processes(const std::map<std::string, ReplicaLines>& lines);

@@ -356,6 +356,9 @@ class FaultTolerance::Impl : public StepGate {
       // daemon came back); a worker that sits out has none and needs none.
       auto answer = ask(ask_step(), group_broken_ || (!inner_ && !sitting_out_));
       if (!answer) throw std::runtime_error(no_quorum(answer.error()));
+      // An answer is progress for ctrun --worker_timeout: this loop is bounded by the quorum
+      // timeout, and a survivor waiting out a hung peer's removal is not hung itself.
+      heartbeat();
       if (answer.value().finished) {
         finished_at_ = answer.value().max_step;
         return;
