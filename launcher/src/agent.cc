@@ -1,9 +1,11 @@
 #include "agent.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <cmath>
@@ -85,6 +87,7 @@ class Agent::Impl {
         world_(std::move(world)),
         wake_(io),
         signals_(io),
+        stdin_(io),
         adopted_timer_(io),
         heartbeat_timer_(io),
         heartbeats_(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -186,6 +189,8 @@ class Agent::Impl {
                           {"rendezvous", rdzv::format_endpoint({endpoint_host_, endpoint_port_})}});
   }
   void arm_signals();
+  // --stop_on_stdin_close: the end of standard input is a SIGTERM.
+  void watch_stdin();
   void arm_adopted_reaping();
   // Every kWaitingLineInterval while the agent waits (to connect, for a round, to reconnect,
   // for the other nodes to finish): a line saying what for, how long, and why.
@@ -265,6 +270,8 @@ class Agent::Impl {
   AgentWorld world_;
   asio::steady_timer wake_;
   asio::signal_set signals_;
+  asio::posix::stream_descriptor stdin_;
+  std::array<char, 512> stdin_buf_{};
   // Adopted descendants that exited are reaped every second. Not on SIGCHLD: asio installs its
   // handlers without SA_RESTART, and every worker's exit would interrupt blocking calls.
   asio::steady_timer adopted_timer_;
@@ -687,6 +694,7 @@ Task<int> Agent::Impl::run_job() {
     signals_.add(signo, ec);
   }
   arm_signals();
+  if (options_.stop_on_stdin_close) watch_stdin();
   if (options_.worker_timeout > 0) arm_heartbeat_check();
 
   if (auto s = setup(); !s) {
@@ -884,6 +892,27 @@ void Agent::Impl::arm_signals() {
   });
 }
 
+void Agent::Impl::watch_stdin() {
+  if (!stdin_.is_open()) {
+    const int fd = ::fcntl(0, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0) {  // no standard input at all: it has ended
+      post({.kind = AgentInput::Kind::kSignal, .signo = SIGTERM});
+      return;
+    }
+    stdin_.assign(fd);
+  }
+  stdin_.async_read_some(
+      asio::buffer(stdin_buf_), [this](boost::system::error_code ec, std::size_t) {
+        if (ec == asio::error::operation_aborted) return;
+        if (ec) {  // the end (or a broken input: the same to a launcher that is gone)
+          log("standard input closed (--stop_on_stdin_close): stopping");
+          post({.kind = AgentInput::Kind::kSignal, .signo = SIGTERM});
+          return;
+        }
+        watch_stdin();  // what is written there means nothing; only its end does
+      });
+}
+
 void Agent::Impl::arm_waiting_line() {
   waiting_line_timer_.expires_after(kWaitingLineInterval);  // (cancelling one armed before)
   waiting_line_timer_.async_wait([this](boost::system::error_code ec) {
@@ -1046,6 +1075,7 @@ Task<void> Agent::Impl::report_failure(WorkerExit first) {
   std::string summary = failure_summary(infos.front());
   if (infos.size() > 1) summary += " (and " + std::to_string(infos.size() - 1) + " more ranks)";
   event("job_end", {{"state", "failed"}, {"reason", summary}});
+  log(std::string(kJobFailedLine) + summary);  // as the other nodes' agents log it
   (void)co_await client_->report(false, summary);
   co_await linger(std::chrono::milliseconds(200));  // let the job's end reach the other nodes
   post({.kind = AgentInput::Kind::kRendezvousTold});

@@ -432,6 +432,7 @@ void AgentMachine::on_job_ended(const std::string& state, const std::string& rea
     finish(0);
     return;
   }
+  // "job ended (failed): " is kJobFailedLine, which the launcher of --hostfile looks for.
   log("job ended (" + state + "): " + reason);
   record("job_end", {{"state", state}, {"reason", reason}});
   if (workers_up_) {

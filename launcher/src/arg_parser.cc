@@ -95,7 +95,7 @@ class Parser {
     for (const auto& [name, spec] : option_strings_) {
       if (!long_form && name == arg.substr(0, 2)) {
         out.push_back({spec, name, arg.substr(2), false});  // "-r3": "-r" with "3"
-      } else if (name.compare(0, prefix.size(), prefix) == 0) {
+      } else if (spec->abbreviable && name.compare(0, prefix.size(), prefix) == 0) {
         out.push_back({spec, name, after_equals, after_equals.has_value()});
       }
     }

@@ -43,6 +43,9 @@ struct ArgSpec {
   ArgKind kind = ArgKind::kValue;
   EnvDefault env = EnvDefault::kPetVariable;
   std::string help;  // one line for --help
+  // Whether a prefix may stand for it. ctrun's later options take exact names only, so that
+  // every abbreviation torchrun accepts means here what it means there ("--h" is --help).
+  bool abbreviable = true;
 };
 
 // A value option's text and where it came from, so that a later check can name its source.

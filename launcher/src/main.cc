@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "agent.h"
+#include "cluster_launcher.h"
 #include "ctrun/launcher/options.h"
 #include "ctrun/launcher/worker_env.h"
 #include "status_command.h"
@@ -33,6 +34,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   LaunchOptions& options = parsed.value().options;
+  if (options.cluster) {  // --hostfile / --hosts: this ctrun launches the agents over ssh
+    boost::asio::io_context io;
+    return run_cluster(io, options, env);
+  }
   auto nproc = resolve_nproc(options.nproc_per_node, probe_machine(env));
   if (!nproc) {
     std::fprintf(stderr, "ctrun: error: %s\n", nproc.error().message.c_str());

@@ -9,6 +9,7 @@
 #include <array>
 #include <charconv>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 #include "arg_parser.h"
@@ -207,14 +208,20 @@ ArgSpec value_option(std::vector<std::string> names, std::string dest, std::stri
   return ArgSpec{std::move(names), std::move(dest), ArgKind::kValue, env, std::move(help)};
 }
 
-ArgSpec flag_option(std::vector<std::string> names, std::string dest, std::string help) {
-  return ArgSpec{std::move(names), std::move(dest), ArgKind::kFlag, EnvDefault::kPetVariable,
-                 std::move(help)};
+ArgSpec flag_option(std::vector<std::string> names, std::string dest, std::string help,
+                    EnvDefault env = EnvDefault::kPetVariable) {
+  return ArgSpec{std::move(names), std::move(dest), ArgKind::kFlag, env, std::move(help)};
 }
 
 ArgSpec exit_option(std::vector<std::string> names, std::string dest, std::string help) {
   return ArgSpec{std::move(names), std::move(dest), ArgKind::kExit, EnvDefault::kNone,
                  std::move(help)};
+}
+
+// An option that only its full name selects (ArgSpec::abbreviable).
+ArgSpec exact(ArgSpec spec) {
+  spec.abbreviable = false;
+  return spec;
 }
 
 // torchrun's options (torch/distributed/run.py on PyTorch main) in its order, which is the
@@ -301,6 +308,38 @@ const std::vector<ArgSpec>& launch_option_table() {
       flag_option({"--slurm"}, "slurm",
                   "Inside a Slurm step: take the node count, node rank, rendezvous host, run id "
                   "and GPU count from SLURM_* variables"),
+      exact(flag_option({"--stop-on-stdin-close", "--stop_on_stdin_close"}, "stop_on_stdin_close",
+                        "Stop the job on this node, as on SIGTERM, when standard input ends (how "
+                        "--hostfile stops each host's agent)",
+                        EnvDefault::kNone)),
+      // The launcher of a whole cluster over ssh (docs/cluster.md).
+      exact(value_option({"--hostfile"}, "hostfile",
+                         "Launch on every host of FILE over ssh ('HOST slots=N' lines, # comments)",
+                         EnvDefault::kNone)),
+      exact(value_option({"--hosts"}, "hosts", "Launch on these hosts over ssh: HOST[:SLOTS],...",
+                         EnvDefault::kNone)),
+      exact(value_option({"--include"}, "include",
+                         "Only these hosts, or slots of a host: HOST[:SLOT,...]@HOST...",
+                         EnvDefault::kNone)),
+      exact(value_option({"--exclude"}, "exclude",
+                         "Leave out these hosts, or slots of a host: HOST[:SLOT,...]@HOST...",
+                         EnvDefault::kNone)),
+      exact(value_option({"--ssh"}, "ssh", "The ssh command for --hostfile (default ssh)",
+                         EnvDefault::kNone)),
+      exact(value_option({"--ssh-port", "--ssh_port"}, "ssh_port", "The hosts' ssh port",
+                         EnvDefault::kNone)),
+      exact(value_option({"--forward-env", "--forward_env"}, "forward_env",
+                         "More variables to send to the hosts: NAME or PREFIX*, comma-separated",
+                         EnvDefault::kNone)),
+      exact(
+          value_option({"--env-file", "--env_file"}, "env_file",
+                       "NAME=VALUE lines to set on every host (default ./.ctrun_env, ~/.ctrun_env)",
+                       EnvDefault::kNone)),
+      exact(flag_option({"--dry-run", "--dry_run"}, "dry_run",
+                        "With --hostfile: print each host's command and exit", EnvDefault::kNone)),
+      exact(value_option({"--remote-ctrun", "--remote_ctrun"}, "remote_ctrun",
+                         "ctrun's path on the hosts (default: this ctrun's path)",
+                         EnvDefault::kNone)),
       exit_option({"--version"}, "version", "Print ctrun's version and exit"),
   };
   return table;
@@ -335,6 +374,149 @@ bool endpoint_has_port(const std::string& endpoint) {
   const std::string t = trim(endpoint);
   if (!t.empty() && t.front() == '[') return t.find("]:") != std::string::npos;
   return std::count(t.begin(), t.end(), ':') == 1;
+}
+
+// The options only the launcher of --hostfile reads, and the ones it sets for each host's
+// agent itself: none of them is passed on as given.
+bool launcher_sets(const std::string& dest) {
+  static const std::set<std::string> dests = {
+      "hostfile",     "hosts",         "include", "exclude",      "ssh",     "ssh_port",
+      "forward_env",  "env_file",      "dry_run", "remote_ctrun", "nnodes",  "nproc_per_node",
+      "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf",    "log_dir", "stop_on_stdin_close",
+      "standalone"};
+  return dests.count(dest) > 0;
+}
+
+// The command line a host's agent gets for everything the launcher does not set: each option
+// given (on the command line or as its PET_ variable, which the hosts do not have) in one
+// spelling, --name=value, then the entrypoint and its arguments.
+std::vector<std::string> agent_command_line(const std::vector<ArgSpec>& table,
+                                            const ParsedArgs& a) {
+  std::vector<std::string> out;
+  for (const auto& spec : table) {
+    if (launcher_sets(spec.dest)) continue;
+    std::string name;
+    for (const auto& n : spec.names) {
+      if (n.rfind("--", 0) == 0) name = n;  // the last long spelling: torchrun's underscore one
+    }
+    if (spec.kind == ArgKind::kFlag && a.flags.count(spec.dest) > 0) out.push_back(name);
+    if (spec.kind != ArgKind::kValue) continue;
+    if (auto it = a.values.find(spec.dest); it != a.values.end()) {
+      out.push_back(name + "=" + it->second.text);
+    }
+  }
+  out.push_back(*a.script);
+  out.insert(out.end(), a.script_args.begin(), a.script_args.end());
+  return out;
+}
+
+// A --forward_env item: a variable name, or a prefix of names ending in '*'.
+bool valid_forward_item(const std::string& item) {
+  const std::string name =
+      !item.empty() && item.back() == '*' ? item.substr(0, item.size() - 1) : item;
+  if (name.empty() || (name.front() >= '0' && name.front() <= '9')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+// --hostfile / --hosts and what goes with them into o.cluster; the options that make no sense
+// with them (this node's rank, a static rendezvous, Slurm) are errors.
+rendezvous::Status read_cluster_options(const std::vector<ArgSpec>& table, const ParsedArgs& a,
+                                        LaunchOptions& o) {
+  auto given = [&](const char* dest) -> const ArgValue* {
+    auto it = a.values.find(dest);
+    return it == a.values.end() ? nullptr : &it->second;
+  };
+  const ArgValue* hostfile = given("hostfile");
+  const ArgValue* hosts = given("hosts");
+  if (!hostfile && !hosts) {
+    for (const char* dest :
+         {"include", "exclude", "ssh", "ssh_port", "forward_env", "env_file", "remote_ctrun"}) {
+      if (given(dest)) return bad(std::string("--") + dest + " goes with --hostfile or --hosts");
+    }
+    if (a.flags.count("dry_run") > 0) return bad("--dry_run goes with --hostfile or --hosts");
+    return rendezvous::ok_status();
+  }
+  if (hostfile && hosts) return bad("--hostfile and --hosts cannot be used together");
+  const std::string with = hostfile ? "--hostfile" : "--hosts";
+  if (o.standalone) return bad("--standalone and " + with + " cannot be used together");
+  if (a.flags.count("slurm") > 0) {
+    return bad("--slurm and " + with +
+               " cannot be used together (under Slurm, srun starts the "
+               "agents)");
+  }
+  if (o.stop_on_stdin_close)
+    return bad("--stop_on_stdin_close is for the agents " + with + " starts");
+  for (const char* dest : {"node_rank", "master_addr", "master_port"}) {
+    if (given(dest)) {
+      return bad(std::string("--") + dest + ": with " + with +
+                 " the rendezvous assigns node ranks (leave it out)");
+    }
+  }
+  ClusterOptions c;
+  if (hostfile) c.hostfile = hostfile->text;
+  if (hosts) c.hosts = hosts->text;
+  if (const ArgValue* v = given("include")) c.include = v->text;
+  if (const ArgValue* v = given("exclude")) c.exclude = v->text;
+  if (const ArgValue* v = given("ssh")) {
+    if (trim(v->text).empty()) return bad("--ssh: expected an ssh command, got ''");
+    c.ssh = v->text;
+  }
+  if (const ArgValue* v = given("ssh_port")) {
+    auto n = python_int(v->text);
+    if (!n || *n < 1 || *n > 65535) {
+      return bad("--ssh_port: expected a port in 1..65535, got '" + v->text + "'");
+    }
+    c.ssh_port = static_cast<int>(*n);
+  }
+  if (const ArgValue* v = given("forward_env")) {
+    for (const auto& item : split(v->text, ',')) {
+      if (!valid_forward_item(trim(item))) {
+        return bad("--forward_env: expected variable names or prefixes like NCCL_*, got '" +
+                   v->text + "'");
+      }
+      c.forward_env.push_back(trim(item));
+    }
+  }
+  if (const ArgValue* v = given("env_file")) {
+    if (v->text.empty()) return bad("--env_file: expected a file, got ''");
+    c.env_file = v->text;
+  }
+  c.dry_run = a.flags.count("dry_run") > 0;
+  if (const ArgValue* v = given("remote_ctrun")) c.remote_ctrun = v->text;
+  c.nnodes_given = given("nnodes") != nullptr;
+  c.nproc_given = given("nproc_per_node") != nullptr;
+  c.rdzv_id_given = given("rdzv_id") != nullptr;
+  c.rdzv_endpoint_given = !o.rdzv_endpoint.empty();
+  if (const ArgValue* v = given("rdzv_conf")) c.rdzv_conf = v->text;
+  if (o.rdzv_conf.is_host.value_or(false)) {
+    return bad("--rdzv_conf: is_host=true: with " + with +
+               " the launcher hosts the rendezvous, never a host's agent");
+  }
+  if (!given("rdzv_backend")) o.rdzv_backend = "c10d";
+  if (o.rdzv_backend == "static") {
+    return bad("--rdzv_backend=static: with " + with +
+               " the rendezvous is c10d (the default: the launcher hosts it), ctrund or etcd");
+  }
+  if (o.rdzv_backend == "etcd" || o.rdzv_backend == "etcd-v2") {
+    if (o.rdzv_endpoint.empty()) {
+      return bad("--rdzv_backend=" + o.rdzv_backend +
+                 " needs --rdzv_endpoint (the etcd "
+                 "endpoints every host reaches)");
+    }
+  } else if (!o.rdzv_endpoint.empty()) {
+    auto ep = parse_rdzv_endpoint(o.rdzv_endpoint, rendezvous::kDefaultPort);
+    if (!ep) return ep.error();
+    if (ep.value().port == 0) {
+      return bad(
+          "--rdzv_endpoint: port 0 works on one node only; give the port the hosts "
+          "connect to");
+    }
+  }
+  c.agent_args = agent_command_line(table, a);
+  o.cluster = std::move(c);
+  return rendezvous::ok_status();
 }
 
 }  // namespace
@@ -600,6 +782,9 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
     explicit_options.master_port = master_port_given;
     if (auto s = apply_slurm(facts.value(), explicit_options, o); !s) return s.error();
   }
+  o.stop_on_stdin_close = flag("stop_on_stdin_close");
+  if (auto s = read_cluster_options(table, a, o); !s) return s.error();
+  if (o.cluster) return parsed;  // the hosts' agents get their own settings (cluster_plan.h)
   if (o.node_rank >= o.max_nodes) {
     return bad("--node_rank: " + std::to_string(o.node_rank) +
                " is not below the number of nodes (" + std::to_string(o.max_nodes) + ")");

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "ft_checks.h"
+#include "netns_cluster.h"
 #include "process.h"
 #include "skip.h"
 
@@ -22,43 +23,6 @@ using namespace ctrun::testing;
 using namespace std::chrono_literals;
 
 namespace {
-
-// N namespaces, removed (by their names) when the test ends, whatever happens.
-class Cluster {
- public:
-  explicit Cluster(int nodes) : prefix_("c" + std::to_string(getpid() % 100000)), log_("cluster") {
-    ChildProcess up(
-        {"/bin/bash", NETNS_CLUSTER_PATH, "up", std::to_string(nodes), "--prefix", prefix_},
-        log_.path("up.log"));
-    ok_ = up.wait(60s) == 0;
-  }
-  ~Cluster() {
-    ChildProcess down({"/bin/bash", NETNS_CLUSTER_PATH, "down", "--prefix", prefix_},
-                      log_.path("down.log"));
-    down.wait(60s);
-  }
-  bool ok() const { return ok_; }
-  std::string setup_log() const { return read_file(log_.path("up.log")); }
-  std::string ns(int node) const { return prefix_ + "-node" + std::to_string(node); }
-  static std::string address(int node) { return "198.18.0." + std::to_string(10 + node); }
-  // Takes node `node`'s link down or brings it up (ip -n NS link set eth0 ...); whether that
-  // worked within 10 s. `log` takes ip's output.
-  bool set_link(int node, bool up, const std::string& log) const {
-    ChildProcess ip({"/usr/sbin/ip", "-n", ns(node), "link", "set", "eth0", up ? "up" : "down"},
-                    log);
-    return ip.wait(10s) == 0;
-  }
-  // argv run inside node `node`'s namespace (ip netns exec execs it: the PID is the program's).
-  std::vector<std::string> on(int node, std::vector<std::string> argv) const {
-    argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", ns(node)});
-    return argv;
-  }
-
- private:
-  std::string prefix_;
-  ScratchDir log_;
-  bool ok_ = false;
-};
 
 bool root() { return geteuid() == 0; }
 

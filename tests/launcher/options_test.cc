@@ -700,3 +700,71 @@ TEST_CASE("options: --rdzv_conf timeout is etcd-v1's join timeout, ignored when 
   CHECK(o.rdzv_conf.last_call_timeout == 1);
   CHECK(o.rdzv_conf.ignored_keys == std::vector<std::string>{"'join_timeout", "timeout"});
 }
+
+TEST_CASE("options: --hostfile and --hosts make this ctrun the launcher of every host") {
+  auto o = parse_ok({"--hostfile",
+                     "hosts",
+                     "--include=a:0@b",
+                     "--ssh",
+                     "ssh -i k",
+                     "--ssh-port",
+                     "2222",
+                     "--forward-env",
+                     "A,B_*",
+                     "--env_file",
+                     "e",
+                     "--dry-run",
+                     "--remote_ctrun",
+                     "/opt/ctrun",
+                     "--nproc_per_node",
+                     "2",
+                     "-r",
+                     "3",
+                     "x.py",
+                     "--y"});
+  REQUIRE(o.cluster);
+  const ClusterOptions& c = *o.cluster;
+  CHECK(c.hostfile == "hosts");
+  CHECK(c.include == "a:0@b");
+  CHECK(c.ssh == "ssh -i k");
+  CHECK(c.ssh_port == 2222);
+  CHECK(c.forward_env == std::vector<std::string>{"A", "B_*"});
+  CHECK(c.env_file == "e");
+  CHECK(c.dry_run);
+  CHECK(c.remote_ctrun == "/opt/ctrun");
+  CHECK(c.nproc_given);
+  CHECK_FALSE(c.nnodes_given);
+  CHECK(o.rdzv_backend == "c10d");  // the launcher hosts it
+  // What the agents get as given, in one spelling; what the launcher sets per host is left out.
+  CHECK(c.agent_args == std::vector<std::string>{"--redirects=3", "x.py", "--y"});
+  CHECK_FALSE(parse_ok({"--standalone", "x.py"}).cluster);
+}
+
+TEST_CASE("options: what --hostfile cannot go with, and its options without it, are errors") {
+  CHECK(parse_error({"--hostfile", "h", "--hosts", "a", "x"}) ==
+        "--hostfile and --hosts cannot be used together");
+  CHECK(parse_error({"--hosts", "a", "--standalone", "x"}) ==
+        "--standalone and --hosts cannot be used together");
+  CHECK(parse_error({"--hosts", "a", "--node_rank", "1", "x"}) ==
+        "--node_rank: with --hosts the rendezvous assigns node ranks (leave it out)");
+  CHECK(parse_error({"--hosts", "a", "--rdzv_backend", "static", "x"})
+            .find("--rdzv_backend=static: with --hosts the rendezvous is c10d") == 0);
+  CHECK(parse_error({"--hosts", "a", "--rdzv_backend", "etcd", "x"}) ==
+        "--rdzv_backend=etcd needs --rdzv_endpoint (the etcd endpoints every host reaches)");
+  CHECK(
+      parse_error({"--hosts", "a", "--rdzv_conf", "is_host=1", "x"}).find("--rdzv_conf: is_host") ==
+      0);
+  CHECK(parse_error({"--hosts", "a", "--ssh_port", "0", "x"}) ==
+        "--ssh_port: expected a port in 1..65535, got '0'");
+  CHECK(parse_error({"--hosts", "a", "--forward_env", "A,1B", "x"}) ==
+        "--forward_env: expected variable names or prefixes like NCCL_*, got 'A,1B'");
+  CHECK(parse_error({"--hosts", "a", "--stop_on_stdin_close", "x"}) ==
+        "--stop_on_stdin_close is for the agents --hosts starts");
+  CHECK(parse_error({"--include", "a", "x"}) == "--include goes with --hostfile or --hosts");
+  CHECK(parse_error({"--dry_run", "x"}) == "--dry_run goes with --hostfile or --hosts");
+  // ctrun's later options are never abbreviations: torchrun's "--h" stays --help, "--re"
+  // --redirects.
+  CHECK(parse_error({"--hostf", "h", "x"}) == "unrecognized arguments: --hostf");
+  CHECK(parse_ok({"--re", "3", "--standalone", "x"}).redirects.all == 3);
+  CHECK(parse_ok({"--stop_on_stdin_close", "--standalone", "x"}).stop_on_stdin_close);
+}

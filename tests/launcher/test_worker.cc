@@ -227,6 +227,13 @@ int main(int argc, char** argv) {
     write_env(argv[2]);
     return 0;
   }
+  // A failure on one node: the workers of group rank R exit with CODE, the others wait for the
+  // job's end (their agent stops them).
+  if (mode == "exit_on_group_rank" && argc > 3) {
+    if (env("GROUP_RANK") == argv[2]) return std::atoi(argv[3]);
+    std::this_thread::sleep_for(std::chrono::seconds(300));
+    return 0;
+  }
   if (mode == "print") {
     std::printf("hello from %s\nsecond line\n", env("RANK").c_str());
     std::fflush(stdout);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ctrun::launcher {
@@ -54,5 +55,9 @@ std::string format_failure_report(const FailureInfo& failure);
 // One line for the rendezvous log and the other nodes: who failed and why (the exception of the
 // error file or of the stderr's end, else the signal or the exit code).
 std::string failure_summary(const FailureInfo& failure);
+
+// What every agent of a failed job logs with that summary: the launcher of --hostfile finds the
+// job's failure in its hosts' output by it.
+inline constexpr std::string_view kJobFailedLine = "job ended (failed): ";
 
 }  // namespace ctrun::launcher

@@ -51,6 +51,33 @@ struct RendezvousConf {
 };
 Result<RendezvousConf> parse_rdzv_conf(const std::string& text);
 
+// `ctrun --hostfile FILE` / `--hosts LIST`: this ctrun launches the job on every host over ssh
+// instead of being one node's agent (docs/cluster.md).
+struct ClusterOptions {
+  std::string hostfile;  // one of the two is set
+  std::string hosts;
+  std::string include;  // --include / --exclude: HOST[:SLOT,...]@HOST...
+  std::string exclude;
+  std::string ssh = "ssh";  // the ssh command, split into words (quotes group them)
+  int ssh_port = 0;         // 0: ssh's own (its config, else 22)
+  // Variables sent to every host beside the defaults: NAME, or PREFIX* for every variable
+  // whose name starts with PREFIX.
+  std::vector<std::string> forward_env;
+  std::string env_file;  // NAME=VALUE lines sent too; empty: ./.ctrun_env and ~/.ctrun_env
+  bool dry_run = false;
+  std::string remote_ctrun;  // ctrun's path on the hosts; empty: this ctrun's own path
+  // What was given (else the launcher decides: the host count, the slots, a new job id).
+  bool nnodes_given = false;
+  bool nproc_given = false;
+  bool rdzv_id_given = false;
+  bool rdzv_endpoint_given = false;
+  std::string rdzv_conf;  // --rdzv_conf's text as given, for the agents
+  // The rest of the command line, for each host's agent: every option given (on the command
+  // line or as PET_*) but the ones the launcher sets per host, as --name=value, then the
+  // entrypoint and its arguments.
+  std::vector<std::string> agent_args;
+};
+
 struct LaunchOptions {
   int min_nodes = 1;
   int max_nodes = 1;
@@ -103,6 +130,10 @@ struct LaunchOptions {
   // ctrun's own: append the agent's events (join, round, worker exit, restart, ...) to this
   // file as JSON lines; empty: none.
   std::string event_log;
+  // ctrun's own: stop (as on SIGTERM) when standard input reaches its end: how the launcher of
+  // --hostfile stops each host's agent, by closing its ssh session's input.
+  bool stop_on_stdin_close = false;
+  std::optional<ClusterOptions> cluster;  // --hostfile / --hosts
   std::string entrypoint;
   std::vector<std::string> script_args;
 };
