@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -187,4 +188,30 @@ TEST_CASE("agent waits: a round that does not form is named while the agent wait
                          " for 5 s (2 to 2 nodes; join timeout 600 s)");
   daemon->signal(SIGTERM);
   CHECK(daemon->wait(10s).has_value());
+}
+
+TEST_CASE("agent: --stop_on_stdin_close stops the workers when standard input ends") {
+  ScratchDir s("stdin_close");
+  // The pipe's writer (sleep) exits after a second: the agent's input ends while its workers
+  // run, and it stops them as on SIGTERM, ending as it does then (exit 1, torchrun's code).
+  const std::string command = "sleep 1 | exec " + std::string(CTRUN_PATH) +
+                              " --stop_on_stdin_close --standalone --nproc_per_node=2 " +
+                              TEST_WORKER_PATH + " grandchild " + s.path("pids");
+  ChildProcess agent({"/bin/bash", "-c", command}, s.path("agent.log"));
+  std::vector<pid_t> workers;  // each worker and the child it left
+  for (int rank = 0; rank < 2; ++rank) {
+    auto line = wait_for_file(s.path("pids." + std::to_string(rank)), 20s);
+    INFO(read_file(s.path("agent.log")));
+    REQUIRE(line);
+    std::istringstream pids(*line);
+    for (long pid; pids >> pid;) workers.push_back(static_cast<pid_t>(pid));
+  }
+  CHECK(workers.size() == 4);
+  const auto rc = agent.wait(30s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(rc);
+  CHECK(*rc == 1);
+  CHECK(log.find("standard input closed (--stop_on_stdin_close): stopping") != std::string::npos);
+  for (pid_t pid : workers) CHECK(::kill(pid, 0) != 0);
 }

@@ -21,6 +21,7 @@
 //   orphans FILE           leave a grandchild that exits after 0.2 s (its parent gone first),
 //                          wait 2.5 s, write to FILE.<RANK> how many zombies the agent (this
 //                          worker's parent) holds, exit 0
+//   exit_on_group_rank R CODE  the workers of group rank R exit with CODE, the others sleep
 //   usr1 PREFIX            write PREFIX.<RANK>.ready, wait (up to 60 s) for SIGUSR1, then write
 //                          env to PREFIX.<RANK> and exit 0 (a checkpoint on Slurm's warning)
 #include <signal.h>
