@@ -92,7 +92,7 @@ rdzv::Result<std::string> control_directory(const EnvLookup& env) {
   // its own in /tmp instead.
   if (dir.size() > 48) {
     char hash[17];
-    std::snprintf(hash, sizeof(hash), "%08zx", std::hash<std::string>{}(base) & 0xffffffffu);
+    std::snprintf(hash, sizeof(hash), "%08zx", std::hash<std::string>{}(base)&0xffffffffu);
     dir = "/tmp" + name + "-" + hash;
   }
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
@@ -213,9 +213,14 @@ int run_cluster(asio::io_context& io, const LaunchOptions& o, const EnvLookup& e
   std::string advertised;
   if (host_here) {
     if (bind_host.empty()) {
-      auto address = local_address_towards(hosts.value().front().name);
-      if (!address) return fail(address.error().message);
-      advertised = address.value();
+      // The first host reached through a network decides; a list of this machine's own names
+      // (localhost) gets loopback.
+      for (const Host& h : hosts.value()) {
+        auto address = local_address_towards(h.name);
+        if (!address) return fail(address.error().message);
+        advertised = address.value();
+        if (advertised.rfind("127.", 0) != 0 && advertised != "::1") break;
+      }
     } else {
       advertised = bind_host;
     }

@@ -356,28 +356,41 @@ TEST_CASE(
   REQUIRE(job->wait(60s));
 }
 
-TEST_CASE("hostfile: the variables named, the env file's and the defaults reach the workers") {
+TEST_CASE(
+    "hostfile: the variables named, the env file's, the defaults and the slots picked reach the "
+    "workers") {
   SKIP_WITHOUT_SSH_HOSTS();
   SshHosts hosts(2);
   INFO(hosts.setup_log());
   REQUIRE(hosts.ok());
   ScratchDir s("he");
   std::ofstream(s.path("vars.env")) << "# sent to every host\nFROM_FILE=a b 'c'\n";
+  // Host 1 with its slot 1 alone, host 2 whole: three workers.
   auto job =
       hosts.launch(s.path(""),
-                   {"--hosts", hosts_list(1, 2), "--forward_env", "MY_VAR,PICK_*", "--env_file",
-                    "vars.env", TEST_WORKER_PATH, "dumpenv", "env"},
+                   {"--hosts", hosts_list(1, 2, ":2"), "--include",
+                    Cluster::address(1) + ":1@" + Cluster::address(2), "--forward_env",
+                    "MY_VAR,PICK_*", "--env_file", "vars.env", TEST_WORKER_PATH, "dumpenv", "env"},
                    s.path("job.log"), {"MY_VAR=1", "PICK_ONE=2", "NCCL_DEBUG=INFO", "NOT_SENT=3"});
   const auto rc = job->wait(120s);
   INFO(read_file(s.path("job.log")));
   REQUIRE(rc);
   CHECK(*rc == 0);
-  for (int rank = 0; rank < 2; ++rank) {
+  int narrowed = 0;
+  for (int rank = 0; rank < 3; ++rank) {
     auto env = read_env_file(s.path("env." + std::to_string(rank)));
+    CHECK(env["WORLD_SIZE"] == "3");
+    if (env["LOCAL_WORLD_SIZE"] == "1") {
+      CHECK(env["CUDA_VISIBLE_DEVICES"] == "1");
+      ++narrowed;
+    } else {
+      CHECK(env.count("CUDA_VISIBLE_DEVICES") == 0);
+    }
     CHECK(env["MY_VAR"] == "1");
     CHECK(env["PICK_ONE"] == "2");
     CHECK(env["NCCL_DEBUG"] == "INFO");
     CHECK(env["FROM_FILE"] == "a b 'c'");
     CHECK(env.count("NOT_SENT") == 0);
   }
+  CHECK(narrowed == 1);
 }

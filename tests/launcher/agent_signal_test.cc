@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -214,4 +215,26 @@ TEST_CASE("agent: --stop_on_stdin_close stops the workers when standard input en
   CHECK(*rc == 1);
   CHECK(log.find("standard input closed (--stop_on_stdin_close): stopping") != std::string::npos);
   for (pid_t pid : workers) CHECK(::kill(pid, 0) != 0);
+}
+
+TEST_CASE("agent: ctrun --hosts --dry_run prints each host's ssh command and starts nothing") {
+  ScratchDir s("dry_run");
+  std::ofstream(s.path("hostfile")) << "127.0.0.1 slots=2\n127.0.0.2 slots=4  # the second\n";
+  ChildProcess launcher({"/usr/bin/env", "-C", s.path(""), "TMPDIR=" + s.path(""),
+                         "NCCL_DEBUG=WARN", CTRUN_PATH, "--hostfile", "hostfile", "--exclude",
+                         "127.0.0.2:0", "--dry_run", "--max_restarts=2", "train.py", "--lr", "0.1"},
+                        s.path("out.log"));
+  const auto rc = launcher.wait(20s);
+  const std::string out = read_file(s.path("out.log"));
+  INFO(out);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(count_of(out, "\n") == 2);  // a line per host, nothing else
+  CHECK(out.find("127.0.0.1: ssh -T -o BatchMode=yes") == 0);
+  CHECK(out.find("--nnodes=2:2 --nproc_per_node=2 --rdzv_backend=c10d") != std::string::npos);
+  // Host 2 without its slot 0: three workers, on GPUs 1-3.
+  CHECK(out.find("CUDA_VISIBLE_DEVICES=1,2,3") != std::string::npos);
+  CHECK(out.find("--nproc_per_node=3") != std::string::npos);
+  CHECK(out.find("NCCL_DEBUG=WARN") != std::string::npos);
+  CHECK(out.find("--stop_on_stdin_close --max_restarts=2 train.py --lr 0.1") != std::string::npos);
 }
