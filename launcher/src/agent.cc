@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <sstream>
@@ -25,6 +26,7 @@
 #include "ctrun/launcher/failure_report.h"
 #include "ctrun/launcher/worker_env.h"
 #include "ctrun/rendezvous/endpoint.h"
+#include "fault_injector.h"
 #include "filtered_log.h"
 #include "heartbeat_monitor.h"
 #include "native_stack_probe.h"
@@ -88,6 +90,7 @@ class Agent::Impl {
         wake_(io),
         signals_(io),
         stdin_(io),
+        fault_timer_(io),
         adopted_timer_(io),
         heartbeat_timer_(io),
         heartbeats_(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -191,6 +194,9 @@ class Agent::Impl {
   void arm_signals();
   // --stop_on_stdin_close: the end of standard input is a SIGTERM.
   void watch_stdin();
+  // --faults: reads the plan (setup), and carries out what falls due while workers run.
+  rdzv::Status load_fault_plan();
+  void arm_fault_timer();
   void arm_adopted_reaping();
   // Every kWaitingLineInterval while the agent waits (to connect, for a round, to reconnect,
   // for the other nodes to finish): a line saying what for, how long, and why.
@@ -272,6 +278,8 @@ class Agent::Impl {
   asio::signal_set signals_;
   asio::posix::stream_descriptor stdin_;
   std::array<char, 512> stdin_buf_{};
+  std::optional<FaultInjector> faults_;  // --faults
+  asio::steady_timer fault_timer_;
   // Adopted descendants that exited are reaped every second. Not on SIGCHLD: asio installs its
   // handlers without SA_RESTART, and every worker's exit would interrupt blocking calls.
   asio::steady_timer adopted_timer_;
@@ -364,6 +372,9 @@ rdzv::Status Agent::Impl::setup() {
 
   if (!o.numa_binding.empty()) {
     if (auto s = plan_bindings(); !s) return s;
+  }
+  if (!o.faults.empty()) {
+    if (auto s = load_fault_plan(); !s) return s;
   }
 
   config_.min_nodes = o.min_nodes;
@@ -641,6 +652,11 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   if (started) {
     event("workers_started",
           {{"round", round.round}, {"restart", restart_count}, {"pids", workers_->pids()}});
+    if (faults_) {
+      faults_->workers_started(round.group_rank, round.rank_offset, local_world_size_,
+                               std::chrono::steady_clock::now());
+      arm_fault_timer();
+    }
   }
   return started;
 }
@@ -657,6 +673,7 @@ rdzv::Status Agent::Impl::restart_worker(int local_rank, int restart_count) {
     heartbeats_.replace(local_rank, modification_stamp(file), std::chrono::steady_clock::now());
   }
   auto started = workers_->restart(std::move(spec).value());
+  if (started && faults_) faults_->worker_replaced(local_rank);
   if (started) {
     event("worker_restarted", {{"local_rank", local_rank},
                                {"restart", restart_count},
@@ -677,6 +694,12 @@ Task<void> Agent::Impl::stop_workers(int signo) {
         stopped = true;
         done.cancel();
       });
+  if (faults_) {
+    // A worker a planned hang holds stopped sees the signal once continued, as a real hung
+    // worker would.
+    for (int local_rank : faults_->stopped_workers()) workers_->kill(local_rank, SIGCONT);
+    faults_->workers_stopped();
+  }
   while (!stopped) co_await done.async_wait(asio::as_tuple(asio::use_awaitable));
   // What the workers left that escaped their process groups (a setsid daemon) goes too.
   if (world_.adopt_orphans) kill_adopted_children(workers_->pids());
@@ -911,6 +934,54 @@ void Agent::Impl::watch_stdin() {
         }
         watch_stdin();  // what is written there means nothing; only its end does
       });
+}
+
+rdzv::Status Agent::Impl::load_fault_plan() {
+  const std::string& value = options_.faults;
+  rdzv::Result<FaultPlan> plan = FaultPlan{};
+  std::ifstream file(value);
+  if (file) {
+    std::ostringstream text;
+    text << file.rdbuf();
+    plan = parse_fault_plan_json(text.str(), value);
+  } else if (value.rfind("random:", 0) == 0) {
+    plan = random_fault_plan(value);
+  } else {
+    plan = parse_inline_fault_plan(value);
+  }
+  if (!plan) return plan.error();
+  // The plan as it will run, windows drawn: what --faults reads back to replay it exactly.
+  const rdzv::Json json = fault_plan_json(plan.value());
+  log("fault plan (replay it with --faults=FILE holding this line): " + json.dump());
+  event("fault_plan", {{"plan", json}});
+  faults_.emplace(std::move(plan).value());
+  return rdzv::ok_status();
+}
+
+void Agent::Impl::arm_fault_timer() {
+  if (!faults_ || !faults_->pending()) return;
+  fault_timer_.expires_after(std::chrono::milliseconds(20));
+  fault_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || exiting_) return;
+    auto due = faults_->poll(std::chrono::steady_clock::now());
+    for (const auto& fired : due.fired) {
+      log("injecting " + fired.line);
+      event("fault_injected", {{"injected", true},
+                               {"fault", fired.fault_id},
+                               {"rank", fired.rank},
+                               {"local_rank", fired.local_rank},
+                               {"pid", workers_->running_pid(fired.local_rank)},
+                               {"what", fired.line}});
+    }
+    for (const auto& a : due.actions) {
+      if (a.kind == FaultInjector::Action::Kind::kSignal) {
+        workers_->signal_process(a.local_rank, a.signo);  // as a crash of the worker itself
+      } else {
+        workers_->kill(a.local_rank, a.signo);  // SIGSTOP/SIGCONT: the whole process group
+      }
+    }
+    arm_fault_timer();
+  });
 }
 
 void Agent::Impl::arm_waiting_line() {

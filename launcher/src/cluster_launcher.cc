@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -153,6 +154,30 @@ std::string this_executable() {
   return path;
 }
 
+// Each session holds four descriptors (three pipes and the exit's pidfd): a long host list
+// needs more than the usual soft limit of 1024, within the hard one.
+rdzv::Status ensure_descriptors(std::size_t hosts) {
+  const rlim_t needed = 64 + 4 * static_cast<rlim_t>(hosts);
+  rlimit now{};
+  if (::getrlimit(RLIMIT_NOFILE, &now) != 0 || now.rlim_cur == RLIM_INFINITY ||
+      now.rlim_cur >= needed) {
+    return rdzv::ok_status();
+  }
+  if (now.rlim_max != RLIM_INFINITY && now.rlim_max < needed) {
+    return rdzv::Error{
+        rdzv::ErrorCode::kLimit,
+        std::to_string(hosts) + " ssh sessions need about " + std::to_string(needed) +
+            " open files, and the hard limit (ulimit -Hn) is " + std::to_string(now.rlim_max)};
+  }
+  rlimit raised = now;
+  raised.rlim_cur = needed;
+  if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+    return rdzv::Error{rdzv::ErrorCode::kLimit,
+                       std::string("cannot raise the open-file limit: ") + std::strerror(errno)};
+  }
+  return rdzv::ok_status();
+}
+
 std::string command_text(const std::vector<std::string>& argv) {
   std::string out;
   for (const auto& word : argv) out += (out.empty() ? "" : " ") + shell_quote(word);
@@ -248,6 +273,7 @@ int run_cluster(asio::io_context& io, const LaunchOptions& o, const EnvLookup& e
     }
     return 0;
   }
+  if (auto s = ensure_descriptors(plan.value().hosts.size()); !s) return fail(s.error().message);
   if (!o.log_dir.empty()) {
     std::filesystem::create_directories(o.log_dir, ec);
     if (ec) return fail("--log_dir: cannot create '" + o.log_dir + "': " + ec.message());

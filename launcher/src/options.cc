@@ -312,6 +312,10 @@ const std::vector<ArgSpec>& launch_option_table() {
                         "Stop the job on this node, as on SIGTERM, when standard input ends (how "
                         "--hostfile stops each host's agent)",
                         EnvDefault::kNone)),
+      exact(value_option({"--faults"}, "faults",
+                         "Inject faults into the workers: a JSON plan file, an inline plan "
+                         "(kill:rank=3,after=20;hang:...), or random:seed=S,ranks=A-B,window=A-B",
+                         EnvDefault::kNone)),
       // The launcher of a whole cluster over ssh (docs/cluster.md).
       exact(value_option({"--hostfile"}, "hostfile",
                          "Launch on every host of FILE over ssh ('HOST slots=N' lines, # comments)",
@@ -783,6 +787,10 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
     if (auto s = apply_slurm(facts.value(), explicit_options, o); !s) return s.error();
   }
   o.stop_on_stdin_close = flag("stop_on_stdin_close");
+  if (const ArgValue* v = given("faults")) {
+    if (v->text.empty()) return bad("--faults: expected a plan file, an inline plan or random:...");
+    o.faults = v->text;
+  }
   if (auto s = read_cluster_options(table, a, o); !s) return s.error();
   if (o.cluster) return parsed;  // the hosts' agents get their own settings (cluster_plan.h)
   if (o.node_rank >= o.max_nodes) {

@@ -133,6 +133,9 @@ struct LaunchOptions {
   // ctrun's own: stop (as on SIGTERM) when standard input reaches its end: how the launcher of
   // --hostfile stops each host's agent, by closing its ssh session's input.
   bool stop_on_stdin_close = false;
+  // ctrun's own: a fault plan to inject into this node's workers (a JSON file, an inline plan
+  // or random:seed=...; docs/faults.md); empty: none.
+  std::string faults;
   std::optional<ClusterOptions> cluster;  // --hostfile / --hosts
   std::string entrypoint;
   std::vector<std::string> script_args;

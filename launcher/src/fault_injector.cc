@@ -1,0 +1,124 @@
+#include "fault_injector.h"
+
+#include <csignal>
+
+namespace ctrun::launcher {
+
+namespace {
+// A straggler's cycle: it runs `speed` of each period and is stopped for the rest.
+constexpr auto kStragglerPeriod = std::chrono::milliseconds(200);
+}  // namespace
+
+void FaultInjector::workers_started(int node, int rank_offset, int local_world_size,
+                                    Clock::time_point now) {
+  if (!started_) start_ = now;
+  started_ = true;
+  running_ = true;
+  node_ = node;
+  rank_offset_ = rank_offset;
+  local_world_size_ = local_world_size;
+  effects_.clear();
+}
+
+void FaultInjector::workers_stopped() {
+  running_ = false;
+  effects_.clear();
+}
+
+void FaultInjector::worker_replaced(int local_rank) { effects_.erase(local_rank); }
+
+FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
+  Due due;
+  if (!started_) return due;
+  const auto elapsed = std::chrono::duration<double>(now - start_).count();
+  for (std::size_t i = 0; i < plan_.faults.size() && running_; ++i) {
+    const Fault& f = plan_.faults[i];
+    if (done_[i] || elapsed < f.after) continue;
+    // Due: fired here when its target runs on this node, else it is another node's.
+    done_[i] = true;
+    int local = -1;
+    if (f.rank) {
+      if (*f.rank >= rank_offset_ && *f.rank < rank_offset_ + local_world_size_) {
+        local = *f.rank - rank_offset_;
+      }
+    } else if (*f.node == node_ && *f.local_rank < local_world_size_) {
+      local = *f.local_rank;
+    }
+    if (local < 0) continue;
+    if (effects_.count(local) > 0) {
+      // Already hung or straggling: a second stop means nothing; a signal still lands.
+      if (f.kind != FaultKind::kSignal) continue;
+    }
+    due.fired.push_back({f.id, rank_offset_ + local, local, describe_fault(f)});
+    switch (f.kind) {
+      case FaultKind::kSignal:
+        due.actions.push_back({Action::Kind::kSignal, local, f.signo, f.id});
+        break;
+      case FaultKind::kHang: {
+        Effect e;
+        e.fault_id = f.id;
+        e.began = now;
+        e.forever = f.duration <= 0;
+        e.ends = now + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(f.duration));
+        e.stopped = true;
+        effects_[local] = e;
+        due.actions.push_back({Action::Kind::kStop, local, SIGSTOP, f.id});
+        break;
+      }
+      case FaultKind::kStraggler: {
+        Effect e;
+        e.fault_id = f.id;
+        e.began = now;
+        e.ends = now + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(f.duration));
+        e.straggler = true;
+        e.speed = f.speed;
+        effects_[local] = e;  // running now; stopped when its first period's share is used
+        break;
+      }
+    }
+  }
+  for (auto it = effects_.begin(); it != effects_.end();) {
+    auto& [local, e] = *it;
+    if (!e.forever && now >= e.ends) {
+      if (e.stopped) due.actions.push_back({Action::Kind::kContinue, local, SIGCONT, e.fault_id});
+      it = effects_.erase(it);
+      continue;
+    }
+    if (e.straggler) {
+      const auto into = (now - e.began) % kStragglerPeriod;
+      const bool run = std::chrono::duration<double>(into).count() <
+                       e.speed * std::chrono::duration<double>(kStragglerPeriod).count();
+      if (run == e.stopped) {
+        e.stopped = !run;
+        due.actions.push_back({run ? Action::Kind::kContinue : Action::Kind::kStop, local,
+                               run ? SIGCONT : SIGSTOP, e.fault_id});
+      }
+    }
+    ++it;
+  }
+  return due;
+}
+
+std::vector<int> FaultInjector::stopped_workers() const {
+  std::vector<int> out;
+  for (const auto& [local, e] : effects_) {
+    if (e.stopped) out.push_back(local);
+  }
+  return out;
+}
+
+bool FaultInjector::pending() const {
+  if (!effects_.empty()) {
+    for (const auto& [local, e] : effects_) {
+      if (!e.forever) return true;
+    }
+  }
+  for (bool d : done_) {
+    if (!d) return true;
+  }
+  return false;
+}
+
+}  // namespace ctrun::launcher

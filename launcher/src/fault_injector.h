@@ -1,0 +1,83 @@
+// One agent's side of a fault plan (fault_plan.h): which of its workers a due fault hits, and
+// the signals that carry it out (a signal, SIGSTOP and SIGCONT for a hang, the two in turn for a
+// straggler). Every agent of the job holds the same plan and fires only the faults whose target
+// runs on its node when they fall due. Pure: the agent feeds it its workers and the time, and
+// sends what it returns (docs/faults.md).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fault_plan.h"
+
+namespace ctrun::launcher {
+
+class FaultInjector {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Action {
+    enum class Kind { kSignal, kStop, kContinue };
+    Kind kind = Kind::kSignal;
+    int local_rank = 0;
+    int signo = 0;  // kSignal
+    int fault_id = 0;
+  };
+  struct Fired {
+    int fault_id = 0;
+    int rank = 0;  // the global rank hit
+    int local_rank = 0;
+    std::string line;  // "fault 2: SIGKILL to rank 3 at 20.000 s", as the agent logs it
+  };
+  struct Due {
+    std::vector<Action> actions;
+    std::vector<Fired> fired;
+  };
+
+  explicit FaultInjector(FaultPlan plan) : plan_(std::move(plan)), done_(plan_.faults.size()) {}
+
+  // This node's workers of a round: its group rank, its first global rank and worker count.
+  // The first call starts the plan's clock.
+  void workers_started(int node, int rank_offset, int local_world_size, Clock::time_point now);
+  // Every worker stopped (a restart, a re-formed round, the end): what was done to them ends
+  // with them, and nothing is resumed in their place. Faults not yet due stay planned.
+  void workers_stopped();
+  // One worker replaced alone (--fault_tolerance=step): the same for it.
+  void worker_replaced(int local_rank);
+
+  // What is due at `now`: faults that fire (each once in the job), and the stops and continues
+  // of hangs and stragglers.
+  Due poll(Clock::time_point now);
+  // Whether anything is left to do on this node: a fault not yet due, a hang to resume, a
+  // straggler running.
+  bool pending() const;
+  // The workers this plan holds stopped right now (a hang, a straggler's pause): a stop of the
+  // group continues them after its signal, so that they see it.
+  std::vector<int> stopped_workers() const;
+
+ private:
+  // A hang or straggler in progress on one of this node's workers.
+  struct Effect {
+    int fault_id = 0;
+    Clock::time_point began;
+    Clock::time_point ends;  // hang without a duration: never
+    bool forever = false;
+    bool straggler = false;
+    double speed = 1;
+    bool stopped = false;
+  };
+
+  FaultPlan plan_;
+  std::vector<bool> done_;  // by fault index: fired here, or due while its target ran elsewhere
+  bool started_ = false;
+  bool running_ = false;
+  Clock::time_point start_;
+  int node_ = 0;
+  int rank_offset_ = 0;
+  int local_world_size_ = 0;
+  std::map<int, Effect> effects_;  // by local rank
+};
+
+}  // namespace ctrun::launcher

@@ -1,0 +1,63 @@
+// A fault plan (`ctrun --faults=...`): which faults to inject into the job's workers, where and
+// when. Read from a JSON file, an inline one-liner, or drawn from a seed; the same seed always
+// gives the same plan, printed as JSON so that a run found at random replays exactly. Pure: no
+// files, no clock (docs/faults.md).
+//
+//   JSON    {"seed": 7, "faults": [{"kind": "kill", "rank": 3, "after": 20},
+//             {"kind": "hang", "rank": 1, "window": [10, 40], "duration": 15},
+//             {"kind": "straggler", "node": 1, "local_rank": 0, "after": 5, "duration": 30,
+//              "speed": 0.25}]}
+//   inline  kill:rank=3,after=20;hang:rank=1,window=10-40,duration=15
+//   random  random:seed=7,count=5,kinds=kill+hang+straggler,ranks=0-7,window=10-60
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctrun/rendezvous/error.h"
+#include "ctrun/rendezvous/json.h"
+
+namespace ctrun::launcher {
+
+enum class FaultKind {
+  kSignal,     // a signal to the worker process (kill, term, int, segv, abrt)
+  kHang,       // SIGSTOP to the worker's process group; SIGCONT after `duration` (0: never)
+  kStraggler,  // stopped and continued in turn for `duration`, running `speed` of the time
+};
+
+struct Fault {
+  int id = 0;  // 1, 2, ... in the plan's order
+  FaultKind kind = FaultKind::kSignal;
+  int signo = 0;  // kSignal
+  // Where: a global rank, or a node (group rank) and a local rank on it.
+  std::optional<int> rank;
+  std::optional<int> node;
+  std::optional<int> local_rank;
+  // When: seconds after the node's first workers started. A window [a, b] is drawn from the
+  // plan's seed when the plan is read, so every agent of the job draws the same time.
+  double after = 0;
+  double duration = 0;  // kHang: 0 = never resumed; kStraggler: > 0
+  double speed = 0.5;   // kStraggler: the share of time it runs, in (0, 1)
+};
+
+struct FaultPlan {
+  std::uint64_t seed = 0;
+  std::vector<Fault> faults;
+};
+
+// The value of --faults, read as a plan: `json_file` is the text of the file the value names
+// when it names one (the caller reads it), else empty and the value is an inline plan or a
+// random one. Errors name the fault and what was wrong ("--faults: fault 2: ...").
+rendezvous::Result<FaultPlan> parse_fault_plan_json(const std::string& text,
+                                                    const std::string& source);
+rendezvous::Result<FaultPlan> parse_inline_fault_plan(const std::string& text);
+rendezvous::Result<FaultPlan> random_fault_plan(const std::string& spec);
+
+// The plan as JSON, windows resolved: what --faults reads back to replay the very same faults.
+rendezvous::Json fault_plan_json(const FaultPlan& plan);
+// "kill rank 3 at 20.0 s", for the agent's lines.
+std::string describe_fault(const Fault& fault);
+
+}  // namespace ctrun::launcher

@@ -1,0 +1,162 @@
+// ctrun --faults on real workers: each kind fires on the rank planned, within 100 ms of its
+// time, through the real mechanism (a signal, SIGSTOP and SIGCONT), the agent recovers as its
+// mode says, and the event log marks each fault as injected.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "ctrun/rendezvous/json.h"
+#include "process.h"
+
+using namespace ctrun::testing;
+using namespace std::chrono_literals;
+using Json = ctrun::rendezvous::Json;
+
+namespace {
+
+std::vector<Json> events(const std::string& path) {
+  std::vector<Json> out;
+  std::istringstream lines(read_file(path));
+  for (std::string line; std::getline(lines, line);) out.push_back(Json::parse(line));
+  return out;
+}
+
+// Milliseconds from the first event named `from` to the first named `to` (the event log's
+// times).
+long long ms_between(const std::vector<Json>& log, const std::string& from, const std::string& to) {
+  auto ms = [](const std::string& iso) {  // "2026-11-26T18:12:27.276Z": the seconds of the day
+    const int h = std::stoi(iso.substr(11, 2)), m = std::stoi(iso.substr(14, 2));
+    return (h * 3600 + m * 60) * 1000LL + std::llround(std::stod(iso.substr(17, 6)) * 1000);
+  };
+  std::optional<long long> a, b;
+  for (const auto& e : log) {
+    if (!a && e["event"] == from) a = ms(e["time"].get<std::string>());
+    if (!b && e["event"] == to) b = ms(e["time"].get<std::string>());
+  }
+  REQUIRE(a);
+  REQUIRE(b);
+  return *b - *a;
+}
+
+// The state letter of /proc/PID/stat ('T': stopped), or 0.
+char process_state(int pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? 0 : stat[close + 2];
+}
+
+}  // namespace
+
+TEST_CASE("faults: a planned SIGKILL hits its rank on time, and the job restarts and finishes") {
+  ScratchDir s("faults_kill");
+  ChildProcess agent(
+      {CTRUN_PATH, "--standalone", "--nproc_per_node=3", "--max_restarts=1", "--event_log",
+       s.path("events"), "--faults", "kill:rank=2,after=1", TEST_WORKER_PATH, "sleep", "3"},
+      s.path("agent.log"));
+  const auto rc = agent.wait(60s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(log.find("injecting fault 1: SIGKILL to rank 2 at 1.000 s") != std::string::npos);
+  CHECK(log.find("worker rank 2 (local rank 2, pid ") != std::string::npos);
+  CHECK(log.find("was killed by SIGKILL") != std::string::npos);
+  CHECK(log.find("restarting the job (1 of 1 restarts)") != std::string::npos);
+  const auto ev = events(s.path("events"));
+  const long long fired = ms_between(ev, "workers_started", "fault_injected");
+  CHECK(fired >= 1000);
+  CHECK(fired <= 1100);
+  for (const auto& e : ev) {
+    if (e["event"] != "fault_injected") continue;
+    CHECK(e["injected"] == true);
+    CHECK(e["rank"] == 2);
+  }
+}
+
+TEST_CASE("faults: a planned hang stops its worker for its duration; a straggler runs in turns") {
+  ScratchDir s("faults_hang");
+  // Rank 0 hangs from 0.5 s to 2.5 s; node 0's local rank 1 straggles from 0.5 s for 2 s.
+  ChildProcess agent({CTRUN_PATH, "--standalone", "--nproc_per_node=2", "--event_log",
+                      s.path("events"), "--faults",
+                      "hang:rank=0,after=0.5,duration=2;straggler:node=0,local_rank=1,after=0.5,"
+                      "duration=2,speed=0.5",
+                      TEST_WORKER_PATH, "grandchild", s.path("pids")},
+                     s.path("agent.log"));
+  std::vector<int> workers, children;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto line = wait_for_file(s.path("pids." + std::to_string(rank)), 20s);
+    REQUIRE(line);
+    std::istringstream pids(*line);
+    int worker = 0, child = 0;
+    pids >> worker >> child;
+    workers.push_back(worker);
+    children.push_back(child);
+  }
+  // While hung, the worker and the child in its process group are stopped; the straggler is
+  // stopped some of the time and running some of the time.
+  std::this_thread::sleep_for(1s);
+  CHECK(process_state(workers[0]) == 'T');
+  CHECK(process_state(children[0]) == 'T');
+  int straggler_stopped = 0, straggler_running = 0;
+  for (int i = 0; i < 40; ++i) {
+    (process_state(workers[1]) == 'T' ? straggler_stopped : straggler_running) += 1;
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(straggler_stopped > 0);
+  CHECK(straggler_running > 0);
+  std::this_thread::sleep_for(2s);  // past 2.5 s: both run again
+  CHECK(process_state(workers[0]) != 'T');
+  CHECK(process_state(workers[1]) != 'T');
+  agent.signal(SIGTERM);
+  REQUIRE(agent.wait(60s));
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  CHECK(log.find("injecting fault 1: rank 0 hung (SIGSTOP, resumed after 2.000 s) at 0.500 s") !=
+        std::string::npos);
+  CHECK(log.find("injecting fault 2: node 0 local rank 1 slowed to 50 % for 2.000 s at 0.500 s") !=
+        std::string::npos);
+  int injected = 0;
+  for (const auto& e : events(s.path("events"))) injected += e["event"] == "fault_injected";
+  CHECK(injected == 2);
+}
+
+TEST_CASE("faults: a worker hung for good by the plan is stopped with the job on SIGTERM") {
+  ScratchDir s("faults_forever");
+  ChildProcess agent(
+      {CTRUN_PATH, "--standalone", "--nproc_per_node=1", "--shutdown_timeout=2", "--faults",
+       "hang:rank=0,after=0.2", TEST_WORKER_PATH, "grandchild", s.path("pids")},
+      s.path("agent.log"));
+  auto line = wait_for_file(s.path("pids.0"), 20s);
+  REQUIRE(line);
+  std::istringstream pids(*line);
+  int worker = 0, child = 0;
+  pids >> worker >> child;
+  REQUIRE(wait_for_text(s.path("agent.log"), "injecting fault 1", 10s));
+  std::this_thread::sleep_for(200ms);
+  CHECK(process_state(worker) == 'T');
+  const auto stop_began = std::chrono::steady_clock::now();
+  agent.signal(SIGTERM);
+  REQUIRE(agent.wait(30s));
+  // Continued after the signal, the worker sees it at once: no wait for the grace's SIGKILL.
+  CHECK(std::chrono::steady_clock::now() - stop_began < 2s);
+  CHECK(::kill(worker, 0) != 0);
+  CHECK(::kill(child, 0) != 0);
+}
+
+TEST_CASE("faults: a bad plan is a one-line error before anything starts") {
+  ScratchDir s("faults_bad");
+  ChildProcess agent(
+      {CTRUN_PATH, "--standalone", "--faults", "kill:rank=1", TEST_WORKER_PATH, "sleep", "30"},
+      s.path("agent.log"));
+  const auto rc = agent.wait(20s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(rc);
+  CHECK(*rc != 0);
+  CHECK(log.find("--faults: fault 1: says not when: give after=SECONDS or window=FROM-TO") !=
+        std::string::npos);
+  CHECK(log.find("round 0") == std::string::npos);
+}

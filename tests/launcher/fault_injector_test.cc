@@ -1,0 +1,93 @@
+#include "fault_injector.h"
+
+#include <catch2/catch.hpp>
+#include <csignal>
+
+using namespace ctrun::launcher;
+using namespace std::chrono_literals;
+using Kind = FaultInjector::Action::Kind;
+
+namespace {
+FaultPlan plan(const std::string& text) { return parse_inline_fault_plan(text).value(); }
+const FaultInjector::Clock::time_point t0{};
+}  // namespace
+
+TEST_CASE("fault injector: a fault fires once, on the node that runs its rank, when due") {
+  // Node 1 runs ranks 4..7.
+  FaultInjector node1(
+      plan("kill:rank=5,after=2;term:rank=2,after=1;abrt:node=1,local_rank=3,after=3"));
+  node1.workers_started(1, 4, 4, t0);
+  CHECK(node1.poll(t0 + 500ms).actions.empty());
+  auto due = node1.poll(t0 + 1s);  // rank 2 is another node's
+  CHECK(due.actions.empty());
+  CHECK(due.fired.empty());
+  due = node1.poll(t0 + 2s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kSignal);
+  CHECK(due.actions[0].local_rank == 1);
+  CHECK(due.actions[0].signo == SIGKILL);
+  REQUIRE(due.fired.size() == 1);
+  CHECK(due.fired[0].rank == 5);
+  CHECK(due.fired[0].line == "fault 1: SIGKILL to rank 5 at 2.000 s");
+  CHECK(node1.poll(t0 + 2500ms).actions.empty());  // once
+  due = node1.poll(t0 + 3s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].local_rank == 3);
+  CHECK(due.actions[0].signo == SIGABRT);
+  CHECK_FALSE(node1.pending());
+}
+
+TEST_CASE("fault injector: a fault due while no worker runs waits for the next ones") {
+  FaultInjector injector(plan("kill:rank=0,after=1"));
+  injector.workers_started(0, 0, 2, t0);
+  injector.workers_stopped();  // a restart in progress
+  CHECK(injector.poll(t0 + 2s).actions.empty());
+  CHECK(injector.pending());
+  injector.workers_started(0, 0, 2, t0 + 3s);  // the clock is the job's: it started at t0
+  CHECK(injector.poll(t0 + 3s).actions.size() == 1);
+}
+
+TEST_CASE("fault injector: a hang stops the worker and continues it after its duration") {
+  FaultInjector injector(plan("hang:rank=1,after=1,duration=2;hang:rank=0,after=1"));
+  injector.workers_started(0, 0, 2, t0);
+  auto due = injector.poll(t0 + 1s);
+  REQUIRE(due.actions.size() == 2);
+  CHECK(due.actions[0].kind == Kind::kStop);
+  CHECK(due.actions[1].kind == Kind::kStop);
+  CHECK(injector.stopped_workers() == std::vector<int>{0, 1});
+  CHECK(injector.poll(t0 + 2s).actions.empty());
+  due = injector.poll(t0 + 3s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kContinue);
+  CHECK(due.actions[0].local_rank == 1);
+  // Rank 0 hangs for good: nothing more to do here (the watchdog or the user ends it).
+  CHECK(injector.stopped_workers() == std::vector<int>{0});
+  CHECK_FALSE(injector.pending());
+  injector.workers_stopped();
+  CHECK(injector.stopped_workers().empty());
+}
+
+TEST_CASE("fault injector: a straggler runs its share of each period, then runs on") {
+  FaultInjector injector(plan("straggler:rank=0,after=0,duration=1,speed=0.25"));
+  injector.workers_started(0, 0, 1, t0);
+  int stops = 0, continues = 0;
+  for (auto t = 0ms; t <= 1200ms; t += 10ms) {
+    for (const auto& a : injector.poll(t0 + t).actions) {
+      (a.kind == Kind::kStop ? stops : continues) += 1;
+      CHECK(a.local_rank == 0);
+    }
+  }
+  CHECK(stops == 5);  // one per 200 ms period
+  CHECK(continues == 5);
+  CHECK(injector.stopped_workers().empty());
+  CHECK_FALSE(injector.pending());
+}
+
+TEST_CASE("fault injector: a replaced worker is free of what was done to the one before") {
+  FaultInjector injector(plan("hang:rank=1,after=0,duration=5"));
+  injector.workers_started(0, 0, 2, t0);
+  REQUIRE(injector.poll(t0).actions.size() == 1);
+  injector.worker_replaced(1);
+  CHECK(injector.stopped_workers().empty());
+  CHECK(injector.poll(t0 + 6s).actions.empty());  // no SIGCONT to its replacement
+}

@@ -1,0 +1,129 @@
+#include "fault_plan.h"
+
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <set>
+
+using namespace ctrun::launcher;
+
+namespace {
+FaultPlan ok(const ctrun::rendezvous::Result<FaultPlan>& r) {
+  INFO((r ? "" : r.error().message));
+  REQUIRE(r);
+  return r.value();
+}
+std::string error(const ctrun::rendezvous::Result<FaultPlan>& r) {
+  REQUIRE_FALSE(r);
+  return r.error().message;
+}
+}  // namespace
+
+TEST_CASE("fault plan: JSON, inline and printed forms say the same") {
+  const auto json = ok(parse_fault_plan_json(
+      R"({"seed": 7, "faults": [{"kind": "kill", "rank": 3, "after": 20},
+          {"kind": "hang", "rank": 1, "after": 5.5, "duration": 15},
+          {"kind": "straggler", "node": 1, "local_rank": 0, "after": 2, "duration": 30,
+           "speed": 0.25},
+          {"kind": "segv", "rank": 0, "window": [10, 40]}]})",
+      "plan.json"));
+  REQUIRE(json.faults.size() == 4);
+  CHECK(json.faults[0].signo == SIGKILL);
+  CHECK(json.faults[1].kind == FaultKind::kHang);
+  CHECK(json.faults[2].speed == 0.25);
+  CHECK(*json.faults[2].node == 1);
+  // A window is drawn from the seed: the same on every agent, inside the window.
+  const double drawn = json.faults[3].after;
+  CHECK(drawn >= 10);
+  CHECK(drawn <= 40);
+  CHECK(ok(parse_fault_plan_json(
+               R"({"seed": 7, "faults": [{"kind": "kill", "rank": 3, "after": 20},
+                   {"kind": "hang", "rank": 1, "after": 5.5, "duration": 15},
+                   {"kind": "straggler", "node": 1, "local_rank": 0, "after": 2, "duration": 30,
+                    "speed": 0.25},
+                   {"kind": "segv", "rank": 0, "window": [10, 40]}]})",
+               "again"))
+            .faults[3]
+            .after == drawn);
+  // The printed plan reads back to the very same faults.
+  const auto printed = fault_plan_json(json);
+  const auto back = ok(parse_fault_plan_json(printed.dump(), "printed"));
+  CHECK(fault_plan_json(back) == printed);
+  CHECK(back.faults[3].after == drawn);
+
+  const auto inline_plan =
+      ok(parse_inline_fault_plan("kill:rank=3,after=20;hang:rank=1,after=5.5,duration=15"));
+  REQUIRE(inline_plan.faults.size() == 2);
+  CHECK(fault_plan_json(inline_plan)["faults"] ==
+        fault_plan_json(ok(parse_fault_plan_json(
+            R"({"faults": [{"kind": "kill", "rank": 3, "after": 20},
+                {"kind": "hang", "rank": 1, "after": 5.5, "duration": 15}]})",
+            "p")))["faults"]);
+  CHECK(describe_fault(json.faults[1]) ==
+        "fault 2: rank 1 hung (SIGSTOP, resumed after 15.000 s) at 5.500 s");
+  CHECK(describe_fault(json.faults[2]) ==
+        "fault 3: node 1 local rank 0 slowed to 25 % for 30.000 s at 2.000 s");
+}
+
+TEST_CASE("fault plan: a bad plan is one line naming the fault and what was wrong") {
+  CHECK(error(parse_inline_fault_plan("explode:rank=1,after=2")) ==
+        "--faults: fault 1: unknown kind 'explode' (kill, term, int, segv, abrt, hang or "
+        "straggler)");
+  CHECK(error(parse_inline_fault_plan("kill:rank=1")) ==
+        "--faults: fault 1: says not when: give after=SECONDS or window=FROM-TO");
+  CHECK(error(parse_inline_fault_plan("kill:after=1")) ==
+        "--faults: fault 1: says not where: give rank=N, or node=N and local_rank=N");
+  CHECK(error(parse_inline_fault_plan("kill:rank=1,after=1;straggler:rank=0,after=1")) ==
+        "--faults: fault 2: a straggler needs duration=SECONDS");
+  CHECK(error(parse_inline_fault_plan("straggler:rank=0,after=1,duration=2,speed=1")) ==
+        "--faults: fault 1: speed: expected a share of time between 0 and 1, got 1.0");
+  CHECK(error(parse_inline_fault_plan("kill:rank=x,after=1")) ==
+        "--faults: fault 1: rank: expected a rank or node number, got \"x\"");
+  CHECK(error(parse_inline_fault_plan("kill:rank=1,after=-1")) ==
+        "--faults: fault 1: after: expected a non-negative number, got -1.0");
+  CHECK(error(parse_inline_fault_plan("kill:rank=1,node=0,local_rank=1,after=1")) ==
+        "--faults: fault 1: give rank, or node and local_rank, not both");
+  CHECK(error(parse_inline_fault_plan("kill:rank=1,after=1,duration=3")) ==
+        "--faults: fault 1: a signal has no duration");
+  CHECK(error(parse_inline_fault_plan("kill:rank=1,window=5-2")) ==
+        "--faults: fault 1: window: expected FROM-TO seconds, got '5-2'");
+  CHECK(error(parse_fault_plan_json("[1]", "p.json")) ==
+        "--faults: p.json: not a JSON object {\"faults\": [...]}");
+  CHECK(error(parse_fault_plan_json(R"({"faults": [{"rank": 1}]})", "p.json")) ==
+        "--faults: fault 1: expected an object with a \"kind\"");
+  CHECK(error(parse_fault_plan_json(R"({"faults": [], "extra": 1})", "p.json")) ==
+        "--faults: p.json: unknown field 'extra' (seed, faults)");
+}
+
+TEST_CASE("fault plan: random plans come from the seed, the same seed giving the same plan") {
+  const std::string spec =
+      "random:seed=42,count=8,kinds=kill+hang+straggler,ranks=0-7,window=10-60";
+  const auto a = ok(random_fault_plan(spec));
+  const auto b = ok(random_fault_plan(spec));
+  REQUIRE(a.faults.size() == 8);
+  CHECK(fault_plan_json(a) == fault_plan_json(b));
+  CHECK(fault_plan_json(a) != fault_plan_json(ok(random_fault_plan(
+                                  "random:seed=43,count=8,kinds=kill+hang+straggler,ranks=0-7,"
+                                  "window=10-60"))));
+  std::set<FaultKind> kinds;
+  for (const Fault& f : a.faults) {
+    CHECK(*f.rank >= 0);
+    CHECK(*f.rank <= 7);
+    CHECK(f.after >= 10);
+    CHECK(f.after <= 60);
+    kinds.insert(f.kind);
+    if (f.kind != FaultKind::kSignal) CHECK(f.duration == 10);
+  }
+  CHECK(kinds.size() > 1);
+  // Printed, it replays as a plain plan.
+  CHECK(fault_plan_json(ok(parse_fault_plan_json(fault_plan_json(a).dump(), "p"))) ==
+        fault_plan_json(a));
+  CHECK(error(random_fault_plan("random:count=2,ranks=0-1,window=1-2")) ==
+        "--faults=random: give seed=N: the seed makes the plan");
+  CHECK(error(random_fault_plan("random:seed=1,window=1-2")) ==
+        "--faults=random: give ranks=FIRST-LAST: the ranks faults may hit");
+  CHECK(error(random_fault_plan("random:seed=1,ranks=0-3,window=1-2,kinds=kill+boom")) ==
+        "--faults=random: kinds: expected kinds joined by + (kill, term, int, segv, abrt, hang, "
+        "straggler), got 'kill+boom'");
+  CHECK(error(random_fault_plan("random:seed=1,ranks=3-1,window=1-2")) ==
+        "--faults=random: ranks: expected FIRST-LAST ranks, got '3-1'");
+}
