@@ -197,6 +197,11 @@ class Agent::Impl {
   // --faults: reads the plan (setup), and carries out what falls due while workers run.
   rdzv::Status load_fault_plan();
   void arm_fault_timer();
+  // Each worker gets CTRUN_HEARTBEAT_FILE for the watchdog, and for faults planned at a step
+  // (the file holds the step the worker reported).
+  bool heartbeat_files_on() const {
+    return options_.worker_timeout > 0 || !options_.faults.empty();
+  }
   void arm_adopted_reaping();
   // Every kWaitingLineInterval while the agent waits (to connect, for a round, to reconnect,
   // for the other nodes to finish): a line saying what for, how long, and why.
@@ -585,7 +590,7 @@ rdzv::Result<WorkerSpec> Agent::Impl::worker_spec(const Attempt& attempt,
   in.set_omp_num_threads = attempt.set_omp;
   in.python_fault_handler = o.worker_timeout > 0 && workers_run_python_;
   in.replica_id = node_id_ + "/" + std::to_string(local_rank);
-  if (o.worker_timeout > 0) {
+  if (heartbeat_files_on()) {
     in.heartbeat_file = dir + "/heartbeat";
     if (std::FILE* f = std::fopen(in.heartbeat_file.c_str(), "w")) std::fclose(f);
     heartbeat_files_.at(slot) = in.heartbeat_file;
@@ -625,7 +630,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   auto attempt = prepare_attempt(restart_count);
   if (!attempt) return attempt.error();
   const auto n = static_cast<std::size_t>(local_world_size_);
-  heartbeat_files_.assign(options_.worker_timeout > 0 ? n : 0, "");
+  heartbeat_files_.assign(heartbeat_files_on() ? n : 0, "");
   stderr_files_.assign(n, "");
   stderr_places_.assign(n, "");
   worker_dirs_.assign(n, "");
@@ -668,7 +673,7 @@ rdzv::Status Agent::Impl::restart_worker(int local_rank, int restart_count) {
   if (!attempt) return attempt.error();
   auto spec = worker_spec(attempt.value(), round, restart_count, local_rank);
   if (!spec) return spec.error();
-  if (options_.worker_timeout > 0) {
+  if (heartbeat_files_on()) {
     const auto& file = heartbeat_files_.at(static_cast<std::size_t>(local_rank));
     heartbeats_.replace(local_rank, modification_stamp(file), std::chrono::steady_clock::now());
   }
@@ -963,6 +968,11 @@ void Agent::Impl::arm_fault_timer() {
   fault_timer_.expires_after(std::chrono::milliseconds(20));
   fault_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || exiting_) return;
+    for (std::size_t i = 0; i < heartbeat_files_.size(); ++i) {
+      if (auto step = reported_step(heartbeat_files_[i])) {
+        faults_->observe_step(static_cast<int>(i), *step);
+      }
+    }
     auto due = faults_->poll(std::chrono::steady_clock::now());
     for (const auto& fired : due.fired) {
       log("injecting " + fired.line);

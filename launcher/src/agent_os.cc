@@ -1,11 +1,14 @@
 #include "agent_os.h"
 
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "ctrun/rendezvous/json.h"
@@ -71,6 +74,20 @@ int free_port(asio::io_context& io, const std::string& host) {
   probe.bind({addr, 0}, ec);
   if (ec) return 0;
   return probe.local_endpoint(ec).port();
+}
+
+std::optional<std::int64_t> reported_step(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char text[32];
+  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  text[n] = '\0';
+  char* end = nullptr;
+  const long long step = std::strtoll(text, &end, 10);
+  if (end == text) return std::nullopt;
+  return static_cast<std::int64_t>(step);
 }
 
 std::int64_t modification_stamp(const std::string& path) {

@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ bool is_local_host(const std::string& host);
 int free_port(boost::asio::io_context& io, const std::string& host);
 // A heartbeat file's modification time in nanoseconds; 0 when it cannot be read.
 std::int64_t modification_stamp(const std::string& path);
+// The step a worker wrote into its heartbeat file (a number, then anything); nothing when the
+// file holds none (never written, or caught between its truncation and its write).
+std::optional<std::int64_t> reported_step(const std::string& path);
 // Writes `message` as a worker's error file unless the worker wrote one itself, so that the
 // failure report names the real cause of a kill the agent decided on.
 void write_error_file_if_absent(const std::string& path, const std::string& message);

@@ -18,14 +18,21 @@ void FaultInjector::workers_started(int node, int rank_offset, int local_world_s
   rank_offset_ = rank_offset;
   local_world_size_ = local_world_size;
   effects_.clear();
+  steps_.clear();
 }
 
 void FaultInjector::workers_stopped() {
   running_ = false;
   effects_.clear();
+  steps_.clear();
 }
 
-void FaultInjector::worker_replaced(int local_rank) { effects_.erase(local_rank); }
+void FaultInjector::worker_replaced(int local_rank) {
+  effects_.erase(local_rank);
+  steps_.erase(local_rank);
+}
+
+void FaultInjector::observe_step(int local_rank, std::int64_t step) { steps_[local_rank] = step; }
 
 FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
   Due due;
@@ -33,9 +40,7 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
   const auto elapsed = std::chrono::duration<double>(now - start_).count();
   for (std::size_t i = 0; i < plan_.faults.size() && running_; ++i) {
     const Fault& f = plan_.faults[i];
-    if (done_[i] || elapsed < f.after) continue;
-    // Due: fired here when its target runs on this node, else it is another node's.
-    done_[i] = true;
+    if (done_[i]) continue;
     int local = -1;
     if (f.rank) {
       if (*f.rank >= rank_offset_ && *f.rank < rank_offset_ + local_world_size_) {
@@ -44,6 +49,15 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
     } else if (*f.node == node_ && *f.local_rank < local_world_size_) {
       local = *f.local_rank;
     }
+    if (f.at_step) {
+      // Due when its target, here, reports the step; another node's target is that node's.
+      auto step = steps_.find(local);
+      if (local < 0 || step == steps_.end() || step->second < *f.at_step) continue;
+    } else if (elapsed < f.after) {
+      continue;
+    }
+    // Due: fired here when its target runs on this node, else it is another node's.
+    done_[i] = true;
     if (local < 0) continue;
     if (effects_.count(local) > 0) {
       // Already hung or straggling: a second stop means nothing; a signal still lands.

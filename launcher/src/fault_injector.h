@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +48,10 @@ class FaultInjector {
   // One worker replaced alone (--fault_tolerance=step): the same for it.
   void worker_replaced(int local_rank);
 
+  // The step a worker of this node last reported (its CTRUN_HEARTBEAT_FILE), for the faults
+  // planned at a step.
+  void observe_step(int local_rank, std::int64_t step);
+
   // What is due at `now`: faults that fire (each once in the job), and the stops and continues
   // of hangs and stragglers.
   Due poll(Clock::time_point now);
@@ -77,7 +82,8 @@ class FaultInjector {
   int node_ = 0;
   int rank_offset_ = 0;
   int local_world_size_ = 0;
-  std::map<int, Effect> effects_;  // by local rank
+  std::map<int, Effect> effects_;      // by local rank
+  std::map<int, std::int64_t> steps_;  // by local rank: the last step its worker reported
 };
 
 }  // namespace ctrun::launcher

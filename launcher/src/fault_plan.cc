@@ -111,6 +111,12 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
       if (!n) return n.error();
       f.after = n.value();
       timed = true;
+    } else if (key == "at_step") {
+      if (!value.is_number_integer() || value.get<long long>() < 1) {
+        return bad(where + "at_step: expected a step number (1 or more), got " + value.dump());
+      }
+      f.at_step = value.get<long long>();
+      timed = true;
     } else if (key == "window") {
       if (!value.is_array() || value.size() != 2 || !value[0].is_number() ||
           !value[1].is_number() || value[0].get<double>() < 0 ||
@@ -135,10 +141,15 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
       f.speed = n.value();
     } else {
       return bad(where + "unknown field '" + key +
-                 "' (rank, node, local_rank, after, window, duration, speed)");
+                 "' (rank, node, local_rank, after, window, at_step, duration, speed)");
     }
   }
-  if (!timed) return bad(where + "says not when: give after=SECONDS or window=FROM-TO");
+  if (!timed) {
+    return bad(where + "says not when: give after=SECONDS, window=FROM-TO or at_step=N");
+  }
+  if (f.at_step && (fields.contains("after") || fields.contains("window"))) {
+    return bad(where + "give a time (after, window) or a step (at_step), not both");
+  }
   if (f.rank && (f.node || f.local_rank)) {
     return bad(where + "give rank, or node and local_rank, not both");
   }
@@ -259,7 +270,7 @@ Result<FaultPlan> parse_inline_fault_plan(const std::string& text) {
           fields[key] = Json::array({r->first, r->second});
           continue;
         }
-        if (key == "rank" || key == "node" || key == "local_rank") {
+        if (key == "rank" || key == "node" || key == "local_rank" || key == "at_step") {
           auto n = to_int(value);
           fields[key] = n ? Json(*n) : Json(value);
           continue;
@@ -286,7 +297,7 @@ Result<FaultPlan> random_fault_plan(const std::string& spec) {
   std::optional<std::uint64_t> seed;
   int count = 5;
   std::vector<std::string> kinds = {"kill", "hang", "straggler"};
-  std::optional<std::pair<int, int>> ranks;
+  std::optional<std::pair<int, int>> ranks, steps;
   std::optional<std::pair<double, double>> window;
   double duration = 10;
   for (const auto& pair : split(body, ',')) {
@@ -318,6 +329,9 @@ Result<FaultPlan> random_fault_plan(const std::string& spec) {
     } else if (key == "window") {
       window = range(value);
       if (!window) return fail("FROM-TO seconds");
+    } else if (key == "steps") {
+      steps = rank_range(value);
+      if (!steps || steps->first < 1) return fail("FIRST-LAST steps (from 1)");
     } else if (key == "duration") {
       try {
         duration = std::stod(value);
@@ -327,19 +341,27 @@ Result<FaultPlan> random_fault_plan(const std::string& spec) {
       if (!(duration > 0)) return fail("seconds");
     } else {
       return bad("--faults=random: unknown setting '" + key +
-                 "' (seed, count, kinds, ranks, window, duration)");
+                 "' (seed, count, kinds, ranks, window, steps, duration)");
     }
   }
   if (!seed) return bad("--faults=random: give seed=N: the seed makes the plan");
   if (!ranks) return bad("--faults=random: give ranks=FIRST-LAST: the ranks faults may hit");
-  if (!window) return bad("--faults=random: give window=FROM-TO: the seconds faults fall in");
+  if (!window == !steps) {
+    return bad(
+        "--faults=random: give window=FROM-TO (the seconds faults fall in) or "
+        "steps=FIRST-LAST (the steps), one of them");
+  }
   FaultPlan plan;
   plan.seed = *seed;
   SeededDraws draws(*seed);
   for (int id = 1; id <= count; ++id) {
     Json fields = Json::object();
     fields["rank"] = draws.integer(ranks->first, ranks->second);
-    fields["after"] = draws.seconds(window->first, window->second);
+    if (window) {
+      fields["after"] = draws.seconds(window->first, window->second);
+    } else {
+      fields["at_step"] = draws.integer(steps->first, steps->second);
+    }
     const std::string kind =
         kinds[static_cast<std::size_t>(draws.integer(0, static_cast<int>(kinds.size()) - 1))];
     if (kind == "hang" || kind == "straggler") fields["duration"] = duration;
@@ -357,7 +379,11 @@ Json fault_plan_json(const FaultPlan& plan) {
     if (f.rank) j["rank"] = *f.rank;
     if (f.node) j["node"] = *f.node;
     if (f.local_rank) j["local_rank"] = *f.local_rank;
-    j["after"] = f.after;
+    if (f.at_step) {
+      j["at_step"] = *f.at_step;
+    } else {
+      j["after"] = f.after;
+    }
     if (f.kind != FaultKind::kSignal) j["duration"] = f.duration;
     if (f.kind == FaultKind::kStraggler) j["speed"] = f.speed;
     faults.push_back(std::move(j));
@@ -384,7 +410,8 @@ std::string describe_fault(const Fault& f) {
              " % for " + seconds_text(f.duration) + " s";
       break;
   }
-  return "fault " + std::to_string(f.id) + ": " + what + " at " + seconds_text(f.after) + " s";
+  return "fault " + std::to_string(f.id) + ": " + what + " at " +
+         (f.at_step ? "step " + std::to_string(*f.at_step) : seconds_text(f.after) + " s");
 }
 
 }  // namespace ctrun::launcher

@@ -3,12 +3,13 @@
 // gives the same plan, printed as JSON so that a run found at random replays exactly. Pure: no
 // files, no clock (docs/faults.md).
 //
-//   JSON    {"seed": 7, "faults": [{"kind": "kill", "rank": 3, "after": 20},
+//   JSON    {"seed": 7, "faults": [{"kind": "kill", "rank": 3, "at_step": 200},
 //             {"kind": "hang", "rank": 1, "window": [10, 40], "duration": 15},
 //             {"kind": "straggler", "node": 1, "local_rank": 0, "after": 5, "duration": 30,
 //              "speed": 0.25}]}
 //   inline  kill:rank=3,after=20;hang:rank=1,window=10-40,duration=15
 //   random  random:seed=7,count=5,kinds=kill+hang+straggler,ranks=0-7,window=10-60
+//           (or steps=100-900 for a step drawn in that range instead of a time)
 #pragma once
 
 #include <cstdint>
@@ -35,9 +36,11 @@ struct Fault {
   std::optional<int> rank;
   std::optional<int> node;
   std::optional<int> local_rank;
-  // When: seconds after the node's first workers started. A window [a, b] is drawn from the
-  // plan's seed when the plan is read, so every agent of the job draws the same time.
+  // When: seconds after the node's first workers started (a window [a, b] is drawn from the
+  // plan's seed when the plan is read, so every agent of the job draws the same time), or once
+  // the target worker has reported step `at_step` (CTRUN_HEARTBEAT_FILE; worker/heartbeat.h).
   double after = 0;
+  std::optional<std::int64_t> at_step;
   double duration = 0;  // kHang: 0 = never resumed; kStraggler: > 0
   double speed = 0.5;   // kStraggler: the share of time it runs, in (0, 1)
 };

@@ -76,6 +76,31 @@ TEST_CASE("faults: a planned SIGKILL hits its rank on time, and the job restarts
   }
 }
 
+TEST_CASE("faults: a fault planned at a step hits its rank at that step") {
+  ScratchDir s("faults_step");
+  // Two workers of 40 steps of 50 ms, reporting each; rank 1 is killed at step 10, and the
+  // restarted job runs them all again.
+  ChildProcess agent(
+      {CTRUN_PATH, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "--faults",
+       "kill:rank=1,at_step=10", TEST_WORKER_PATH, "steps", "40", s.path("step")},
+      s.path("agent.log"));
+  const auto rc = agent.wait(60s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(log.find("injecting fault 1: SIGKILL to rank 1 at step 10") != std::string::npos);
+  // The first rank 1 died within a step of step 10; its peer was stopped by the restart; the
+  // second attempt ran to the end.
+  const std::string first = read_file(s.path("step.1.0"));
+  INFO(first);
+  REQUIRE_FALSE(first.empty());
+  CHECK(std::stoi(first) >= 10);
+  CHECK(std::stoi(first) <= 11);
+  CHECK(std::stoi(read_file(s.path("step.1.1"))) == 40);
+  CHECK(std::stoi(read_file(s.path("step.0.1"))) == 40);
+}
+
 TEST_CASE("faults: a planned hang stops its worker for its duration; a straggler runs in turns") {
   ScratchDir s("faults_hang");
   // Rank 0 hangs from 0.5 s to 2.5 s; node 0's local rank 1 straggles from 0.5 s for 2 s.
@@ -156,7 +181,7 @@ TEST_CASE("faults: a bad plan is a one-line error before anything starts") {
   INFO(log);
   REQUIRE(rc);
   CHECK(*rc != 0);
-  CHECK(log.find("--faults: fault 1: says not when: give after=SECONDS or window=FROM-TO") !=
-        std::string::npos);
+  CHECK(log.find("--faults: fault 1: says not when: give after=SECONDS, window=FROM-TO or "
+                 "at_step=N") != std::string::npos);
   CHECK(log.find("round 0") == std::string::npos);
 }

@@ -91,3 +91,27 @@ TEST_CASE("fault injector: a replaced worker is free of what was done to the one
   CHECK(injector.stopped_workers().empty());
   CHECK(injector.poll(t0 + 6s).actions.empty());  // no SIGCONT to its replacement
 }
+
+TEST_CASE("fault injector: a fault at a step fires when its worker reports that step") {
+  FaultInjector injector(plan("kill:rank=5,at_step=10;term:rank=1,at_step=3"));
+  injector.workers_started(1, 4, 2, t0);  // ranks 4 and 5
+  injector.observe_step(1, 9);
+  CHECK(injector.poll(t0 + 1s).actions.empty());
+  injector.observe_step(0, 50);  // another worker's step does not count
+  CHECK(injector.poll(t0 + 2s).actions.empty());
+  injector.observe_step(1, 11);
+  auto due = injector.poll(t0 + 3s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].local_rank == 1);
+  CHECK(due.fired[0].line == "fault 1: SIGKILL to rank 5 at step 10");
+  // Rank 1 is another node's: this one keeps waiting, and never fires it.
+  CHECK(injector.pending());
+  CHECK(injector.poll(t0 + 9s).actions.empty());
+  // A new process's step starts over: it must report again.
+  FaultInjector again(plan("kill:rank=0,at_step=5"));
+  again.workers_started(0, 0, 1, t0);
+  again.observe_step(0, 4);
+  again.workers_stopped();
+  again.workers_started(0, 0, 1, t0 + 1s);
+  CHECK(again.poll(t0 + 2s).actions.empty());
+}

@@ -64,12 +64,35 @@ TEST_CASE("fault plan: JSON, inline and printed forms say the same") {
         "fault 3: node 1 local rank 0 slowed to 25 % for 30.000 s at 2.000 s");
 }
 
+TEST_CASE("fault plan: a fault at a training step") {
+  const auto plan = ok(parse_inline_fault_plan("kill:rank=2,at_step=200"));
+  REQUIRE(plan.faults.size() == 1);
+  CHECK(*plan.faults[0].at_step == 200);
+  CHECK(fault_plan_json(plan).dump() ==
+        R"({"faults":[{"at_step":200,"kind":"kill","rank":2}],"seed":0})");
+  CHECK(fault_plan_json(ok(parse_fault_plan_json(fault_plan_json(plan).dump(), "p"))) ==
+        fault_plan_json(plan));
+  CHECK(error(parse_inline_fault_plan("kill:rank=2,at_step=0")) ==
+        "--faults: fault 1: at_step: expected a step number (1 or more), got 0");
+  CHECK(error(parse_inline_fault_plan("kill:rank=2,at_step=5,after=3")) ==
+        "--faults: fault 1: give a time (after, window) or a step (at_step), not both");
+  const auto random = ok(random_fault_plan("random:seed=3,count=4,ranks=0-3,steps=100-200"));
+  for (const Fault& f : random.faults) {
+    REQUIRE(f.at_step);
+    CHECK(*f.at_step >= 100);
+    CHECK(*f.at_step <= 200);
+  }
+  CHECK(error(random_fault_plan("random:seed=3,ranks=0-3,steps=1-2,window=1-2")) ==
+        "--faults=random: give window=FROM-TO (the seconds faults fall in) or steps=FIRST-LAST "
+        "(the steps), one of them");
+}
+
 TEST_CASE("fault plan: a bad plan is one line naming the fault and what was wrong") {
   CHECK(error(parse_inline_fault_plan("explode:rank=1,after=2")) ==
         "--faults: fault 1: unknown kind 'explode' (kill, term, int, segv, abrt, hang or "
         "straggler)");
   CHECK(error(parse_inline_fault_plan("kill:rank=1")) ==
-        "--faults: fault 1: says not when: give after=SECONDS or window=FROM-TO");
+        "--faults: fault 1: says not when: give after=SECONDS, window=FROM-TO or at_step=N");
   CHECK(error(parse_inline_fault_plan("kill:after=1")) ==
         "--faults: fault 1: says not where: give rank=N, or node=N and local_rank=N");
   CHECK(error(parse_inline_fault_plan("kill:rank=1,after=1;straggler:rank=0,after=1")) ==

@@ -21,6 +21,8 @@
 //   orphans FILE           leave a grandchild that exits after 0.2 s (its parent gone first),
 //                          wait 2.5 s, write to FILE.<RANK> how many zombies the agent (this
 //                          worker's parent) holds, exit 0
+//   steps COUNT FILE       COUNT steps of 50 ms, each reported (report_step) and written to
+//                          FILE.<RANK>.<restart count>, then exit 0
 //   exit_on_group_rank R CODE  the workers of group rank R exit with CODE, the others sleep
 //   usr1 PREFIX            write PREFIX.<RANK>.ready, wait (up to 60 s) for SIGUSR1, then write
 //                          env to PREFIX.<RANK> and exit 0 (a checkpoint on Slurm's warning)
@@ -226,6 +228,18 @@ int main(int argc, char** argv) {
     }
     if (!got_usr1) return 4;
     write_env(argv[2]);
+    return 0;
+  }
+  // Steps of 50 ms, each reported to the agent (ctrun::worker::report_step) and written to
+  // FILE.<RANK>.<restart count> as the last step done; exit 0 after COUNT.
+  if (mode == "steps" && argc > 3) {
+    const std::string file =
+        std::string(argv[3]) + "." + env("RANK") + "." + env("TORCHELASTIC_RESTART_COUNT");
+    for (int step = 1; step <= std::atoi(argv[2]); ++step) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::ofstream(file) << step << "\n";
+      ctrun::worker::report_step(step);
+    }
     return 0;
   }
   // A failure on one node: the workers of group rank R exit with CODE, the others wait for the

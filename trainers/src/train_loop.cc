@@ -15,6 +15,7 @@
 #include "consumed_log.h"
 #include "ctrun/worker/checkpoint.h"
 #include "ctrun/worker/ddp.h"
+#include "ctrun/worker/heartbeat.h"
 #include "ctrun/worker/log.h"
 #include "ctrun/worker/lr_schedule.h"
 #include "ctrun/worker/malloc_tuning.h"
@@ -258,6 +259,7 @@ int train(const TrainOptions& o, Run& run, TrainTask& task) {
         optimizer->zero_grad();
       }
       ++progress.step;
+      ctrun::worker::report_step(progress.step);  // ctrun --faults at a step
       if (consumed.enabled()) {
         consumed.commit(who, static_cast<std::uint64_t>(epoch), progress.step,
                         {mine.begin() + step_begin, mine.begin() + step_end});

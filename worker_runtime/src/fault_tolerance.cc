@@ -196,7 +196,7 @@ class FaultTolerance::Impl : public StepGate {
     ++stats_.steps_committed;
     if (state_.sampler != nullptr) state_.sampler->commit(group_.size());
     last_committed_ = true;
-    heartbeat();  // a committed step is progress (ctrun --worker_timeout)
+    report_step(committed_);  // a committed step is progress (--worker_timeout, --faults)
     return true;
   }
 

@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace ctrun::worker {
 
@@ -18,15 +20,38 @@ bool HeartbeatFile::beat(Clock::time_point now) {
   return utimensat(AT_FDCWD, path_.c_str(), nullptr, 0) == 0;
 }
 
-void heartbeat() {
+bool HeartbeatFile::write_step(std::int64_t step) {
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) return false;
+  const std::string text = std::to_string(step) + "\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+namespace {
+
+// The process's heartbeat file (CTRUN_HEARTBEAT_FILE), or null; used under its mutex.
+HeartbeatFile* process_file(std::unique_lock<std::mutex>& lock) {
+  static std::mutex mutex;
   static const std::unique_ptr<HeartbeatFile> file = [] {
     const char* path = std::getenv("CTRUN_HEARTBEAT_FILE");
     return path && *path ? std::make_unique<HeartbeatFile>(path) : nullptr;
   }();
-  if (!file) return;
-  static std::mutex mutex;
-  std::lock_guard lock(mutex);
-  file->beat(HeartbeatFile::Clock::now());
+  lock = std::unique_lock(mutex);
+  return file.get();
+}
+
+}  // namespace
+
+void heartbeat() {
+  std::unique_lock<std::mutex> lock;
+  if (HeartbeatFile* file = process_file(lock)) file->beat(HeartbeatFile::Clock::now());
+}
+
+void report_step(std::int64_t step) {
+  std::unique_lock<std::mutex> lock;
+  if (HeartbeatFile* file = process_file(lock)) file->write_step(step);
 }
 
 }  // namespace ctrun::worker

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace ctrun::worker {
@@ -12,6 +13,13 @@ namespace ctrun::worker {
 // Beats through CTRUN_HEARTBEAT_FILE when it is set; otherwise does nothing. Thread-safe and
 // cheap: a clock read, and at most one file update per 100 ms.
 void heartbeat();
+
+// The worker's training step, for `ctrun --faults` plans that fire at a step (docs/faults.md):
+// written into CTRUN_HEARTBEAT_FILE as text, which is a beat too. A trainer calls it once per
+// step with its own count (a resumed run goes on from its checkpoint's step); FaultTolerance
+// reports its committed step itself. From Python: open(os.environ["CTRUN_HEARTBEAT_FILE"],
+// "w").write(str(step)). Does nothing without the variable.
+void report_step(std::int64_t step);
 
 // One heartbeat file; what heartbeat() uses, separate so it is tested without the environment.
 class HeartbeatFile {
@@ -24,6 +32,8 @@ class HeartbeatFile {
   // Updates the file's time unless the last update was less than min_interval before `now`.
   // Returns true when it wrote; a failed write (the file's directory gone) is not retried sooner.
   bool beat(Clock::time_point now);
+  // Writes `step` as the file's text (the agent created it: never created here).
+  bool write_step(std::int64_t step);
   const std::string& path() const { return path_; }
 
  private:
