@@ -27,6 +27,7 @@
 #include "ctrun/launcher/worker_env.h"
 #include "ctrun/rendezvous/endpoint.h"
 #include "fault_injector.h"
+#include "fault_report.h"
 #include "filtered_log.h"
 #include "heartbeat_monitor.h"
 #include "native_stack_probe.h"
@@ -130,6 +131,7 @@ class Agent::Impl {
     // their logs' directory.
     workers_->kill_all();
     if (world_.adopt_orphans) kill_adopted_children(workers_->pids());
+    finish_fault_report(code);
     event("agent_exit",
           {{"exit_code", code}, {"signal", exit_signal_ ? signal_name(exit_signal_) : ""}});
     cleanup();
@@ -197,6 +199,8 @@ class Agent::Impl {
   // --faults: reads the plan (setup), and carries out what falls due while workers run.
   rdzv::Status load_fault_plan();
   void arm_fault_timer();
+  // At the agent's end: each injected fault's line, and --fault_report's file.
+  void finish_fault_report(int exit_code);
   // Each worker gets CTRUN_HEARTBEAT_FILE for the watchdog, and for faults planned at a step
   // (the file holds the step the worker reported).
   bool heartbeat_files_on() const {
@@ -284,6 +288,9 @@ class Agent::Impl {
   asio::posix::stream_descriptor stdin_;
   std::array<char, 512> stdin_buf_{};
   std::optional<FaultInjector> faults_;  // --faults
+  FaultReport fault_report_;             // what became of the faults injected here
+  int faults_fired_ = 0;
+  std::vector<std::optional<std::int64_t>> reported_steps_;  // by local rank, with --faults
   asio::steady_timer fault_timer_;
   // Adopted descendants that exited are reaped every second. Not on SIGCHLD: asio installs its
   // handlers without SA_RESTART, and every worker's exit would interrupt blocking calls.
@@ -652,6 +659,9 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
         path, error, {{"rank", rank}, {"local_rank", local_rank}});
   });
   auto started = workers_->start(std::move(specs), [this](const WorkerExit& e) {
+    if (faults_ && (e.exit_code != 0 || e.signal != 0)) {
+      fault_report_.worker_failed(e.local_rank, std::chrono::system_clock::now());
+    }
     post({.kind = AgentInput::Kind::kWorkerExit, .exit = e});
   });
   if (started) {
@@ -660,6 +670,10 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     if (faults_) {
       faults_->workers_started(round.group_rank, round.rank_offset, local_world_size_,
                                std::chrono::steady_clock::now());
+      fault_report_.workers_started(std::nullopt, std::chrono::system_clock::now());
+      fault_report_.restarts(restart_count);
+      reported_steps_.assign(static_cast<std::size_t>(local_world_size_), std::nullopt);
+      fault_timer_.cancel();
       arm_fault_timer();
     }
   }
@@ -678,7 +692,14 @@ rdzv::Status Agent::Impl::restart_worker(int local_rank, int restart_count) {
     heartbeats_.replace(local_rank, modification_stamp(file), std::chrono::steady_clock::now());
   }
   auto started = workers_->restart(std::move(spec).value());
-  if (started && faults_) faults_->worker_replaced(local_rank);
+  if (started && faults_) {
+    faults_->worker_replaced(local_rank);
+    fault_report_.workers_started(local_rank, std::chrono::system_clock::now());
+    fault_report_.restarts(restart_count);
+    if (static_cast<std::size_t>(local_rank) < reported_steps_.size()) {
+      reported_steps_[local_rank] = std::nullopt;
+    }
+  }
   if (started) {
     event("worker_restarted", {{"local_rank", local_rank},
                                {"restart", restart_count},
@@ -964,17 +985,28 @@ rdzv::Status Agent::Impl::load_fault_plan() {
 }
 
 void Agent::Impl::arm_fault_timer() {
-  if (!faults_ || !faults_->pending()) return;
+  if (!faults_) return;
+  // Also once every fault has fired: the report follows the steps after them.
   fault_timer_.expires_after(std::chrono::milliseconds(20));
   fault_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || exiting_) return;
+    const auto wall = std::chrono::system_clock::now();
+    reported_steps_.resize(heartbeat_files_.size());
     for (std::size_t i = 0; i < heartbeat_files_.size(); ++i) {
-      if (auto step = reported_step(heartbeat_files_[i])) {
-        faults_->observe_step(static_cast<int>(i), *step);
-      }
+      auto step = reported_step(heartbeat_files_[i]);
+      if (!step || step == reported_steps_[i]) continue;
+      reported_steps_[i] = step;
+      faults_->observe_step(static_cast<int>(i), *step);
+      fault_report_.step_reported(static_cast<int>(i), *step, wall);
     }
     auto due = faults_->poll(std::chrono::steady_clock::now());
     for (const auto& fired : due.fired) {
+      ++faults_fired_;
+      fault_report_.fired(fired.fault_id, fired.line, fired.rank, fired.local_rank, fired.signal,
+                          static_cast<std::size_t>(fired.local_rank) < reported_steps_.size()
+                              ? reported_steps_[fired.local_rank]
+                              : std::nullopt,
+                          wall);
       log("injecting " + fired.line);
       event("fault_injected", {{"injected", true},
                                {"fault", fired.fault_id},
@@ -992,6 +1024,21 @@ void Agent::Impl::arm_fault_timer() {
     }
     arm_fault_timer();
   });
+}
+
+void Agent::Impl::finish_fault_report(int exit_code) {
+  if (!faults_) return;
+  for (const auto& line : fault_report_.lines()) log(line);
+  if (options_.fault_report.empty()) return;
+  const std::string text =
+      fault_report_.json(exit_code == 0 ? "succeeded" : "failed").dump(2) + "\n";
+  std::ofstream out(options_.fault_report, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    log("error: --fault_report: cannot write '" + options_.fault_report +
+        "': " + std::strerror(errno));
+  }
 }
 
 void Agent::Impl::arm_waiting_line() {

@@ -63,7 +63,8 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
       // Already hung or straggling: a second stop means nothing; a signal still lands.
       if (f.kind != FaultKind::kSignal) continue;
     }
-    due.fired.push_back({f.id, rank_offset_ + local, local, describe_fault(f)});
+    due.fired.push_back(
+        {f.id, rank_offset_ + local, local, f.kind == FaultKind::kSignal, describe_fault(f)});
     switch (f.kind) {
       case FaultKind::kSignal:
         due.actions.push_back({Action::Kind::kSignal, local, f.signo, f.id});

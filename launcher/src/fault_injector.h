@@ -30,7 +30,8 @@ class FaultInjector {
     int fault_id = 0;
     int rank = 0;  // the global rank hit
     int local_rank = 0;
-    std::string line;  // "fault 2: SIGKILL to rank 3 at 20.000 s", as the agent logs it
+    bool signal = false;  // a signal fault (not a hang or a straggler)
+    std::string line;     // "fault 2: SIGKILL to rank 3 at 20.000 s", as the agent logs it
   };
   struct Due {
     std::vector<Action> actions;

@@ -316,6 +316,10 @@ const std::vector<ArgSpec>& launch_option_table() {
                          "Inject faults into the workers: a JSON plan file, an inline plan "
                          "(kill:rank=3,after=20;hang:...), or random:seed=S,ranks=A-B,window=A-B",
                          EnvDefault::kNone)),
+      exact(value_option({"--fault-report", "--fault_report"}, "fault_report",
+                         "With --faults: write what became of each fault injected on this node "
+                         "(JSON: when seen, when running again, steps redone) to this file",
+                         EnvDefault::kNone)),
       // The launcher of a whole cluster over ssh (docs/cluster.md).
       exact(value_option({"--hostfile"}, "hostfile",
                          "Launch on every host of FILE over ssh ('HOST slots=N' lines, # comments)",
@@ -790,6 +794,11 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
   if (const ArgValue* v = given("faults")) {
     if (v->text.empty()) return bad("--faults: expected a plan file, an inline plan or random:...");
     o.faults = v->text;
+  }
+  if (const ArgValue* v = given("fault_report")) {
+    if (o.faults.empty()) return bad("--fault_report goes with --faults");
+    if (v->text.empty()) return bad("--fault_report: expected a file, got ''");
+    o.fault_report = v->text;
   }
   if (auto s = read_cluster_options(table, a, o); !s) return s.error();
   if (o.cluster) return parsed;  // the hosts' agents get their own settings (cluster_plan.h)

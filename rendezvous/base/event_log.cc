@@ -12,8 +12,7 @@
 
 namespace ctrun::rendezvous {
 
-std::string format_event(std::chrono::system_clock::time_point at, const std::string& source,
-                         const std::string& host, int pid, const std::string& event, Json fields) {
+std::string utc_stamp(std::chrono::system_clock::time_point at) {
   const std::time_t secs = std::chrono::system_clock::to_time_t(at);
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count() % 1000;
@@ -22,9 +21,14 @@ std::string format_event(std::chrono::system_clock::time_point at, const std::st
   char stamp[40];
   const std::size_t n = std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
   std::snprintf(stamp + n, sizeof stamp - n, ".%03dZ", static_cast<int>(ms < 0 ? ms + 1000 : ms));
+  return stamp;
+}
+
+std::string format_event(std::chrono::system_clock::time_point at, const std::string& source,
+                         const std::string& host, int pid, const std::string& event, Json fields) {
   // In this order, for people reading the file; the fields follow.
   nlohmann::ordered_json line;
-  line["time"] = stamp;
+  line["time"] = utc_stamp(at);
   line["source"] = source;
   line["host"] = host;
   line["pid"] = pid;

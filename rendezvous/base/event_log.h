@@ -19,6 +19,9 @@ namespace ctrun::rendezvous {
 using EventSink = std::function<void(const std::string& event, Json fields)>;
 
 // One line of the log, newline included; `fields` may not override the fixed keys.
+// "2026-11-26T18:12:27.276Z": the event log's times (UTC, milliseconds), also the fault report's.
+std::string utc_stamp(std::chrono::system_clock::time_point at);
+
 std::string format_event(std::chrono::system_clock::time_point at, const std::string& source,
                          const std::string& host, int pid, const std::string& event, Json fields);
 

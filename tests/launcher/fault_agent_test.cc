@@ -80,10 +80,10 @@ TEST_CASE("faults: a fault planned at a step hits its rank at that step") {
   ScratchDir s("faults_step");
   // Two workers of 40 steps of 50 ms, reporting each; rank 1 is killed at step 10, and the
   // restarted job runs them all again.
-  ChildProcess agent(
-      {CTRUN_PATH, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "--faults",
-       "kill:rank=1,at_step=10", TEST_WORKER_PATH, "steps", "40", s.path("step")},
-      s.path("agent.log"));
+  ChildProcess agent({CTRUN_PATH, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                      "--faults", "kill:rank=1,at_step=10", "--fault_report", s.path("report"),
+                      TEST_WORKER_PATH, "steps", "40", s.path("step")},
+                     s.path("agent.log"));
   const auto rc = agent.wait(60s);
   const std::string log = read_file(s.path("agent.log"));
   INFO(log);
@@ -99,6 +99,22 @@ TEST_CASE("faults: a fault planned at a step hits its rank at that step") {
   CHECK(std::stoi(first) <= 11);
   CHECK(std::stoi(read_file(s.path("step.1.1"))) == 40);
   CHECK(std::stoi(read_file(s.path("step.0.1"))) == 40);
+  // The report: the exit seen, the workers running again, the first step of the new process
+  // (1: nothing was checkpointed), the steps done again; and its line in the log.
+  const Json report = Json::parse(read_file(s.path("report")));
+  CHECK(report["outcome"] == "succeeded");
+  CHECK(report["restarts"] == 1);
+  REQUIRE(report["faults"].size() == 1);
+  const Json& f = report["faults"][0];
+  CHECK(f["rank"] == 1);
+  CHECK(f["worker_exit_ms"].get<int>() >= 0);
+  CHECK(f["worker_exit_ms"].get<int>() < 1000);
+  CHECK(f["running_again_ms"].get<int>() >= f["worker_exit_ms"].get<int>());
+  CHECK(f["first_step"] == 1);
+  CHECK(f["first_step_ms"].get<int>() > f["running_again_ms"].get<int>());
+  CHECK(f["steps_redone"] == f["step_at_fault"]);
+  CHECK(f["step_at_fault"].get<int>() >= 10);
+  CHECK(log.find("fault 1 (rank 1): worker exit after ") != std::string::npos);
 }
 
 TEST_CASE("faults: a planned hang stops its worker for its duration; a straggler runs in turns") {

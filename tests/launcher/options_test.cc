@@ -768,3 +768,14 @@ TEST_CASE("options: what --hostfile cannot go with, and its options without it, 
   CHECK(parse_ok({"--re", "3", "--standalone", "x"}).redirects.all == 3);
   CHECK(parse_ok({"--stop_on_stdin_close", "--standalone", "x"}).stop_on_stdin_close);
 }
+
+TEST_CASE("options: --faults and --fault_report") {
+  auto o = parse_ok(
+      {"--standalone", "--faults", "kill:rank=0,after=1", "--fault_report", "r.json", "x"});
+  CHECK(o.faults == "kill:rank=0,after=1");
+  CHECK(o.fault_report == "r.json");
+  CHECK(parse_error({"--standalone", "--fault_report", "r", "x"}) ==
+        "--fault_report goes with --faults");
+  CHECK(parse_error({"--standalone", "--faults=", "x"}) ==
+        "--faults: expected a plan file, an inline plan or random:...");
+}

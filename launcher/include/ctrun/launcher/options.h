@@ -136,6 +136,8 @@ struct LaunchOptions {
   // ctrun's own: a fault plan to inject into this node's workers (a JSON file, an inline plan
   // or random:seed=...; docs/faults.md); empty: none.
   std::string faults;
+  // With --faults: write what became of each fault this agent injected here, as JSON.
+  std::string fault_report;
   std::optional<ClusterOptions> cluster;  // --hostfile / --hosts
   std::string entrypoint;
   std::vector<std::string> script_args;

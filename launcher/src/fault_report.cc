@@ -1,0 +1,116 @@
+#include "fault_report.h"
+
+#include <algorithm>
+
+#include "rendezvous/base/event_log.h"
+
+namespace ctrun::launcher {
+
+namespace {
+
+using rendezvous::Json;
+
+long long ms_between(FaultReport::Clock::time_point a, FaultReport::Clock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
+}
+
+}  // namespace
+
+void FaultReport::fired(int fault_id, const std::string& what, int rank, int local_rank,
+                        bool signal, std::optional<std::int64_t> step, Clock::time_point at) {
+  Entry e;
+  e.signal = signal;
+  e.fault_id = fault_id;
+  e.what = what;
+  e.rank = rank;
+  e.local_rank = local_rank;
+  e.step_at_fault = step;
+  e.fired = at;
+  entries_.push_back(std::move(e));
+}
+
+void FaultReport::worker_failed(int local_rank, Clock::time_point at) {
+  for (auto& e : entries_) {
+    if (e.local_rank == local_rank && !e.detected) e.detected = at;
+  }
+}
+
+void FaultReport::workers_started(std::optional<int> local_rank, Clock::time_point at) {
+  for (auto& e : entries_) {
+    if (!e.detected || e.running_again) continue;
+    if (!local_rank || *local_rank == e.local_rank) e.running_again = at;
+  }
+}
+
+void FaultReport::step_reported(int local_rank, std::int64_t step, Clock::time_point at) {
+  for (auto& e : entries_) {
+    if (e.local_rank != local_rank || e.first_step) continue;
+    // After a signal, the first step of the new process; a hang resumed or a straggler counts
+    // the first step after it fired (unless it killed the worker too: a watchdog).
+    if ((e.signal || e.detected) && !e.running_again) continue;
+    if (!e.detected && e.step_at_fault && step <= *e.step_at_fault) continue;
+    e.first_step = step;
+    e.first_step_at = at;
+  }
+}
+
+Json FaultReport::json(const std::string& outcome) const {
+  Json faults = Json::array();
+  for (const auto& e : entries_) {
+    Json j = {{"fault", e.fault_id},
+              {"what", e.what},
+              {"rank", e.rank},
+              {"local_rank", e.local_rank},
+              {"fired", rendezvous::utc_stamp(e.fired)}};
+    if (e.step_at_fault) j["step_at_fault"] = *e.step_at_fault;
+    if (e.detected) {
+      j["worker_exit"] = rendezvous::utc_stamp(*e.detected);
+      j["worker_exit_ms"] = ms_between(e.fired, *e.detected);
+    }
+    if (e.running_again) {
+      j["running_again"] = rendezvous::utc_stamp(*e.running_again);
+      j["running_again_ms"] = ms_between(e.fired, *e.running_again);
+    }
+    if (e.first_step) {
+      j["first_step"] = *e.first_step;
+      j["first_step_at"] = rendezvous::utc_stamp(*e.first_step_at);
+      j["first_step_ms"] = ms_between(e.fired, *e.first_step_at);
+      // The steps done again: from the step the new process resumed at up to the fault's.
+      if (e.step_at_fault && e.detected) {
+        j["steps_redone"] = std::max<std::int64_t>(0, *e.step_at_fault - (*e.first_step - 1));
+      }
+    }
+    faults.push_back(std::move(j));
+  }
+  return Json{{"outcome", outcome}, {"restarts", restarts_}, {"faults", std::move(faults)}};
+}
+
+std::vector<std::string> FaultReport::lines() const {
+  std::vector<std::string> out;
+  for (const auto& e : entries_) {
+    std::string line =
+        "fault " + std::to_string(e.fault_id) + " (rank " + std::to_string(e.rank) + "):";
+    if (e.detected) {
+      line += " worker exit after " + std::to_string(ms_between(e.fired, *e.detected)) + " ms,";
+    }
+    if (e.running_again) {
+      line +=
+          " running again after " + std::to_string(ms_between(e.fired, *e.running_again)) + " ms,";
+    }
+    if (e.first_step) {
+      line += " step " + std::to_string(*e.first_step) + " after " +
+              std::to_string(ms_between(e.fired, *e.first_step_at)) + " ms";
+      if (e.step_at_fault && e.detected) {
+        line += " (" +
+                std::to_string(std::max<std::int64_t>(0, *e.step_at_fault - (*e.first_step - 1))) +
+                " steps redone)";
+      }
+    } else {
+      line += " no step reported after it";
+    }
+    out.push_back(std::move(line));
+  }
+  return out;
+}
+
+}  // namespace ctrun::launcher

@@ -1,0 +1,59 @@
+// What became of each fault an agent injected (`ctrun --fault_report=FILE`): when it fired,
+// when the agent saw its effect (the worker's exit), when workers ran again, the first step
+// reported after it and how many steps were done again. Pure: the agent feeds it what happens,
+// with its times; it writes nothing itself (docs/faults.md).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctrun/rendezvous/json.h"
+
+namespace ctrun::launcher {
+
+class FaultReport {
+ public:
+  using Clock = std::chrono::system_clock;
+
+  // A fault fired on `local_rank` (global `rank`); `step`: the last step that worker reported,
+  // if any. `signal`: a signal fault, whose recovery is a new process (steps the old one
+  // reported before its exit was seen do not count).
+  void fired(int fault_id, const std::string& what, int rank, int local_rank, bool signal,
+             std::optional<std::int64_t> step, Clock::time_point at);
+  // A worker of this node failed (a non-zero exit or a signal): a fault's effect seen.
+  void worker_failed(int local_rank, Clock::time_point at);
+  // Workers run again: every one (`local_rank` empty: a restart of the group, a new round) or
+  // one replaced alone.
+  void workers_started(std::optional<int> local_rank, Clock::time_point at);
+  // A worker of this node reported a step.
+  void step_reported(int local_rank, std::int64_t step, Clock::time_point at);
+  // The job's restarts so far, as the agent last knew them.
+  void restarts(int count) { restarts_ = count; }
+
+  // The report: {"faults": [...], "restarts": N, "outcome": ...}.
+  rendezvous::Json json(const std::string& outcome) const;
+  // One line per fault for the console ("fault 1: worker exit seen after 21 ms, ...").
+  std::vector<std::string> lines() const;
+
+ private:
+  struct Entry {
+    int fault_id = 0;
+    std::string what;
+    int rank = 0;
+    int local_rank = 0;
+    bool signal = false;
+    std::optional<std::int64_t> step_at_fault;
+    Clock::time_point fired;
+    std::optional<Clock::time_point> detected;  // the target's exit
+    std::optional<Clock::time_point> running_again;
+    std::optional<Clock::time_point> first_step_at;
+    std::optional<std::int64_t> first_step;
+  };
+  std::vector<Entry> entries_;
+  int restarts_ = 0;
+};
+
+}  // namespace ctrun::launcher

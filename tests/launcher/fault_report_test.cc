@@ -1,0 +1,61 @@
+#include "fault_report.h"
+
+#include <catch2/catch.hpp>
+
+using namespace ctrun::launcher;
+using namespace std::chrono_literals;
+
+namespace {
+const FaultReport::Clock::time_point t0 = FaultReport::Clock::time_point{} + 1700000000s;
+}
+
+TEST_CASE("fault report: a killed worker's exit, the restart and the first step after it") {
+  FaultReport report;
+  report.fired(1, "fault 1: SIGKILL to rank 5 at step 40", 5, 1, true, 42, t0);
+  report.step_reported(1, 43, t0 + 5ms);  // the dying process's last word: not after recovery
+  report.worker_failed(1, t0 + 14ms);
+  report.workers_started(std::nullopt, t0 + 36ms);
+  report.restarts(1);
+  report.step_reported(0, 33, t0 + 400ms);  // another worker
+  report.step_reported(1, 33, t0 + 499ms);  // resumed from the checkpoint at step 32
+  report.step_reported(1, 34, t0 + 510ms);
+  const auto j = report.json("succeeded");
+  CHECK(j["outcome"] == "succeeded");
+  CHECK(j["restarts"] == 1);
+  REQUIRE(j["faults"].size() == 1);
+  const auto& f = j["faults"][0];
+  CHECK(f["worker_exit_ms"] == 14);
+  CHECK(f["running_again_ms"] == 36);
+  CHECK(f["first_step"] == 33);
+  CHECK(f["first_step_ms"] == 499);
+  CHECK(f["steps_redone"] == 10);
+  CHECK(f["fired"] == "2023-11-14T22:13:20.000Z");
+  CHECK(report.lines() ==
+        std::vector<std::string>{"fault 1 (rank 5): worker exit after 14 ms, running again after "
+                                 "36 ms, step 33 after 499 ms (10 steps redone)"});
+}
+
+TEST_CASE("fault report: a hang that is resumed counts the first step after it") {
+  FaultReport report;
+  report.fired(2, "fault 2: rank 0 hung", 0, 0, false, 70, t0);
+  report.step_reported(0, 70, t0 + 10ms);
+  report.step_reported(0, 71, t0 + 1031ms);
+  report.workers_started(std::nullopt, t0 + 2s);  // nothing died: nothing ran "again"
+  const auto j = report.json("failed");
+  const auto& f = j["faults"][0];
+  CHECK(f["first_step"] == 71);
+  CHECK(f["first_step_ms"] == 1031);
+  CHECK_FALSE(f.contains("worker_exit"));
+  CHECK_FALSE(f.contains("running_again"));
+  CHECK_FALSE(f.contains("steps_redone"));
+  // A worker replaced alone runs again on its own.
+  FaultReport ft;
+  ft.fired(1, "kill", 3, 1, true, std::nullopt, t0);
+  ft.worker_failed(1, t0 + 5ms);
+  ft.workers_started(0, t0 + 6ms);  // another local rank
+  ft.workers_started(1, t0 + 50ms);
+  CHECK(ft.json("succeeded")["faults"][0]["running_again_ms"] == 50);
+  CHECK(ft.lines() == std::vector<std::string>{"fault 1 (rank 3): worker exit after 5 ms, "
+                                               "running again after 50 ms, no step reported "
+                                               "after it"});
+}
