@@ -1016,6 +1016,12 @@ void Agent::Impl::arm_fault_timer() {
                                {"what", fired.line}});
     }
     for (const auto& a : due.actions) {
+      if (a.kind == FaultInjector::Action::Kind::kNodeLost) {
+        // As a machine that dies: no goodbye to the rendezvous, no report, workers and agent
+        // gone at once (the log and event lines above are written already).
+        workers_->kill_all();
+        std::raise(SIGKILL);
+      }
       if (a.kind == FaultInjector::Action::Kind::kSignal) {
         workers_->signal_process(a.local_rank, a.signo);  // as a crash of the worker itself
       } else {

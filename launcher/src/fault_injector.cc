@@ -46,7 +46,9 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
       if (*f.rank >= rank_offset_ && *f.rank < rank_offset_ + local_world_size_) {
         local = *f.rank - rank_offset_;
       }
-    } else if (*f.node == node_ && *f.local_rank < local_world_size_) {
+    } else if (*f.node == node_ && f.kind == FaultKind::kNodeLost) {
+      local = 0;  // the whole node
+    } else if (*f.node == node_ && f.local_rank && *f.local_rank < local_world_size_) {
       local = *f.local_rank;
     }
     if (f.at_step) {
@@ -68,6 +70,9 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
     switch (f.kind) {
       case FaultKind::kSignal:
         due.actions.push_back({Action::Kind::kSignal, local, f.signo, f.id});
+        break;
+      case FaultKind::kNodeLost:
+        due.actions.push_back({Action::Kind::kNodeLost, local, SIGKILL, f.id});
         break;
       case FaultKind::kHang: {
         Effect e;

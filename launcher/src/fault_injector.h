@@ -20,7 +20,8 @@ class FaultInjector {
   using Clock = std::chrono::steady_clock;
 
   struct Action {
-    enum class Kind { kSignal, kStop, kContinue };
+    // kNodeLost: the agent kills its workers and itself (SIGKILL).
+    enum class Kind { kSignal, kStop, kContinue, kNodeLost };
     Kind kind = Kind::kSignal;
     int local_rank = 0;
     int signo = 0;  // kSignal

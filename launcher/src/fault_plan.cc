@@ -53,6 +53,8 @@ std::string kind_name(const Fault& f) {
       return "hang";
     case FaultKind::kStraggler:
       return "straggler";
+    case FaultKind::kNodeLost:
+      return "node_lost";
     case FaultKind::kSignal:
       break;
   }
@@ -82,9 +84,11 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
     f.kind = FaultKind::kHang;
   } else if (kind == "straggler") {
     f.kind = FaultKind::kStraggler;
+  } else if (kind == "node_lost") {
+    f.kind = FaultKind::kNodeLost;
   } else {
     return bad(where + "unknown kind '" + kind +
-               "' (kill, term, int, segv, abrt, hang or straggler)");
+               "' (kill, term, int, segv, abrt, hang, straggler or node_lost)");
   }
   bool timed = false;
   for (const auto& [key, value] : fields.items()) {
@@ -153,14 +157,19 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
   if (f.rank && (f.node || f.local_rank)) {
     return bad(where + "give rank, or node and local_rank, not both");
   }
-  if (!f.rank && !(f.node && f.local_rank)) {
+  if (f.kind == FaultKind::kNodeLost) {
+    if (f.local_rank) return bad(where + "a lost node is a node=N (or the node of a rank=N)");
+    if (!f.rank && !f.node) return bad(where + "says not where: give node=N or rank=N");
+  } else if (!f.rank && !(f.node && f.local_rank)) {
     return bad(where + "says not where: give rank=N, or node=N and local_rank=N");
   }
   if (f.kind == FaultKind::kStraggler && f.duration <= 0) {
     return bad(where + "a straggler needs duration=SECONDS");
   }
-  if (f.kind == FaultKind::kSignal && fields.contains("duration")) {
-    return bad(where + "a signal has no duration");
+  if ((f.kind == FaultKind::kSignal || f.kind == FaultKind::kNodeLost) &&
+      fields.contains("duration")) {
+    return bad(where + (f.kind == FaultKind::kSignal ? "a signal" : "a lost node") +
+               " has no duration");
   }
   if (f.kind != FaultKind::kStraggler && fields.contains("speed")) {
     return bad(where + "speed is a straggler's");
@@ -318,8 +327,9 @@ Result<FaultPlan> random_fault_plan(const std::string& spec) {
     } else if (key == "kinds") {
       kinds = split(value, '+');
       for (const auto& k : kinds) {
-        if (!signal_kind(k) && k != "hang" && k != "straggler") {
-          return fail("kinds joined by + (kill, term, int, segv, abrt, hang, straggler)");
+        if (!signal_kind(k) && k != "hang" && k != "straggler" && k != "node_lost") {
+          return fail(
+              "kinds joined by + (kill, term, int, segv, abrt, hang, straggler, node_lost)");
         }
       }
       if (kinds.empty()) return fail("kinds joined by +");
@@ -384,7 +394,7 @@ Json fault_plan_json(const FaultPlan& plan) {
     } else {
       j["after"] = f.after;
     }
-    if (f.kind != FaultKind::kSignal) j["duration"] = f.duration;
+    if (f.kind == FaultKind::kHang || f.kind == FaultKind::kStraggler) j["duration"] = f.duration;
     if (f.kind == FaultKind::kStraggler) j["speed"] = f.speed;
     faults.push_back(std::move(j));
   }
@@ -392,9 +402,12 @@ Json fault_plan_json(const FaultPlan& plan) {
 }
 
 std::string describe_fault(const Fault& f) {
-  std::string where =
-      f.rank ? "rank " + std::to_string(*f.rank)
-             : "node " + std::to_string(*f.node) + " local rank " + std::to_string(*f.local_rank);
+  std::string where = "node " + std::to_string(f.node.value_or(0));
+  if (f.rank) {
+    where = "rank " + std::to_string(*f.rank);
+  } else if (f.local_rank) {
+    where += " local rank " + std::to_string(*f.local_rank);
+  }
   std::string what;
   switch (f.kind) {
     case FaultKind::kSignal:
@@ -404,6 +417,9 @@ std::string describe_fault(const Fault& f) {
       what =
           where + " hung (SIGSTOP" +
           (f.duration > 0 ? ", resumed after " + seconds_text(f.duration) + " s)" : ", for good)");
+      break;
+    case FaultKind::kNodeLost:
+      what = (f.rank ? "the node of " + where : where) + " lost (its agent and workers killed)";
       break;
     case FaultKind::kStraggler:
       what = where + " slowed to " + std::to_string(static_cast<int>(std::lround(f.speed * 100))) +

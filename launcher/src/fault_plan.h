@@ -26,13 +26,15 @@ enum class FaultKind {
   kSignal,     // a signal to the worker process (kill, term, int, segv, abrt)
   kHang,       // SIGSTOP to the worker's process group; SIGCONT after `duration` (0: never)
   kStraggler,  // stopped and continued in turn for `duration`, running `speed` of the time
+  kNodeLost,   // the node's agent and workers killed together (SIGKILL), as a machine that dies
 };
 
 struct Fault {
   int id = 0;  // 1, 2, ... in the plan's order
   FaultKind kind = FaultKind::kSignal;
   int signo = 0;  // kSignal
-  // Where: a global rank, or a node (group rank) and a local rank on it.
+  // Where: a global rank, or a node (group rank) and a local rank on it; a lost node: a node,
+  // or the node of a rank.
   std::optional<int> rank;
   std::optional<int> node;
   std::optional<int> local_rank;

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -185,6 +187,63 @@ TEST_CASE("faults: a worker hung for good by the plan is stopped with the job on
   CHECK(std::chrono::steady_clock::now() - stop_began < 2s);
   CHECK(::kill(worker, 0) != 0);
   CHECK(::kill(child, 0) != 0);
+}
+
+TEST_CASE("faults: a lost node's agent and workers die together, and the job re-forms") {
+  ScratchDir s("faults_node");
+  // Two nodes of an elastic 1:2 job on 127.0.0.1, both with the plan: node 1 is lost at 1 s,
+  // node 0 goes on alone (workers that end once they are the only node).
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto agent = [&](const std::string& name) {
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{
+            CTRUN_PATH, "--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+            "--rdzv_endpoint=" + endpoint, "--rdzv_id=lost", "--rdzv_conf=last_call_timeout=1",
+            "--faults", "node_lost:node=1,after=1", TEST_WORKER_PATH, "until_alone", s.path(name)},
+        s.path(name + ".log"));
+  };
+  auto a = agent("a");
+  auto b = agent("b");
+  // Each agent's worker writes its pid to NAME.<its rank>: rank 0 or 1, as the round says.
+  auto worker_pid = [&](const std::string& name) -> std::optional<int> {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      for (const char* rank : {".0", ".1"}) {
+        const std::string pid = read_file(s.path(name + rank));
+        if (!pid.empty() && pid.back() == '\n') return std::stoi(pid);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return std::nullopt;
+  };
+  const auto pid_a = worker_pid("a");
+  const auto pid_b = worker_pid("b");
+  REQUIRE(pid_a);
+  REQUIRE(pid_b);
+  // Which agent is node 1 is the rendezvous's choice: the one that dies.
+  std::optional<int> rc_a, rc_b;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while ((!rc_a || !rc_b) && std::chrono::steady_clock::now() < deadline) {
+    if (!rc_a) rc_a = a->wait(50ms);
+    if (!rc_b) rc_b = b->wait(50ms);
+  }
+  const std::string logs = read_file(s.path("a.log")) + read_file(s.path("b.log"));
+  INFO(logs);
+  REQUIRE(rc_a);
+  REQUIRE(rc_b);
+  CHECK(((*rc_a == 128 + SIGKILL && *rc_b == 0) || (*rc_b == 128 + SIGKILL && *rc_a == 0)));
+  CHECK(logs.find("injecting fault 1: node 1 lost (its agent and workers killed) at 1.000 s") !=
+        std::string::npos);
+  // The lost node's worker died with it (gone, or a zombie its new parent has yet to reap);
+  // the survivor's round 1 has one node.
+  const int lost_worker = *rc_a == 128 + SIGKILL ? *pid_a : *pid_b;
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (process_state(lost_worker) != 0 && process_state(lost_worker) != 'Z' &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK((process_state(lost_worker) == 0 || process_state(lost_worker) == 'Z'));
+  CHECK(logs.find("round 1: group rank 0 of 1") != std::string::npos);
 }
 
 TEST_CASE("faults: a bad plan is a one-line error before anything starts") {

@@ -115,3 +115,18 @@ TEST_CASE("fault injector: a fault at a step fires when its worker reports that 
   again.workers_started(0, 0, 1, t0 + 1s);
   CHECK(again.poll(t0 + 2s).actions.empty());
 }
+
+TEST_CASE("fault injector: a lost node is fired by that node's agent alone") {
+  FaultInjector node0(plan("node_lost:node=1,after=1;node_lost:rank=1,after=2"));
+  FaultInjector node1(plan("node_lost:node=1,after=1;node_lost:rank=1,after=2"));
+  node0.workers_started(0, 0, 2, t0);  // ranks 0, 1
+  node1.workers_started(1, 2, 2, t0);  // ranks 2, 3
+  CHECK(node0.poll(t0 + 1s).actions.empty());
+  auto due = node1.poll(t0 + 1s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kNodeLost);
+  due = node0.poll(t0 + 2s);  // the node of rank 1
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kNodeLost);
+  CHECK(due.fired[0].rank == 1);
+}

@@ -5,6 +5,7 @@
 #include <set>
 
 using namespace ctrun::launcher;
+using Json = ctrun::rendezvous::Json;
 
 namespace {
 FaultPlan ok(const ctrun::rendezvous::Result<FaultPlan>& r) {
@@ -89,8 +90,8 @@ TEST_CASE("fault plan: a fault at a training step") {
 
 TEST_CASE("fault plan: a bad plan is one line naming the fault and what was wrong") {
   CHECK(error(parse_inline_fault_plan("explode:rank=1,after=2")) ==
-        "--faults: fault 1: unknown kind 'explode' (kill, term, int, segv, abrt, hang or "
-        "straggler)");
+        "--faults: fault 1: unknown kind 'explode' (kill, term, int, segv, abrt, hang, straggler "
+        "or node_lost)");
   CHECK(error(parse_inline_fault_plan("kill:rank=1")) ==
         "--faults: fault 1: says not when: give after=SECONDS, window=FROM-TO or at_step=N");
   CHECK(error(parse_inline_fault_plan("kill:after=1")) ==
@@ -146,7 +147,23 @@ TEST_CASE("fault plan: random plans come from the seed, the same seed giving the
         "--faults=random: give ranks=FIRST-LAST: the ranks faults may hit");
   CHECK(error(random_fault_plan("random:seed=1,ranks=0-3,window=1-2,kinds=kill+boom")) ==
         "--faults=random: kinds: expected kinds joined by + (kill, term, int, segv, abrt, hang, "
-        "straggler), got 'kill+boom'");
+        "straggler, node_lost), got 'kill+boom'");
   CHECK(error(random_fault_plan("random:seed=1,ranks=3-1,window=1-2")) ==
         "--faults=random: ranks: expected FIRST-LAST ranks, got '3-1'");
+}
+
+TEST_CASE("fault plan: a lost node is a node, or the node of a rank") {
+  const auto plan =
+      ok(parse_inline_fault_plan("node_lost:node=1,after=3;node_lost:rank=5,at_step=9"));
+  CHECK(plan.faults[0].kind == FaultKind::kNodeLost);
+  CHECK(describe_fault(plan.faults[0]) ==
+        "fault 1: node 1 lost (its agent and workers killed) at 3.000 s");
+  CHECK(describe_fault(plan.faults[1]) ==
+        "fault 2: the node of rank 5 lost (its agent and workers killed) at step 9");
+  CHECK(fault_plan_json(plan)["faults"][0] ==
+        Json{{"kind", "node_lost"}, {"node", 1}, {"after", 3.0}});
+  CHECK(error(parse_inline_fault_plan("node_lost:node=1,local_rank=0,after=1")) ==
+        "--faults: fault 1: a lost node is a node=N (or the node of a rank=N)");
+  CHECK(error(parse_inline_fault_plan("node_lost:node=1,after=1,duration=2")) ==
+        "--faults: fault 1: a lost node has no duration");
 }
