@@ -291,6 +291,7 @@ class Agent::Impl {
   FaultReport fault_report_;             // what became of the faults injected here
   int faults_fired_ = 0;
   std::vector<std::optional<std::int64_t>> reported_steps_;  // by local rank, with --faults
+  std::vector<std::string> result_files_;  // by local rank: CTRUN_RESULT_FILE (--fault_report)
   asio::steady_timer fault_timer_;
   // Adopted descendants that exited are reaped every second. Not on SIGCHLD: asio installs its
   // handlers without SA_RESTART, and every worker's exit would interrupt blocking calls.
@@ -597,6 +598,12 @@ rdzv::Result<WorkerSpec> Agent::Impl::worker_spec(const Attempt& attempt,
   in.set_omp_num_threads = attempt.set_omp;
   in.python_fault_handler = o.worker_timeout > 0 && workers_run_python_;
   in.replica_id = node_id_ + "/" + std::to_string(local_rank);
+  if (!o.fault_report.empty()) {
+    in.result_file = dir + "/result";
+    std::remove(in.result_file.c_str());  // a result is this worker's, never an earlier one's
+    result_files_.resize(static_cast<std::size_t>(local_world_size_));
+    result_files_.at(slot) = in.result_file;
+  }
   if (heartbeat_files_on()) {
     in.heartbeat_file = dir + "/heartbeat";
     if (std::FILE* f = std::fopen(in.heartbeat_file.c_str(), "w")) std::fclose(f);
@@ -1036,8 +1043,18 @@ void Agent::Impl::finish_fault_report(int exit_code) {
   if (!faults_) return;
   for (const auto& line : fault_report_.lines()) log(line);
   if (options_.fault_report.empty()) return;
-  const std::string text =
-      fault_report_.json(exit_code == 0 ? "succeeded" : "failed").dump(2) + "\n";
+  rdzv::Json report = fault_report_.json(exit_code == 0 ? "succeeded" : "failed");
+  // What the last workers wrote as their results, by global rank.
+  rdzv::Json results = rdzv::Json::object();
+  const int offset = machine_ ? machine_->round().rank_offset : 0;
+  for (std::size_t i = 0; i < result_files_.size(); ++i) {
+    std::ifstream in(result_files_[i]);
+    std::string result;
+    if (in && std::getline(in, result))
+      results[std::to_string(offset + static_cast<int>(i))] = result;
+  }
+  report["results"] = std::move(results);
+  const std::string text = report.dump(2) + "\n";
   std::ofstream out(options_.fault_report, std::ios::trunc);
   out << text;
   out.close();

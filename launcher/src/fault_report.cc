@@ -31,7 +31,8 @@ void FaultReport::fired(int fault_id, const std::string& what, int rank, int loc
 
 void FaultReport::worker_failed(int local_rank, Clock::time_point at) {
   for (auto& e : entries_) {
-    if (e.local_rank == local_rank && !e.detected) e.detected = at;
+    // A fault whose worker went on to a step is over: a later failure is another's.
+    if (e.local_rank == local_rank && !e.detected && !e.first_step) e.detected = at;
   }
 }
 

@@ -104,6 +104,7 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
     vars.emplace("CUDA_VISIBLE_DEVICES", device);
   }
   if (!in.heartbeat_file.empty()) vars.emplace("CTRUN_HEARTBEAT_FILE", in.heartbeat_file);
+  if (!in.result_file.empty()) vars.emplace("CTRUN_RESULT_FILE", in.result_file);
   if (o.fault_tolerance == "step") {
     vars.emplace("CTRUN_FAULT_TOLERANCE", "step");
     vars.emplace("CTRUN_REPLICA_ID", in.replica_id);

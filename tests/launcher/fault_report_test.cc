@@ -48,6 +48,9 @@ TEST_CASE("fault report: a hang that is resumed counts the first step after it")
   CHECK_FALSE(f.contains("worker_exit"));
   CHECK_FALSE(f.contains("running_again"));
   CHECK_FALSE(f.contains("steps_redone"));
+  // Over: a later failure of that worker is not this fault's doing.
+  report.worker_failed(0, t0 + 3s);
+  CHECK_FALSE(report.json("failed")["faults"][0].contains("worker_exit"));
   // A worker replaced alone runs again on its own.
   FaultReport ft;
   ft.fired(1, "kill", 3, 1, true, std::nullopt, t0);

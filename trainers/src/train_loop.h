@@ -64,6 +64,9 @@ worker::ShardingOptions sharding_options(const TrainOptions& options, const Trai
 // The parameters' bytes hashed (FNV-1a, 64 bits): equal on replicas that are bit-identical.
 std::uint64_t parameter_digest(const torch::nn::Module& model);
 std::string digest_hex(std::uint64_t digest);  // 16 hex digits, as the trainers print it
+// The digest into CTRUN_RESULT_FILE when the launcher names one (ctrun --fault_report quotes
+// it, so that a faulted run is compared with a clean one).
+void write_result(std::uint64_t digest);
 
 // Trains for options.epochs (or max_steps), resuming from --checkpoint_dir. Returns 0.
 int train(const TrainOptions& options, Run& run, TrainTask& task);

@@ -235,6 +235,7 @@ int train_fault_tolerant(const TrainOptions& o, Run& run, TrainTask& task) {
   whole.reset();
   ft.finish();
   const auto stats = ft.stats();
+  write_result(digest);
   say(replica, "parameters digest " + digest_hex(digest) + " at step " +
                    std::to_string(ft.committed_step()) + ", steps lost " +
                    std::to_string(stats.steps_lost) + ", communicators built " +

@@ -32,7 +32,11 @@ struct WorkerEnvInputs {
   rendezvous::StoreAddress store;  // passed on as CTRUN_STORE_*
   bool use_agent_store = false;
   std::string error_file;
-  std::string heartbeat_file;  // CTRUN_HEARTBEAT_FILE when --worker_timeout is on; else empty
+  // CTRUN_HEARTBEAT_FILE with --worker_timeout or --faults; else empty.
+  std::string heartbeat_file;
+  // CTRUN_RESULT_FILE with --fault_report: where the worker may write its result (a digest of
+  // its parameters), which the report quotes; else empty.
+  std::string result_file;
   // PYTHONFAULTHANDLER=1 unless the agent's environment sets it: a Python worker judged hung
   // dumps every thread's stack on the agent's SIGABRT (--worker_timeout).
   bool python_fault_handler = false;

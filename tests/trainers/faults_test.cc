@@ -1,0 +1,64 @@
+// ctrun --faults end to end on the C++ trainer: a random plan of kills, signals and hangs,
+// restarts from checkpoints, and the result the fault report quotes is the clean run's,
+// bit for bit.
+#include <catch2/catch.hpp>
+#include <regex>
+
+#include "ctrun/rendezvous/json.h"
+#include "process.h"
+
+using namespace ctrun::testing;
+using namespace std::chrono_literals;
+using Json = ctrun::rendezvous::Json;
+
+namespace {
+
+std::vector<std::string> mlp_job(const ScratchDir& s, const std::string& name,
+                                 std::vector<std::string> faults) {
+  std::vector<std::string> argv = {CTRUN_PATH, "--standalone", "--nproc_per_node=3",
+                                   "--max_restarts=6"};
+  argv.insert(argv.end(), faults.begin(), faults.end());
+  argv.insert(argv.end(), {MLP_PATH, "--epochs", "3", "--samples", "6144", "--seed", "3",
+                           "--checkpoint_dir", s.path(name + ".ckpt"), "--checkpoint_every", "8"});
+  return argv;
+}
+
+}  // namespace
+
+TEST_CASE("faults: mlp under a random plan of five faults ends with the clean run's digest") {
+  ScratchDir s("faults_e2e");
+  ChildProcess clean(mlp_job(s, "clean", {}), s.path("clean.log"));
+  REQUIRE(clean.wait(180s) == 0);
+  std::smatch m;
+  const std::string clean_log = read_file(s.path("clean.log"));
+  REQUIRE(std::regex_search(clean_log, m, std::regex("digest ([0-9a-f]{16})")));
+  const std::string clean_digest = m[1];
+
+  // Kills, a SIGTERM, a SIGSEGV and hangs at steps drawn from the seed; each kill restarts
+  // the job from its last checkpoint (every 8 steps).
+  ChildProcess faulted(
+      mlp_job(s, "faulted",
+              {"--faults",
+               "random:seed=5,count=5,kinds=kill+term+segv+hang,ranks=0-2,steps=5-90,duration=1",
+               "--fault_report", s.path("report.json")}),
+      s.path("faulted.log"));
+  const auto rc = faulted.wait(300s);
+  const std::string log = read_file(s.path("faulted.log"));
+  INFO(log);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(count_of(log, "ctrun: injecting fault ") == 5);
+  const Json report = Json::parse(read_file(s.path("report.json")));
+  CHECK(report["outcome"] == "succeeded");
+  CHECK(report["faults"].size() == 5);
+  CHECK(report["restarts"].get<int>() >= 1);
+  REQUIRE(report["results"].size() == 3);
+  for (const auto& [rank, digest] : report["results"].items()) {
+    INFO("rank " << rank);
+    CHECK(digest == clean_digest);
+  }
+  // Every fault that killed its worker was seen, and the job ran again after it.
+  for (const Json& f : report["faults"]) {
+    if (f.contains("worker_exit")) CHECK(f.contains("running_again"));
+  }
+}
