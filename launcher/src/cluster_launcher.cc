@@ -92,8 +92,9 @@ rdzv::Result<std::string> control_directory(const EnvLookup& env) {
   // Unix socket's address: about 90 characters in all. A long TMPDIR gets a short directory of
   // its own in /tmp instead.
   if (dir.size() > 48) {
+    const std::size_t base_hash = std::hash<std::string>{}(base) & 0xffffffffu;
     char hash[17];
-    std::snprintf(hash, sizeof(hash), "%08zx", std::hash<std::string>{}(base)&0xffffffffu);
+    std::snprintf(hash, sizeof(hash), "%08zx", base_hash);
     dir = "/tmp" + name + "-" + hash;
   }
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {

@@ -19,7 +19,7 @@ stopped by PID.
 
   /usr/bin/python3 scripts/bench/launch_bench.py [--quick]
       [--only launch,restart,node,first_collective]
-      [--ctrun build-bench/launcher/ctrun] [--ctrund build-bench/rendezvous/ctrund]
+      [--ctrun build-bench/launcher/ctrun] [--ctrund build-bench/rendezvous/daemon/ctrund]
       [--probe build-bench/scripts/bench/launch_probe]
 """
 import argparse
@@ -481,7 +481,7 @@ def main():
     ap.add_argument("--restarts", type=int, default=5)
     ap.add_argument("--node_reps", type=int, default=3)
     ap.add_argument("--ctrun", default=os.path.join(BUILD, "launcher", "ctrun"))
-    ap.add_argument("--ctrund", default=os.path.join(BUILD, "rendezvous", "ctrund"))
+    ap.add_argument("--ctrund", default=os.path.join(BUILD, "rendezvous", "daemon", "ctrund"))
     ap.add_argument("--probe", default=os.path.join(BUILD, "scripts", "bench", "launch_probe"))
     ap.add_argument("--measure", default=os.path.join(BUILD, "scripts", "bench", "launch_measure"))
     ap.add_argument("--keep", action="store_true", help="keep the logs and time stamps")
