@@ -289,7 +289,6 @@ class Agent::Impl {
   std::array<char, 512> stdin_buf_{};
   std::optional<FaultInjector> faults_;  // --faults
   FaultReport fault_report_;             // what became of the faults injected here
-  int faults_fired_ = 0;
   std::vector<std::optional<std::int64_t>> reported_steps_;  // by local rank, with --faults
   std::vector<std::string> result_files_;  // by local rank: CTRUN_RESULT_FILE (--fault_report)
   asio::steady_timer fault_timer_;
@@ -1008,7 +1007,6 @@ void Agent::Impl::arm_fault_timer() {
     }
     auto due = faults_->poll(std::chrono::steady_clock::now());
     for (const auto& fired : due.fired) {
-      ++faults_fired_;
       fault_report_.fired(fired.fault_id, fired.line, fired.rank, fired.local_rank, fired.signal,
                           static_cast<std::size_t>(fired.local_rank) < reported_steps_.size()
                               ? reported_steps_[fired.local_rank]

@@ -70,7 +70,7 @@ TEST_CASE("cluster_job: an elastic job loses a host and finishes on the others")
         "the job finished on 2 of 3 hosts; lost on the way: c: Timeout, server c not responding.");
 }
 
-TEST_CASE("cluster_job: a signal stops every host; a second one ends the sessions") {
+TEST_CASE("cluster_job: a signal stops every host, and a second one ends the sessions") {
   ClusterJob job({"a", "b"}, 1);
   auto stop = job.signal(SIGINT);
   CHECK(stop.close_input == std::vector<int>{0, 1});

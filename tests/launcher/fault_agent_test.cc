@@ -119,7 +119,8 @@ TEST_CASE("faults: a fault planned at a step hits its rank at that step") {
   CHECK(log.find("fault 1 (rank 1): worker exit after ") != std::string::npos);
 }
 
-TEST_CASE("faults: a planned hang stops its worker for its duration; a straggler runs in turns") {
+TEST_CASE(
+    "faults: a planned hang stops its worker for its duration, and a straggler runs in turns") {
   ScratchDir s("faults_hang");
   // Rank 0 hangs from 0.5 s to 2.5 s; node 0's local rank 1 straggles from 0.5 s for 2 s.
   ChildProcess agent({CTRUN_PATH, "--standalone", "--nproc_per_node=2", "--event_log",
