@@ -971,11 +971,8 @@ void Agent::Impl::watch_stdin() {
 rdzv::Status Agent::Impl::load_fault_plan() {
   const std::string& value = options_.faults;
   rdzv::Result<FaultPlan> plan = FaultPlan{};
-  std::ifstream file(value);
-  if (file) {
-    std::ostringstream text;
-    text << file.rdbuf();
-    plan = parse_fault_plan_json(text.str(), value);
+  if (auto text = read_text_file(value)) {
+    plan = parse_fault_plan_json(*text, value);
   } else if (value.rfind("random:", 0) == 0) {
     plan = random_fault_plan(value);
   } else {

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "ctrun/rendezvous/json.h"
 #include "rendezvous/protocol/auth.h"
@@ -74,6 +76,15 @@ int free_port(asio::io_context& io, const std::string& host) {
   probe.bind({addr, 0}, ec);
   if (ec) return 0;
   return probe.local_endpoint(ec).port();
+}
+
+std::optional<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return std::nullopt;
+  return text.str();
 }
 
 std::optional<std::int64_t> reported_step(const std::string& path) {

@@ -20,6 +20,8 @@ bool is_local_host(const std::string& host);
 int free_port(boost::asio::io_context& io, const std::string& host);
 // A heartbeat file's modification time in nanoseconds; 0 when it cannot be read.
 std::int64_t modification_stamp(const std::string& path);
+// A whole file's contents; nothing when it cannot be read (errno says why).
+std::optional<std::string> read_text_file(const std::string& path);
 // The step a worker wrote into its heartbeat file (a number, then anything); nothing when the
 // file holds none (never written, or caught between its truncation and its write).
 std::optional<std::int64_t> reported_step(const std::string& path);

@@ -13,11 +13,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <sstream>
 
 #include "agent_os.h"
 #include "cluster_job.h"
@@ -41,15 +39,6 @@ void log(const std::string& line) { rdzv::log_line("ctrun", line); }
 int fail(const std::string& message) {
   std::fprintf(stderr, "ctrun: error: %s\n", message.c_str());
   return 2;
-}
-
-std::optional<std::string> read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return text.str();
 }
 
 // The address of this machine that packets to `host` leave from (a UDP socket connected to it
@@ -92,7 +81,7 @@ rdzv::Result<std::string> control_directory(const EnvLookup& env) {
   // Unix socket's address: about 90 characters in all. A long TMPDIR gets a short directory of
   // its own in /tmp instead.
   if (dir.size() > 48) {
-    const std::size_t base_hash = std::hash<std::string>{}(base) & 0xffffffffu;
+    const std::size_t base_hash = std::hash<std::string>{}(base)&0xffffffffu;
     char hash[17];
     std::snprintf(hash, sizeof(hash), "%08zx", base_hash);
     dir = "/tmp" + name + "-" + hash;
@@ -125,7 +114,7 @@ rdzv::Result<EnvVars> read_env_files(const ClusterOptions& c, const EnvLookup& e
   }
   EnvVars vars;
   for (const auto& [path, required] : files) {
-    auto text = read_whole_file(path);
+    auto text = read_text_file(path);
     if (!text) {
       if (!required && errno == ENOENT) continue;
       return rdzv::Error{rdzv::ErrorCode::kBadRequest,
@@ -192,7 +181,7 @@ int run_cluster(asio::io_context& io, const LaunchOptions& o, const EnvLookup& e
   // The hosts.
   rdzv::Result<std::vector<Host>> listed = std::vector<Host>{};
   if (!c.hostfile.empty()) {
-    auto text = read_whole_file(c.hostfile);
+    auto text = read_text_file(c.hostfile);
     if (!text) return fail("--hostfile: cannot read '" + c.hostfile + "': " + std::strerror(errno));
     listed = parse_hostfile(*text, c.hostfile);
   } else {

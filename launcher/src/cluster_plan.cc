@@ -17,13 +17,6 @@ bool matches(const std::string& name, const std::string& pattern) {
   return name == pattern;
 }
 
-bool valid_variable_name(const std::string& name) {
-  if (name.empty() || (name.front() >= '0' && name.front() <= '9')) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-  });
-}
-
 // Sets `name` in `vars`, in place when it is there already (so later sources win).
 void set_var(EnvVars& vars, const std::string& name, const std::string& value) {
   auto it = std::find_if(vars.begin(), vars.end(), [&](const auto& v) { return v.first == name; });

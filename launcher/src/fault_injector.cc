@@ -74,27 +74,21 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
       case FaultKind::kNodeLost:
         due.actions.push_back({Action::Kind::kNodeLost, local, SIGKILL, f.id});
         break;
-      case FaultKind::kHang: {
-        Effect e;
-        e.fault_id = f.id;
-        e.began = now;
-        e.forever = f.duration <= 0;
-        e.ends = now + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(f.duration));
-        e.stopped = true;
-        effects_[local] = e;
-        due.actions.push_back({Action::Kind::kStop, local, SIGSTOP, f.id});
-        break;
-      }
+      case FaultKind::kHang:
       case FaultKind::kStraggler: {
-        Effect e;
+        Effect& e = effects_[local] = Effect{};
         e.fault_id = f.id;
         e.began = now;
         e.ends = now + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(f.duration));
-        e.straggler = true;
-        e.speed = f.speed;
-        effects_[local] = e;  // running now; stopped when its first period's share is used
+        if (f.kind == FaultKind::kHang) {
+          e.forever = f.duration <= 0;
+          e.stopped = true;
+          due.actions.push_back({Action::Kind::kStop, local, SIGSTOP, f.id});
+        } else {
+          e.straggler = true;  // running now; stopped once its first period's share is used
+          e.speed = f.speed;
+        }
         break;
       }
     }

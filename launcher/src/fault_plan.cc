@@ -203,14 +203,6 @@ std::optional<std::pair<int, int>> rank_range(const std::string& text) {
   return std::pair<int, int>(static_cast<int>(*lo), static_cast<int>(*hi));
 }
 
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> out;
-  std::string item;
-  std::istringstream in(text);
-  while (std::getline(in, item, sep)) out.push_back(item);
-  return out;
-}
-
 std::string seconds_text(double s) {
   std::ostringstream out;
   out.precision(3);

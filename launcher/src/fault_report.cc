@@ -16,6 +16,11 @@ long long ms_between(FaultReport::Clock::time_point a, FaultReport::Clock::time_
 
 }  // namespace
 
+std::optional<std::int64_t> FaultReport::steps_redone(const Entry& e) {
+  if (!e.first_step || !e.step_at_fault || !e.detected) return std::nullopt;
+  return std::max<std::int64_t>(0, *e.step_at_fault - (*e.first_step - 1));
+}
+
 void FaultReport::fired(int fault_id, const std::string& what, int rank, int local_rank,
                         bool signal, std::optional<std::int64_t> step, Clock::time_point at) {
   Entry e;
@@ -76,10 +81,7 @@ Json FaultReport::json(const std::string& outcome) const {
       j["first_step"] = *e.first_step;
       j["first_step_at"] = rendezvous::utc_stamp(*e.first_step_at);
       j["first_step_ms"] = ms_between(e.fired, *e.first_step_at);
-      // The steps done again: from the step the new process resumed at up to the fault's.
-      if (e.step_at_fault && e.detected) {
-        j["steps_redone"] = std::max<std::int64_t>(0, *e.step_at_fault - (*e.first_step - 1));
-      }
+      if (auto redone = steps_redone(e)) j["steps_redone"] = *redone;
     }
     faults.push_back(std::move(j));
   }
@@ -101,11 +103,7 @@ std::vector<std::string> FaultReport::lines() const {
     if (e.first_step) {
       line += " step " + std::to_string(*e.first_step) + " after " +
               std::to_string(ms_between(e.fired, *e.first_step_at)) + " ms";
-      if (e.step_at_fault && e.detected) {
-        line += " (" +
-                std::to_string(std::max<std::int64_t>(0, *e.step_at_fault - (*e.first_step - 1))) +
-                " steps redone)";
-      }
+      if (auto redone = steps_redone(e)) line += " (" + std::to_string(*redone) + " steps redone)";
     } else {
       line += " no step reported after it";
     }

@@ -52,6 +52,10 @@ class FaultReport {
     std::optional<Clock::time_point> first_step_at;
     std::optional<std::int64_t> first_step;
   };
+  // The steps between where the target was and where its new process resumed; only after a
+  // failure and a step of the new process.
+  static std::optional<std::int64_t> steps_redone(const Entry& e);
+
   std::vector<Entry> entries_;
   int restarts_ = 0;
 };

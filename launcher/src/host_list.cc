@@ -17,14 +17,6 @@ std::string trim(std::string s) {
   return s;
 }
 
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> out;
-  std::string item;
-  std::istringstream in(text + sep);  // so that "a," ends with an empty item
-  while (std::getline(in, item, sep)) out.push_back(item);
-  return out;
-}
-
 // A host name or address as ssh takes it: letters, digits, '.', '-' and '_', not starting with
 // '-' (ssh would read it as an option).
 bool valid_host_name(const std::string& name) {
@@ -82,7 +74,8 @@ struct Pick {
 
 Result<std::vector<Pick>> parse_picks(const std::string& text, const std::string& flag) {
   std::vector<Pick> picks;
-  for (const auto& entry : split(text, '@')) {
+  // The extra separator keeps a last empty item ("a@"), which is then an error.
+  for (const auto& entry : split(text + '@', '@')) {
     const auto colon = entry.find(':');
     Pick p;
     p.host = trim(entry.substr(0, colon));
@@ -90,7 +83,7 @@ Result<std::vector<Pick>> parse_picks(const std::string& text, const std::string
       return bad(flag + ": expected HOST[:SLOT,SLOT...]@HOST..., got '" + text + "'");
     }
     if (colon != std::string::npos) {
-      for (const auto& s : split(entry.substr(colon + 1), ',')) {
+      for (const auto& s : split(entry.substr(colon + 1) + ',', ',')) {
         auto slot = to_int(trim(s));
         if (!slot || *slot < 0 || *slot >= kMaxWorkersPerNode) {
           return bad(flag + ": '" + s + "' in '" + entry + "' is not a slot number");
@@ -146,7 +139,7 @@ Result<std::vector<Host>> parse_hostfile(const std::string& text, const std::str
 
 Result<std::vector<Host>> parse_hosts_option(const std::string& text) {
   std::vector<Host> hosts;
-  for (const auto& item : split(text, ',')) {
+  for (const auto& item : split(text + ',', ',')) {
     auto host = parse_name_and_count(trim(item), "--hosts: ");
     if (!host) return host.error();
     if (auto s = add_host(hosts, std::move(host).value(), "--hosts: "); !s) return s.error();

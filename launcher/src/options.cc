@@ -20,14 +20,6 @@
 namespace ctrun::launcher {
 namespace {
 
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> out;
-  std::string item;
-  std::istringstream in(text);
-  while (std::getline(in, item, sep)) out.push_back(item);
-  return out;
-}
-
 std::string trim(std::string s) {
   s.erase(0, s.find_first_not_of(" \t"));
   s.erase(s.find_last_not_of(" \t") + 1);
@@ -420,12 +412,8 @@ std::vector<std::string> agent_command_line(const std::vector<ArgSpec>& table,
 
 // A --forward_env item: a variable name, or a prefix of names ending in '*'.
 bool valid_forward_item(const std::string& item) {
-  const std::string name =
-      !item.empty() && item.back() == '*' ? item.substr(0, item.size() - 1) : item;
-  if (name.empty() || (name.front() >= '0' && name.front() <= '9')) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-  });
+  return valid_variable_name(!item.empty() && item.back() == '*' ? item.substr(0, item.size() - 1)
+                                                                 : item);
 }
 
 // --hostfile / --hosts and what goes with them into o.cluster; the options that make no sense
