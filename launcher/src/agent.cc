@@ -31,6 +31,7 @@
 #include "filtered_log.h"
 #include "heartbeat_monitor.h"
 #include "native_stack_probe.h"
+#include "python_helper.h"
 #include "rendezvous/backend/backend.h"
 #include "rendezvous/base/event_log.h"
 #include "rendezvous/base/log.h"
@@ -199,12 +200,21 @@ class Agent::Impl {
   // --faults: reads the plan (setup), and carries out what falls due while workers run.
   rdzv::Status load_fault_plan();
   void arm_fault_timer();
+  // What an injected fault was, in the job's store (kFaultsInjectedKey): `ctrun status`, the
+  // daemon's metrics and `ctrun fault` read it there, apart from real failures.
+  void record_injected_fault(const FaultInjector::Fired& fired, int pid);
+  // `ctrun fault`: the faults asked for while the job runs, read from the job's store in turn
+  // (with --faults only: nothing fires without a plan).
+  Task<void> watch_fault_requests();
+  void take_fault_request(std::int64_t number, const std::string& text);
+  bool watching_fault_requests_ = false;
   // At the agent's end: each injected fault's line, and --fault_report's file.
   void finish_fault_report(int exit_code);
   // Each worker gets CTRUN_HEARTBEAT_FILE for the watchdog, and for faults planned at a step
-  // (the file holds the step the worker reported).
+  // and the fault report (the file holds the step the worker reported).
   bool heartbeat_files_on() const {
-    return options_.worker_timeout > 0 || !options_.faults.empty();
+    return options_.worker_timeout > 0 || !options_.faults.empty() ||
+           !options_.fault_report.empty();
   }
   void arm_adopted_reaping();
   // Every kWaitingLineInterval while the agent waits (to connect, for a round, to reconnect,
@@ -323,6 +333,9 @@ class Agent::Impl {
   std::string run_id_;
   std::string log_root_;
   std::string temp_root_;  // removed at exit; empty when --log_dir was given
+  // Holds ctrun_worker.py with heartbeat files (--worker_timeout, --faults, --fault_report);
+  // else empty.
+  std::string python_helper_dir_;
   std::string node_id_;
   std::string host_;  // MASTER_ADDR when this node is group rank 0
   std::string endpoint_host_;
@@ -387,6 +400,22 @@ rdzv::Status Agent::Impl::setup() {
   }
   if (!o.faults.empty()) {
     if (auto s = load_fault_plan(); !s) return s;
+  } else if (!o.fault_report.empty()) {
+    faults_.emplace(FaultPlan{});  // no faults: a clean run's report, to compare with
+  }
+  if (heartbeat_files_on()) {
+    // Python workers report their steps and results (and raise a planned exception) through
+    // ctrun's helper.
+    const std::string dir = log_root_ + "/" + run_id_ + "/python";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const std::string path = dir + "/" + kPythonHelperName;
+    if (ec || !write_text_file_atomically(path, kPythonHelperSource)) {
+      return rdzv::Error{rdzv::ErrorCode::kInternal,
+                         "cannot write '" + path +
+                             "': " + (ec ? ec.message() : std::string(std::strerror(errno)))};
+    }
+    python_helper_dir_ = dir;
   }
 
   config_.min_nodes = o.min_nodes;
@@ -474,6 +503,10 @@ Task<void> Agent::Impl::connect() {
     // For `ctrun status`: the budget beside the count of restarts used.
     const std::string budget = std::to_string(o.max_restarts);
     connected.status = co_await client_->set(rdzv::kMaxRestartsKey, budget);
+  }
+  if (connected.status && !o.faults.empty() && !watching_fault_requests_) {
+    watching_fault_requests_ = true;
+    spawn([this]() -> Task<void> { co_await watch_fault_requests(); });
   }
   if (connected.status) {
     if (!o.rdzv_conf.ignored_keys.empty()) {
@@ -603,6 +636,11 @@ rdzv::Result<WorkerSpec> Agent::Impl::worker_spec(const Attempt& attempt,
     result_files_.resize(static_cast<std::size_t>(local_world_size_));
     result_files_.at(slot) = in.result_file;
   }
+  if (faults_) {
+    in.fault_file = dir + "/fault";
+    std::remove(in.fault_file.c_str());  // a planned exception is for the process it was sent to
+  }
+  in.python_helper_dir = python_helper_dir_;
   if (heartbeat_files_on()) {
     in.heartbeat_file = dir + "/heartbeat";
     if (std::FILE* f = std::fopen(in.heartbeat_file.c_str(), "w")) std::fclose(f);
@@ -971,7 +1009,9 @@ void Agent::Impl::watch_stdin() {
 rdzv::Status Agent::Impl::load_fault_plan() {
   const std::string& value = options_.faults;
   rdzv::Result<FaultPlan> plan = FaultPlan{};
-  if (auto text = read_text_file(value)) {
+  if (value == "live") {
+    // No planned faults: only those `ctrun fault` asks for while the job runs.
+  } else if (auto text = read_text_file(value)) {
     plan = parse_fault_plan_json(*text, value);
   } else if (value.rfind("random:", 0) == 0) {
     plan = random_fault_plan(value);
@@ -1004,18 +1044,21 @@ void Agent::Impl::arm_fault_timer() {
     }
     auto due = faults_->poll(std::chrono::steady_clock::now());
     for (const auto& fired : due.fired) {
-      fault_report_.fired(fired.fault_id, fired.line, fired.rank, fired.local_rank, fired.signal,
+      fault_report_.fired(fired.fault_id, fired.line, fired.rank, fired.local_rank,
+                          fired.ends_worker,
                           static_cast<std::size_t>(fired.local_rank) < reported_steps_.size()
                               ? reported_steps_[fired.local_rank]
                               : std::nullopt,
                           wall);
       log("injecting " + fired.line);
+      const int pid = workers_->running_pid(fired.local_rank);
       event("fault_injected", {{"injected", true},
                                {"fault", fired.fault_id},
                                {"rank", fired.rank},
                                {"local_rank", fired.local_rank},
-                               {"pid", workers_->running_pid(fired.local_rank)},
+                               {"pid", pid},
                                {"what", fired.line}});
+      record_injected_fault(fired, pid);
     }
     for (const auto& a : due.actions) {
       if (a.kind == FaultInjector::Action::Kind::kNodeLost) {
@@ -1023,6 +1066,19 @@ void Agent::Impl::arm_fault_timer() {
         // gone at once (the log and event lines above are written already).
         workers_->kill_all();
         std::raise(SIGKILL);
+      }
+      if (a.kind == FaultInjector::Action::Kind::kRaise) {
+        // Raised by the worker itself at its next reported step (ctrun_worker.report_step).
+        const std::string file = worker_dir(a.local_rank) + "/fault";
+        std::string what = "fault " + std::to_string(a.fault_id);
+        for (const auto& fired : due.fired) {
+          if (fired.fault_id == a.fault_id) what = fired.line;
+        }
+        if (!write_text_file_atomically(file, "ctrun: injected " + what + "\n")) {
+          log("error: fault " + std::to_string(a.fault_id) + ": cannot write '" + file +
+              "': " + std::strerror(errno));
+        }
+        continue;
       }
       if (a.kind == FaultInjector::Action::Kind::kSignal) {
         workers_->signal_process(a.local_rank, a.signo);  // as a crash of the worker itself
@@ -1032,6 +1088,83 @@ void Agent::Impl::arm_fault_timer() {
     }
     arm_fault_timer();
   });
+}
+
+void Agent::Impl::record_injected_fault(const FaultInjector::Fired& fired, int pid) {
+  rdzv::Json record{{"time", rdzv::utc_stamp(std::chrono::system_clock::now())},
+                    {"node", node_id_},
+                    {"host", host_},
+                    {"fault", fired.fault_id},
+                    {"rank", fired.rank},
+                    {"local_rank", fired.local_rank},
+                    {"pid", pid},
+                    {"what", fired.line},
+                    {"injected", true}};
+  std::optional<std::int64_t> request;
+  if (fired.fault_id > faults_->planned()) {
+    request = fired.fault_id - faults_->planned();
+    record["request"] = *request;
+  }
+  spawn([this, text = record.dump(), request, id = fired.fault_id]() -> Task<void> {
+    auto number = co_await client_->add(rdzv::kFaultsInjectedKey, 1);
+    rdzv::Status s = number ? co_await client_->set(
+                                  rdzv::kFaultInjectedPrefix + std::to_string(number.value()), text)
+                            : rdzv::Status(number.error());
+    if (s && request) {
+      s = co_await client_->set(
+          rdzv::kFaultRequestPrefix + std::to_string(*request) + rdzv::kFaultRequestDoneSuffix,
+          text);
+    }
+    if (!s) {
+      log("warning: fault " + std::to_string(id) +
+          ": not recorded in the job's store (ctrun status): " + s.error().message);
+    }
+  });
+}
+
+Task<void> Agent::Impl::watch_fault_requests() {
+  // Only faults asked for from now on: an agent that joins later does not replay old ones.
+  std::int64_t next = 0;
+  while (!exiting_) {
+    if (next == 0) {
+      auto count = co_await client_->add(rdzv::kFaultRequestsKey, 0);
+      if (count) {
+        next = count.value() + 1;
+        continue;
+      }
+    } else {
+      // Bounded waits, so that a reconnect or the end of the job is noticed.
+      const std::string key = rdzv::kFaultRequestPrefix + std::to_string(next);
+      auto text = co_await client_->get(key, std::chrono::seconds(10));
+      if (text) {
+        take_fault_request(next++, text.value());
+        continue;
+      }
+      if (text.error().code == rdzv::ErrorCode::kTimeout) continue;
+    }
+    if (exiting_) co_return;
+    co_await linger(std::chrono::seconds(1));  // not connected now (a reconnect in progress)
+  }
+}
+
+void Agent::Impl::take_fault_request(std::int64_t number, const std::string& text) {
+  const std::string name = "ctrun fault " + std::to_string(number);
+  rdzv::Json fault = rdzv::Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto plan =
+      fault.is_object()
+          ? parse_fault_plan_json(rdzv::Json{{"faults", rdzv::Json::array({fault})}}.dump(), name)
+          : rdzv::Result<FaultPlan>(rdzv::Error{rdzv::ErrorCode::kBadRequest, "not a JSON object"});
+  if (!plan || plan.value().faults.size() != 1) {
+    log("warning: " + name +
+        " ignored: " + (plan ? std::string("not one fault") : plan.error().message));
+    return;
+  }
+  Fault f = plan.value().faults.front();
+  f.id = faults_->planned() + static_cast<int>(number);
+  // A time in it counts from now (ctrun fault's default: at once).
+  log("fault asked for (" + name + "): " + describe_fault(f) + (f.at_step ? "" : " from now"));
+  event("fault_requested", {{"fault", f.id}, {"request", number}, {"what", describe_fault(f)}});
+  faults_->add(std::move(f), std::chrono::steady_clock::now());
 }
 
 void Agent::Impl::finish_fault_report(int exit_code) {

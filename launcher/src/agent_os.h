@@ -22,6 +22,9 @@ int free_port(boost::asio::io_context& io, const std::string& host);
 std::int64_t modification_stamp(const std::string& path);
 // A whole file's contents; nothing when it cannot be read (errno says why).
 std::optional<std::string> read_text_file(const std::string& path);
+// Writes `text` as the whole file at `path`, through a temporary file renamed over it, so a
+// reader sees the old contents or the new, never a part; false when it cannot (errno says why).
+bool write_text_file_atomically(const std::string& path, const std::string& text);
 // The step a worker wrote into its heartbeat file (a number, then anything); nothing when the
 // file holds none (never written, or caught between its truncation and its write).
 std::optional<std::int64_t> reported_step(const std::string& path);

@@ -32,6 +32,14 @@ void FaultInjector::worker_replaced(int local_rank) {
   steps_.erase(local_rank);
 }
 
+void FaultInjector::add(Fault fault, Clock::time_point now) {
+  if (!fault.at_step && started_) {
+    fault.after += std::chrono::duration<double>(now - start_).count();
+  }
+  plan_.faults.push_back(std::move(fault));
+  done_.push_back(false);
+}
+
 void FaultInjector::observe_step(int local_rank, std::int64_t step) { steps_[local_rank] = step; }
 
 FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
@@ -62,17 +70,21 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
     done_[i] = true;
     if (local < 0) continue;
     if (effects_.count(local) > 0) {
-      // Already hung or straggling: a second stop means nothing; a signal still lands.
-      if (f.kind != FaultKind::kSignal) continue;
+      // Already hung or straggling: a second stop means nothing; a signal still lands, and an
+      // exception at the worker's next step, once it runs.
+      if (f.kind != FaultKind::kSignal && f.kind != FaultKind::kException) continue;
     }
-    due.fired.push_back(
-        {f.id, rank_offset_ + local, local, f.kind == FaultKind::kSignal, describe_fault(f)});
+    const bool ends_worker = f.kind == FaultKind::kSignal || f.kind == FaultKind::kException;
+    due.fired.push_back({f.id, rank_offset_ + local, local, ends_worker, describe_fault(f)});
     switch (f.kind) {
       case FaultKind::kSignal:
         due.actions.push_back({Action::Kind::kSignal, local, f.signo, f.id});
         break;
       case FaultKind::kNodeLost:
         due.actions.push_back({Action::Kind::kNodeLost, local, SIGKILL, f.id});
+        break;
+      case FaultKind::kException:
+        due.actions.push_back({Action::Kind::kRaise, local, 0, f.id});
         break;
       case FaultKind::kHang:
       case FaultKind::kStraggler: {

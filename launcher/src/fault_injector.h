@@ -20,8 +20,9 @@ class FaultInjector {
   using Clock = std::chrono::steady_clock;
 
   struct Action {
-    // kNodeLost: the agent kills its workers and itself (SIGKILL).
-    enum class Kind { kSignal, kStop, kContinue, kNodeLost };
+    // kNodeLost: the agent kills its workers and itself (SIGKILL). kRaise: the worker is told
+    // to raise an exception at its next reported step (CTRUN_FAULT_FILE).
+    enum class Kind { kSignal, kStop, kContinue, kNodeLost, kRaise };
     Kind kind = Kind::kSignal;
     int local_rank = 0;
     int signo = 0;  // kSignal
@@ -31,15 +32,18 @@ class FaultInjector {
     int fault_id = 0;
     int rank = 0;  // the global rank hit
     int local_rank = 0;
-    bool signal = false;  // a signal fault (not a hang or a straggler)
-    std::string line;     // "fault 2: SIGKILL to rank 3 at 20.000 s", as the agent logs it
+    bool ends_worker = false;  // a signal or an exception (not a hang or a straggler)
+    std::string line;          // "fault 2: SIGKILL to rank 3 at 20.000 s", as the agent logs it
   };
   struct Due {
     std::vector<Action> actions;
     std::vector<Fired> fired;
   };
 
-  explicit FaultInjector(FaultPlan plan) : plan_(std::move(plan)), done_(plan_.faults.size()) {}
+  explicit FaultInjector(FaultPlan plan)
+      : plan_(std::move(plan)),
+        done_(plan_.faults.size()),
+        planned_(static_cast<int>(plan_.faults.size())) {}
 
   // This node's workers of a round: its group rank, its first global rank and worker count.
   // The first call starts the plan's clock.
@@ -49,6 +53,12 @@ class FaultInjector {
   void workers_stopped();
   // One worker replaced alone (--fault_tolerance=step): the same for it.
   void worker_replaced(int local_rank);
+
+  // A fault asked for while the job runs (`ctrun fault`), with its own id: its `after` counts
+  // from `now` (0: at once), not from the start; at a step, from the step.
+  void add(Fault fault, Clock::time_point now);
+  // How many faults the plan held at the start: ids past it are faults asked for later.
+  int planned() const { return planned_; }
 
   // The step a worker of this node last reported (its CTRUN_HEARTBEAT_FILE), for the faults
   // planned at a step.
@@ -78,6 +88,7 @@ class FaultInjector {
 
   FaultPlan plan_;
   std::vector<bool> done_;  // by fault index: fired here, or due while its target ran elsewhere
+  int planned_ = 0;
   bool started_ = false;
   bool running_ = false;
   Clock::time_point start_;

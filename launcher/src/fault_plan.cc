@@ -47,8 +47,19 @@ std::optional<int> signal_kind(const std::string& kind) {
   return std::nullopt;
 }
 
+// Every kind a fault may be, for the errors that list them.
+constexpr const char* kKindList =
+    "kill, term, int, segv, abrt, hang, straggler, node_lost, exception";
+
+bool known_kind(const std::string& kind) {
+  return signal_kind(kind) || kind == "hang" || kind == "straggler" || kind == "node_lost" ||
+         kind == "exception";
+}
+
 std::string kind_name(const Fault& f) {
   switch (f.kind) {
+    case FaultKind::kException:
+      return "exception";
     case FaultKind::kHang:
       return "hang";
     case FaultKind::kStraggler:
@@ -86,9 +97,10 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
     f.kind = FaultKind::kStraggler;
   } else if (kind == "node_lost") {
     f.kind = FaultKind::kNodeLost;
+  } else if (kind == "exception") {
+    f.kind = FaultKind::kException;
   } else {
-    return bad(where + "unknown kind '" + kind +
-               "' (kill, term, int, segv, abrt, hang, straggler or node_lost)");
+    return bad(where + "unknown kind '" + kind + "' (" + kKindList + ")");
   }
   bool timed = false;
   for (const auto& [key, value] : fields.items()) {
@@ -166,10 +178,9 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
   if (f.kind == FaultKind::kStraggler && f.duration <= 0) {
     return bad(where + "a straggler needs duration=SECONDS");
   }
-  if ((f.kind == FaultKind::kSignal || f.kind == FaultKind::kNodeLost) &&
+  if (f.kind != FaultKind::kHang && f.kind != FaultKind::kStraggler &&
       fields.contains("duration")) {
-    return bad(where + (f.kind == FaultKind::kSignal ? "a signal" : "a lost node") +
-               " has no duration");
+    return bad(where + "only a hang or a straggler has a duration");
   }
   if (f.kind != FaultKind::kStraggler && fields.contains("speed")) {
     return bad(where + "speed is a straggler's");
@@ -319,10 +330,7 @@ Result<FaultPlan> random_fault_plan(const std::string& spec) {
     } else if (key == "kinds") {
       kinds = split(value, '+');
       for (const auto& k : kinds) {
-        if (!signal_kind(k) && k != "hang" && k != "straggler" && k != "node_lost") {
-          return fail(
-              "kinds joined by + (kill, term, int, segv, abrt, hang, straggler, node_lost)");
-        }
+        if (!known_kind(k)) return fail(std::string("kinds joined by + (") + kKindList + ")");
       }
       if (kinds.empty()) return fail("kinds joined by +");
     } else if (key == "ranks") {
@@ -374,6 +382,28 @@ Result<FaultPlan> random_fault_plan(const std::string& spec) {
   return plan;
 }
 
+Result<Json> parse_fault_request(const std::string& text) {
+  if (text.find(';') != std::string::npos) {
+    return bad("ctrun fault: one fault at a time, got '" + text + "'");
+  }
+  std::string fault = text;
+  const bool timed = text.find("after=") != std::string::npos ||
+                     text.find("window=") != std::string::npos ||
+                     text.find("at_step=") != std::string::npos;
+  if (!timed) fault += text.find(':') == std::string::npos ? ":after=0" : ",after=0";
+  auto plan = parse_inline_fault_plan(fault);
+  if (!plan) {
+    std::string message = plan.error().message;
+    const std::string planned = "--faults: fault 1: ";
+    if (message.rfind(planned, 0) == 0) message = "ctrun fault: " + message.substr(planned.size());
+    return bad(message);
+  }
+  if (plan.value().faults.size() != 1) {
+    return bad("ctrun fault: expected one fault, got '" + text + "'");
+  }
+  return fault_plan_json(plan.value())["faults"][0];
+}
+
 Json fault_plan_json(const FaultPlan& plan) {
   Json faults = Json::array();
   for (const Fault& f : plan.faults) {
@@ -412,6 +442,9 @@ std::string describe_fault(const Fault& f) {
       break;
     case FaultKind::kNodeLost:
       what = (f.rank ? "the node of " + where : where) + " lost (its agent and workers killed)";
+      break;
+    case FaultKind::kException:
+      what = "an exception raised in " + where;
       break;
     case FaultKind::kStraggler:
       what = where + " slowed to " + std::to_string(static_cast<int>(std::lround(f.speed * 100))) +

@@ -27,6 +27,7 @@ enum class FaultKind {
   kHang,       // SIGSTOP to the worker's process group; SIGCONT after `duration` (0: never)
   kStraggler,  // stopped and continued in turn for `duration`, running `speed` of the time
   kNodeLost,   // the node's agent and workers killed together (SIGKILL), as a machine that dies
+  kException,  // an exception raised inside the worker at its next reported step (CTRUN_FAULT_FILE)
 };
 
 struct Fault {
@@ -59,6 +60,11 @@ rendezvous::Result<FaultPlan> parse_fault_plan_json(const std::string& text,
                                                     const std::string& source);
 rendezvous::Result<FaultPlan> parse_inline_fault_plan(const std::string& text);
 rendezvous::Result<FaultPlan> random_fault_plan(const std::string& spec);
+
+// `ctrun fault FAULT`: one fault in the inline form, to inject into a running job. Without a
+// time or a step it fires at once; a time counts from when the agents read it. Returns the
+// fault as a plan's JSON holds it (what the agents read from the job's store).
+rendezvous::Result<rendezvous::Json> parse_fault_request(const std::string& text);
 
 // The plan as JSON, windows resolved: what --faults reads back to replay the very same faults.
 rendezvous::Json fault_plan_json(const FaultPlan& plan);

@@ -22,9 +22,9 @@ std::optional<std::int64_t> FaultReport::steps_redone(const Entry& e) {
 }
 
 void FaultReport::fired(int fault_id, const std::string& what, int rank, int local_rank,
-                        bool signal, std::optional<std::int64_t> step, Clock::time_point at) {
+                        bool ends_worker, std::optional<std::int64_t> step, Clock::time_point at) {
   Entry e;
-  e.signal = signal;
+  e.ends_worker = ends_worker;
   e.fault_id = fault_id;
   e.what = what;
   e.rank = rank;
@@ -53,7 +53,7 @@ void FaultReport::step_reported(int local_rank, std::int64_t step, Clock::time_p
     if (e.local_rank != local_rank || e.first_step) continue;
     // After a signal, the first step of the new process; a hang resumed or a straggler counts
     // the first step after it fired (unless it killed the worker too: a watchdog).
-    if ((e.signal || e.detected) && !e.running_again) continue;
+    if ((e.ends_worker || e.detected) && !e.running_again) continue;
     if (!e.detected && e.step_at_fault && step <= *e.step_at_fault) continue;
     e.first_step = step;
     e.first_step_at = at;

@@ -19,9 +19,9 @@ class FaultReport {
   using Clock = std::chrono::system_clock;
 
   // A fault fired on `local_rank` (global `rank`); `step`: the last step that worker reported,
-  // if any. `signal`: a signal fault, whose recovery is a new process (steps the old one
-  // reported before its exit was seen do not count).
-  void fired(int fault_id, const std::string& what, int rank, int local_rank, bool signal,
+  // if any. `ends_worker`: a signal or an exception, whose recovery is a new process (steps the
+  // old one reported before its exit was seen do not count).
+  void fired(int fault_id, const std::string& what, int rank, int local_rank, bool ends_worker,
              std::optional<std::int64_t> step, Clock::time_point at);
   // A worker of this node failed (a non-zero exit or a signal): a fault's effect seen.
   void worker_failed(int local_rank, Clock::time_point at);
@@ -44,7 +44,7 @@ class FaultReport {
     std::string what;
     int rank = 0;
     int local_rank = 0;
-    bool signal = false;
+    bool ends_worker = false;
     std::optional<std::int64_t> step_at_fault;
     Clock::time_point fired;
     std::optional<Clock::time_point> detected;  // the target's exit

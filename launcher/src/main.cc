@@ -10,6 +10,7 @@
 #include "cluster_launcher.h"
 #include "ctrun/launcher/options.h"
 #include "ctrun/launcher/worker_env.h"
+#include "fault_command.h"
 #include "status_command.h"
 
 int main(int argc, char** argv) {
@@ -23,6 +24,9 @@ int main(int argc, char** argv) {
   // command line (a program named status is run as ./status).
   if (argc > 1 && std::string(argv[1]) == "status") {
     return run_status_command(std::vector<std::string>(argv + 2, argv + argc), env);
+  }
+  if (argc > 1 && std::string(argv[1]) == "fault") {
+    return run_fault_command(std::vector<std::string>(argv + 2, argv + argc), env);
   }
   auto parsed = parse_launch_options(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!parsed) {

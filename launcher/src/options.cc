@@ -784,7 +784,6 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
     o.faults = v->text;
   }
   if (const ArgValue* v = given("fault_report")) {
-    if (o.faults.empty()) return bad("--fault_report goes with --faults");
     if (v->text.empty()) return bad("--fault_report: expected a file, got ''");
     o.fault_report = v->text;
   }

@@ -67,7 +67,7 @@ int etcd_status(const std::string& endpoint, const std::string& id, rdzv::Durati
   if (st["rendezvous"].is_null() && st.value("keys", 0) == 0) {
     return fail("no job '" + id + "' at " + endpoint, 1);
   }
-  JobStatus job{st, st.value("max_restarts", -1LL)};
+  JobStatus job{st, st.value("max_restarts", -1LL), st.value("last_fault", rdzv::Json())};
   const std::string text = json ? job_status_json(job).dump(2) + "\n" : job_status_table(job);
   std::fputs(text.c_str(), stdout);
   return 0;
@@ -137,9 +137,16 @@ int run_status_command(const std::vector<std::string>& args, const EnvLookup& en
   if (st.value("rendezvous", rdzv::Json()).is_null() && st.value("keys", 0) == 0) {
     return fail("no job '" + id + "' at " + where, 1);
   }
-  JobStatus job{st, -1};
+  JobStatus job{st, -1, rdzv::Json()};
   if (auto budget = client.value()->get(rdzv::kMaxRestartsKey, std::chrono::milliseconds(0))) {
     job.max_restarts = std::atoll(budget.value().c_str());
+  }
+  if (const auto faults = st.value("faults_injected", 0LL); faults > 0) {
+    const std::string key = rdzv::kFaultInjectedPrefix + std::to_string(faults);
+    if (auto last = client.value()->get(key, std::chrono::milliseconds(0))) {
+      job.last_fault = rdzv::Json::parse(last.value(), nullptr, /*allow_exceptions=*/false);
+      if (job.last_fault.is_discarded()) job.last_fault = rdzv::Json();
+    }
   }
   const std::string text = json ? job_status_json(job).dump(2) + "\n" : job_status_table(job);
   std::fputs(text.c_str(), stdout);

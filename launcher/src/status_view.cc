@@ -51,6 +51,8 @@ Json job_status_json(const JobStatus& job) {
            {"max_restarts", job.max_restarts >= 0 ? Json(job.max_restarts) : Json()},
            {"restarts_left",
             job.max_restarts >= 0 ? Json(std::max(0LL, job.max_restarts - used)) : Json()},
+           {"faults_injected", st.value("faults_injected", 0LL)},
+           {"last_fault", job.last_fault},
            {"connections", st.value("connections", 0)},
            {"keys", st.value("keys", 0)},
            {"end_reason", rdzv.is_object() ? rdzv.value("end_reason", "") : ""}};
@@ -99,6 +101,17 @@ std::string job_status_table(const JobStatus& job) {
   if (!j["end_reason"].get<std::string>().empty()) {
     out += "ended: " + j["end_reason"].get<std::string>() + "\n";
   }
+  // Injected on purpose (ctrun --faults, ctrun fault): said apart from real failures.
+  if (const long long faults = j["faults_injected"].get<long long>(); faults > 0) {
+    out += "faults injected on purpose: " + std::to_string(faults);
+    const Json& last = j["last_fault"];
+    if (last.is_object()) {
+      out += "; last: " + last.value("what", std::string()) + " (" +
+             last.value("time", std::string()) + ", node " + last.value("node", std::string()) +
+             ")";
+    }
+    out += "\n";
+  }
   if (j["nodes"].empty()) return out;
   std::vector<std::vector<std::string>> rows{
       {"GROUP_RANK", "NODE", "HOST", "WORKERS", "PLACE", "LAST_HEARTBEAT"}};
@@ -124,6 +137,7 @@ Json jobs_json(const Json& jobs_answer) {
                       {"round", j.value("round", 0)},
                       {"nodes", j.value("nodes", 0)},
                       {"restarts", j.value("restarts", 0)},
+                      {"faults_injected", j.value("faults_injected", 0)},
                       {"connections", j.value("connections", 0)},
                       {"keys", j.value("keys", 0)}});
     }

@@ -9,15 +9,17 @@
 namespace ctrun::launcher {
 
 // One job in detail: the daemon's `status` answer plus the restart budget read from the job's
-// store (-1 when no agent has said it).
+// store (-1 when no agent has said it) and the last fault injected on purpose (null: none).
 struct JobStatus {
   rendezvous::Json status;
   long long max_restarts = -1;
+  rendezvous::Json last_fault;
 };
 
 // {"job", "state", "round", "formed", "min_nodes", "max_nodes", "restarts", "max_restarts",
-//  "restarts_left", "connections", "keys", "end_reason", "nodes": [{"node", "host",
-//  "group_rank", "local_world_size", "place", "succeeded", "last_heartbeat_age_s"}]}
+//  "restarts_left", "faults_injected", "last_fault", "connections", "keys", "end_reason",
+//  "nodes": [{"node", "host", "group_rank", "local_world_size", "place", "succeeded",
+//  "last_heartbeat_age_s"}]}
 rendezvous::Json job_status_json(const JobStatus& job);
 std::string job_status_table(const JobStatus& job);
 

@@ -105,6 +105,12 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   }
   if (!in.heartbeat_file.empty()) vars.emplace("CTRUN_HEARTBEAT_FILE", in.heartbeat_file);
   if (!in.result_file.empty()) vars.emplace("CTRUN_RESULT_FILE", in.result_file);
+  if (!in.fault_file.empty()) vars.emplace("CTRUN_FAULT_FILE", in.fault_file);
+  if (!in.python_helper_dir.empty()) {
+    const auto path = variable_in(base, "PYTHONPATH");
+    vars.emplace("PYTHONPATH", path && !path->empty() ? in.python_helper_dir + ":" + *path
+                                                      : in.python_helper_dir);
+  }
   if (o.fault_tolerance == "step") {
     vars.emplace("CTRUN_FAULT_TOLERANCE", "step");
     vars.emplace("CTRUN_REPLICA_ID", in.replica_id);

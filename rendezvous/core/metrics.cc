@@ -57,6 +57,9 @@ std::string prometheus_text(const ServiceMetrics& m) {
   w.sample("ctrund_rounds_formed_total", m.rounds_formed);
   w.family("ctrund_restarts_total", "counter", "Job restarts taken by agents, over every job.");
   w.sample("ctrund_restarts_total", m.restarts);
+  w.family("ctrund_faults_injected_total", "counter",
+           "Faults injected on purpose by agents (ctrun --faults), over every job.");
+  w.sample("ctrund_faults_injected_total", m.faults_injected);
   w.family("ctrund_connections", "gauge", "Client connections open now.");
   w.sample("ctrund_connections", m.connections);
 
@@ -86,6 +89,11 @@ std::string prometheus_text(const ServiceMetrics& m) {
   w.family("ctrund_job_restarts", "gauge", "Restarts the job has used.");
   for (const auto& j : m.jobs) {
     w.sample("ctrund_job_restarts", j.restarts, "job=\"" + label(j.job) + "\"");
+  }
+  w.family("ctrund_job_faults_injected", "gauge",
+           "Faults injected on purpose into the job (ctrun --faults), apart from real failures.");
+  for (const auto& j : m.jobs) {
+    w.sample("ctrund_job_faults_injected", j.faults_injected, "job=\"" + label(j.job) + "\"");
   }
   w.family("ctrund_job_store_keys", "gauge", "Keys in the job's store.");
   for (const auto& j : m.jobs) {

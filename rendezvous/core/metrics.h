@@ -17,6 +17,7 @@ struct JobMetrics {
   std::size_t keys = 0;
   std::size_t connections = 0;
   std::int64_t restarts = 0;
+  std::int64_t faults_injected = 0;  // by ctrun --faults: apart from real failures
 };
 
 struct ServiceMetrics {
@@ -27,7 +28,8 @@ struct ServiceMetrics {
   std::uint64_t frame_errors = 0;   // connections closed for a malformed or late frame
   std::uint64_t auth_failures = 0;  // hellos with a missing or wrong token proof
   std::uint64_t rounds_formed = 0;
-  std::uint64_t restarts = 0;  // added to kRestartsKey, over every job
+  std::uint64_t restarts = 0;         // added to kRestartsKey, over every job
+  std::uint64_t faults_injected = 0;  // added to kFaultsInjectedKey, over every job
   // Gauges.
   std::size_t connections = 0;
   std::vector<JobMetrics> jobs;

@@ -17,6 +17,7 @@ struct JobKeys {
   std::size_t store_keys = 0;
   long long restarts = 0;
   long long max_restarts = -1;  // unset
+  long long faults_injected = 0;
 };
 
 void sort_key(JobKeys& keys, const std::string& rest, const etcd::KeyValue& kv) {
@@ -27,22 +28,25 @@ void sort_key(JobKeys& keys, const std::string& rest, const etcd::KeyValue& kv) 
   }
 }
 
-// The values of the state and the restart counters of the job under `prefix`, in one read.
+// The values of the state, the restart counters and the count of injected faults of the job
+// under `prefix`, in one read.
 etcd::Task<Status> read_values(etcd::Kv& client, std::string prefix, JobKeys& keys) {
   etcd::Txn txn;
   txn.success.push_back(etcd::range_op(prefix + "rendezvous"));
   txn.success.push_back(etcd::range_op(prefix + "store/" + kRestartsKey));
   txn.success.push_back(etcd::range_op(prefix + "store/" + kMaxRestartsKey));
+  txn.success.push_back(etcd::range_op(prefix + "store/" + kFaultsInjectedKey));
   auto read = co_await client.txn(std::move(txn));
   if (!read) co_return read.error();
   const auto& ranges = read.value().ranges;
-  if (ranges.size() != 3) {
-    co_return Error{ErrorCode::kInternal, "etcd: a three-range transaction answered " +
+  if (ranges.size() != 4) {
+    co_return Error{ErrorCode::kInternal, "etcd: a four-range transaction answered " +
                                               std::to_string(ranges.size()) + " ranges"};
   }
   if (!ranges[0].kvs.empty()) keys.state = ranges[0].kvs.front();
   if (!ranges[1].kvs.empty()) keys.restarts = counter_value(ranges[1].kvs.front().value, 0);
   if (!ranges[2].kvs.empty()) keys.max_restarts = counter_value(ranges[2].kvs.front().value, -1);
+  if (!ranges[3].kvs.empty()) keys.faults_injected = counter_value(ranges[3].kvs.front().value, 0);
   co_return ok_status();
 }
 
@@ -111,8 +115,18 @@ etcd::Task<Result<Json>> etcd_job_status(etcd::Kv& client, std::string job) {
               {"keys", keys.store_keys},
               {"restarts", keys.restarts},
               {"max_restarts", keys.max_restarts},
+              {"faults_injected", keys.faults_injected},
               {"connections", keys.node_leases.size()},
               {"rendezvous", nullptr}};
+  if (keys.faults_injected > 0) {  // the last fault injected on purpose, for `ctrun status`
+    std::string key =
+        prefix + "store/" + kFaultInjectedPrefix + std::to_string(keys.faults_injected);
+    auto last = co_await client.range(std::move(key), "", 1, false);
+    if (last && !last.value().kvs.empty()) {
+      Json fault = Json::parse(last.value().kvs.front().value, nullptr, false);
+      if (!fault.is_discarded()) answer["last_fault"] = std::move(fault);
+    }
+  }
   if (!keys.state) co_return answer;
   SteadyClock clock;
   auto state = etcd_restore_state(*keys.state, clock);
@@ -155,6 +169,7 @@ etcd::Task<Result<Json>> etcd_jobs(etcd::Kv& client) {
     }
     Json entry{{"job", name},
                {"restarts", keys.restarts},
+               {"faults_injected", keys.faults_injected},
                {"keys", keys.store_keys},
                {"connections", keys.node_leases.size()},
                {"state", "store"},

@@ -90,6 +90,12 @@ std::int64_t restarts_used(const KeyValueStore& store) {
   return used ? counter_value(*used, 0) : 0;
 }
 
+// The faults its agents injected (ctrun --faults), as they count them in its store.
+std::int64_t faults_injected(const KeyValueStore& store) {
+  const std::string* injected = store.find(kFaultsInjectedKey);
+  return injected ? counter_value(*injected, 0) : 0;
+}
+
 }  // namespace
 
 Service::Impl::Impl(ServiceOptions options, const Clock& clock, Transport& transport)
@@ -455,6 +461,9 @@ void Service::Impl::op_add(Connection& c, std::uint64_t id, const Json& req) {
   auto v = job_of(c).store.add(key.value(), delta.value());
   if (!v) return fail(c, id, v.error());
   if (key.value() == kRestartsKey && delta.value() > 0) counters_.restarts += delta.value();
+  if (key.value() == kFaultsInjectedKey && delta.value() > 0) {
+    counters_.faults_injected += delta.value();
+  }
   record_key(c.job, key.value());
   reply(c, id, Json{{"value", v.value()}});
 }
@@ -700,6 +709,7 @@ void Service::Impl::op_status(Connection& c, std::uint64_t id, const Json&) {
   Json body{{"job", c.job},
             {"keys", job.store.num_keys()},
             {"restarts", restarts_used(job.store)},
+            {"faults_injected", faults_injected(job.store)},
             {"connections", job.connections},
             {"rendezvous", job.rendezvous ? job.rendezvous->describe() : Json()}};
   if (job.quorum) body["quorum"] = job.quorum->describe();
@@ -720,6 +730,7 @@ ServiceMetrics Service::Impl::metrics() const {
     j.keys = job->store.num_keys();
     j.connections = job->connections;
     j.restarts = restarts_used(job->store);
+    j.faults_injected = faults_injected(job->store);
     m.jobs.push_back(std::move(j));
   }
   return m;
@@ -732,6 +743,7 @@ void Service::Impl::op_jobs(Connection& c, std::uint64_t id, const Json&) {
     if (name == c.job && !job->rendezvous && job->store.num_keys() == 0) continue;
     list.push_back({{"job", name},
                     {"restarts", restarts_used(job->store)},
+                    {"faults_injected", faults_injected(job->store)},
                     {"keys", job->store.num_keys()},
                     {"connections", job->connections},
                     {"state", job->rendezvous ? job_state_name(job->rendezvous->state()) : "store"},

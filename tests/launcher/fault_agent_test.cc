@@ -247,6 +247,174 @@ TEST_CASE("faults: a lost node's agent and workers die together, and the job re-
   CHECK(logs.find("round 1: group rank 0 of 1") != std::string::npos);
 }
 
+TEST_CASE(
+    "faults: an exception is raised inside a Python worker at its step, and the job recovers") {
+  ScratchDir s("faults_exception");
+  ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
+  // Rank 1 of two Python workers (30 steps of 50 ms, reported through ctrun_worker) raises once
+  // it has reported step 10; the restarted job runs to the end and both results are reported.
+  ChildProcess agent({CTRUN_PATH, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                      "--faults", "exception:rank=1,at_step=10", "--fault_report", s.path("report"),
+                      REPORT_STEPS_SCRIPT_PATH, "30", s.path("step")},
+                     s.path("agent.log"));
+  const auto rc = agent.wait(60s);
+  ::unsetenv("PYTHON_EXEC");
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(log.find("injecting fault 1: an exception raised in rank 1 at step 10") !=
+        std::string::npos);
+  // The worker's own traceback: raised in the script's report_step call.
+  CHECK(log.find("ctrun_worker.InjectedFault: ctrun: injected fault 1: an exception raised in "
+                 "rank 1 at step 10") != std::string::npos);
+  CHECK(log.find("restarting the job (1 of 1 restarts)") != std::string::npos);
+  // Raised at the first step it reported after step 10 (the agent reads steps every 20 ms,
+  // steps are 50 ms), before reporting it.
+  const std::string first = read_file(s.path("step.1.0"));
+  REQUIRE_FALSE(first.empty());
+  CHECK(std::stoi(first) >= 10);
+  CHECK(std::stoi(first) <= 11);
+  CHECK(std::stoi(read_file(s.path("step.1.1"))) == 30);
+  const Json report = Json::parse(read_file(s.path("report")));
+  REQUIRE(report["faults"].size() == 1);
+  const Json& f = report["faults"][0];
+  CHECK(f["worker_exit_ms"].get<int>() >= 0);
+  CHECK(f["worker_exit_ms"].get<int>() < 1000);
+  CHECK(f["first_step"] == 1);
+  CHECK(f["steps_redone"] == f["step_at_fault"]);
+  CHECK(report["results"] == Json{{"0", "rank 0"}, {"1", "rank 1"}});
+}
+
+TEST_CASE("faults: an exception planned for a C++ worker is thrown by its report_step") {
+  ScratchDir s("faults_exception_cc");
+  ChildProcess agent(
+      {CTRUN_PATH, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "--faults",
+       "exception:node=0,local_rank=0,at_step=5", TEST_WORKER_PATH, "steps", "20", s.path("step")},
+      s.path("agent.log"));
+  const auto rc = agent.wait(60s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(log.find("ctrun: injected fault 1: an exception raised in node 0 local rank 0 at step 5") !=
+        std::string::npos);
+  const std::string first = read_file(s.path("step.0.0"));
+  REQUIRE_FALSE(first.empty());
+  CHECK(std::stoi(first) >= 5);
+  CHECK(std::stoi(first) <= 7);  // test_worker writes a step before it reports it
+  CHECK(std::stoi(read_file(s.path("step.0.1"))) == 20);
+}
+
+TEST_CASE("faults: a Python gloo job under a random plan of five faults ends as a clean run") {
+  ScratchDir s("faults_python");
+  ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
+  auto job = [&](const std::string& name, std::vector<std::string> faults) {
+    std::vector<std::string> argv = {CTRUN_PATH,         "--standalone",   "--nproc_per_node=3",
+                                     "--max_restarts=8", "--fault_report", s.path(name + ".json")};
+    argv.insert(argv.end(), faults.begin(), faults.end());
+    argv.insert(argv.end(), {FAULT_TRAIN_SCRIPT_PATH, "--checkpoint", s.path(name + ".pt")});
+    return argv;
+  };
+  // The clean run's report holds its results (no plan: no faults).
+  ChildProcess clean(job("clean", {}), s.path("clean.log"));
+  const auto clean_rc = clean.wait(120s);
+  INFO(read_file(s.path("clean.log")));
+  REQUIRE(clean_rc == std::optional<int>(0));
+  const Json clean_report = Json::parse(read_file(s.path("clean.json")));
+  CHECK(clean_report["faults"].empty());
+  REQUIRE(clean_report["results"].size() == 3);
+  const Json clean_digest = clean_report["results"]["0"];
+
+  // Kills, a SIGTERM, exceptions raised in the script and hangs, at steps drawn from the seed;
+  // each failure restarts the job from rank 0's last checkpoint (every 5 steps).
+  ChildProcess faulted(
+      job("faulted", {"--faults",
+                      "random:seed=11,count=5,kinds=kill+term+exception+hang,ranks=0-2,"
+                      "steps=5-110,duration=1"}),
+      s.path("faulted.log"));
+  const auto rc = faulted.wait(240s);
+  ::unsetenv("PYTHON_EXEC");
+  const std::string log = read_file(s.path("faulted.log"));
+  INFO(log);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(count_of(log, "ctrun: injecting fault ") == 5);
+  CHECK(log.find("ctrun_worker.InjectedFault: ctrun: injected fault ") != std::string::npos);
+  const Json report = Json::parse(read_file(s.path("faulted.json")));
+  CHECK(report["outcome"] == "succeeded");
+  CHECK(report["faults"].size() == 5);
+  CHECK(report["restarts"].get<int>() >= 3);
+  REQUIRE(report["results"].size() == 3);
+  for (const auto& [rank, digest] : report["results"].items()) {
+    INFO("rank " << rank);
+    CHECK(digest == clean_digest);
+  }
+}
+
+TEST_CASE("faults: ctrun fault injects into a running job, and ctrun status shows it apart") {
+  ScratchDir s("faults_live");
+  std::unique_ptr<ChildProcess> daemon;
+  const std::uint16_t port = start_ctrund(daemon, s, CTRUND_PATH);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  // Two workers of 100 steps of 50 ms; no planned fault, but the agent takes asked-for ones.
+  ChildProcess agent(
+      {CTRUN_PATH, "--nnodes=1", "--nproc_per_node=2", "--rdzv_backend=c10d",
+       "--rdzv_endpoint=" + endpoint, "--rdzv_id=live", "--max_restarts=1", "--faults=live",
+       "--event_log", s.path("events"), TEST_WORKER_PATH, "steps", "100", s.path("step")},
+      s.path("agent.log"));
+  REQUIRE(wait_for_text(s.path("agent.log"), "round 0: group rank 0", 20s));
+  std::this_thread::sleep_for(500ms);
+  ChildProcess fault(
+      {CTRUN_PATH, "fault", "--rdzv_endpoint", endpoint, "--rdzv_id", "live", "kill:rank=1"},
+      s.path("fault.log"));
+  const auto fault_rc = fault.wait(30s);
+  const std::string fault_out = read_file(s.path("fault.log"));
+  INFO(fault_out);
+  CHECK(fault_rc == std::optional<int>(0));
+  CHECK(fault_out.find("ctrun fault: asked job 'live' for fault 1: ") != std::string::npos);
+  CHECK(fault_out.find("ctrun fault: injected on node ") != std::string::npos);
+  CHECK(fault_out.find("fault 1: SIGKILL to rank 1 at ") != std::string::npos);
+
+  // The job restarts and finishes; the status says a fault was injected on purpose.
+  const auto rc = agent.wait(60s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  CHECK(rc == std::optional<int>(0));
+  CHECK(
+      log.find("fault asked for (ctrun fault 1): fault 1: SIGKILL to rank 1 at 0.000 s from now") !=
+      std::string::npos);
+  CHECK(log.find("injecting fault 1: SIGKILL to rank 1") != std::string::npos);
+  CHECK(log.find("restarting the job (1 of 1 restarts)") != std::string::npos);
+  ChildProcess status(
+      {CTRUN_PATH, "status", "--rdzv_endpoint", endpoint, "--rdzv_id", "live", "--json"},
+      s.path("status.json"));
+  REQUIRE(status.wait(30s) == std::optional<int>(0));
+  const Json st = Json::parse(read_file(s.path("status.json")));
+  CHECK(st["faults_injected"] == 1);
+  CHECK(st["last_fault"]["injected"] == true);
+  CHECK(st["last_fault"]["rank"] == 1);
+  CHECK(st["last_fault"]["request"] == 1);
+  CHECK(st["restarts"] == 1);
+  int requested = 0;
+  for (const auto& e : events(s.path("events"))) requested += e["event"] == "fault_requested";
+  CHECK(requested == 1);
+
+  // A job nobody injects into: the command says so, and fails.
+  ChildProcess lonely({CTRUN_PATH, "fault", "--rdzv_endpoint", endpoint, "--rdzv_id", "nobody",
+                       "--wait", "0.5", "term:rank=0"},
+                      s.path("lonely.log"));
+  CHECK(lonely.wait(30s) == std::optional<int>(1));
+  CHECK(read_file(s.path("lonely.log")).find("no agent of job 'nobody' took it") !=
+        std::string::npos);
+  ChildProcess bad({CTRUN_PATH, "fault", "--rdzv_endpoint", endpoint, "--rdzv_id", "live",
+                    "kill:rank=1;kill:rank=0"},
+                   s.path("bad.log"));
+  CHECK(bad.wait(30s) == std::optional<int>(2));
+  CHECK(read_file(s.path("bad.log")) ==
+        "ctrun fault: error: one fault at a time, got 'kill:rank=1;kill:rank=0'\n");
+}
+
 TEST_CASE("faults: a bad plan is a one-line error before anything starts") {
   ScratchDir s("faults_bad");
   ChildProcess agent(

@@ -130,3 +130,38 @@ TEST_CASE("fault injector: a lost node is fired by that node's agent alone") {
   CHECK(due.actions[0].kind == Kind::kNodeLost);
   CHECK(due.fired[0].rank == 1);
 }
+
+TEST_CASE("fault injector: an exception is the worker's to raise, and ends it like a signal") {
+  FaultInjector injector(plan("exception:rank=1,at_step=5;exception:rank=0,after=1"));
+  injector.workers_started(0, 0, 2, t0);
+  injector.observe_step(1, 4);
+  CHECK(injector.poll(t0 + 100ms).actions.empty());
+  injector.observe_step(1, 5);
+  auto due = injector.poll(t0 + 200ms);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kRaise);
+  CHECK(due.actions[0].local_rank == 1);
+  REQUIRE(due.fired.size() == 1);
+  CHECK(due.fired[0].ends_worker);
+  CHECK(due.fired[0].line == "fault 1: an exception raised in rank 1 at step 5");
+  due = injector.poll(t0 + 1s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kRaise);
+  CHECK(due.actions[0].local_rank == 0);
+  CHECK_FALSE(injector.pending());
+}
+
+TEST_CASE("fault injector: a fault asked for while the job runs counts its time from then") {
+  FaultInjector injector(plan("kill:rank=0,after=100"));
+  CHECK(injector.planned() == 1);
+  injector.workers_started(0, 0, 2, t0);
+  Fault asked = plan("term:rank=1,after=2").faults[0];
+  asked.id = 2;
+  injector.add(asked, t0 + 10s);
+  CHECK(injector.poll(t0 + 11s).actions.empty());
+  auto due = injector.poll(t0 + 12s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].signo == SIGTERM);
+  CHECK(due.fired[0].fault_id == 2);
+  CHECK(injector.pending());  // the planned one is still to come
+}

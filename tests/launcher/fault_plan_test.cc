@@ -90,8 +90,8 @@ TEST_CASE("fault plan: a fault at a training step") {
 
 TEST_CASE("fault plan: a bad plan is one line naming the fault and what was wrong") {
   CHECK(error(parse_inline_fault_plan("explode:rank=1,after=2")) ==
-        "--faults: fault 1: unknown kind 'explode' (kill, term, int, segv, abrt, hang, straggler "
-        "or node_lost)");
+        "--faults: fault 1: unknown kind 'explode' (kill, term, int, segv, abrt, hang, straggler, "
+        "node_lost, exception)");
   CHECK(error(parse_inline_fault_plan("kill:rank=1")) ==
         "--faults: fault 1: says not when: give after=SECONDS, window=FROM-TO or at_step=N");
   CHECK(error(parse_inline_fault_plan("kill:after=1")) ==
@@ -107,7 +107,7 @@ TEST_CASE("fault plan: a bad plan is one line naming the fault and what was wron
   CHECK(error(parse_inline_fault_plan("kill:rank=1,node=0,local_rank=1,after=1")) ==
         "--faults: fault 1: give rank, or node and local_rank, not both");
   CHECK(error(parse_inline_fault_plan("kill:rank=1,after=1,duration=3")) ==
-        "--faults: fault 1: a signal has no duration");
+        "--faults: fault 1: only a hang or a straggler has a duration");
   CHECK(error(parse_inline_fault_plan("kill:rank=1,window=5-2")) ==
         "--faults: fault 1: window: expected FROM-TO seconds, got '5-2'");
   CHECK(error(parse_fault_plan_json("[1]", "p.json")) ==
@@ -147,7 +147,7 @@ TEST_CASE("fault plan: random plans come from the seed, the same seed giving the
         "--faults=random: give ranks=FIRST-LAST: the ranks faults may hit");
   CHECK(error(random_fault_plan("random:seed=1,ranks=0-3,window=1-2,kinds=kill+boom")) ==
         "--faults=random: kinds: expected kinds joined by + (kill, term, int, segv, abrt, hang, "
-        "straggler, node_lost), got 'kill+boom'");
+        "straggler, node_lost, exception), got 'kill+boom'");
   CHECK(error(random_fault_plan("random:seed=1,ranks=3-1,window=1-2")) ==
         "--faults=random: ranks: expected FIRST-LAST ranks, got '3-1'");
 }
@@ -165,5 +165,41 @@ TEST_CASE("fault plan: a lost node is a node, or the node of a rank") {
   CHECK(error(parse_inline_fault_plan("node_lost:node=1,local_rank=0,after=1")) ==
         "--faults: fault 1: a lost node is a node=N (or the node of a rank=N)");
   CHECK(error(parse_inline_fault_plan("node_lost:node=1,after=1,duration=2")) ==
-        "--faults: fault 1: a lost node has no duration");
+        "--faults: fault 1: only a hang or a straggler has a duration");
+}
+
+TEST_CASE("fault plan: an exception is raised in a worker, at a step or a time") {
+  const auto plan = ok(
+      parse_inline_fault_plan("exception:rank=2,at_step=30;exception:node=0,local_rank=1,after=4"));
+  CHECK(plan.faults[0].kind == FaultKind::kException);
+  CHECK(describe_fault(plan.faults[0]) == "fault 1: an exception raised in rank 2 at step 30");
+  CHECK(describe_fault(plan.faults[1]) ==
+        "fault 2: an exception raised in node 0 local rank 1 at 4.000 s");
+  CHECK(fault_plan_json(plan)["faults"][0] ==
+        Json{{"kind", "exception"}, {"rank", 2}, {"at_step", 30}});
+  CHECK(error(parse_inline_fault_plan("exception:rank=1,after=1,duration=2")) ==
+        "--faults: fault 1: only a hang or a straggler has a duration");
+  const auto drawn =
+      ok(random_fault_plan("random:seed=9,count=6,kinds=exception,ranks=0-1,steps=5-9"));
+  for (const Fault& f : drawn.faults) CHECK(f.kind == FaultKind::kException);
+}
+
+TEST_CASE("fault plan: ctrun fault's one fault, at once unless it says when") {
+  auto now = parse_fault_request("kill:rank=1");
+  REQUIRE(now);
+  CHECK(now.value() == Json{{"kind", "kill"}, {"rank", 1}, {"after", 0.0}});
+  auto later = parse_fault_request("hang:rank=0,duration=5,after=2");
+  REQUIRE(later);
+  CHECK(later.value() == Json{{"kind", "hang"}, {"rank", 0}, {"after", 2.0}, {"duration", 5.0}});
+  auto at_step = parse_fault_request("exception:node=1,local_rank=0,at_step=40");
+  REQUIRE(at_step);
+  CHECK(at_step.value()["at_step"] == 40);
+  CHECK_FALSE(at_step.value().contains("after"));
+  CHECK(parse_fault_request("kill:rank=1;term:rank=2").error().message ==
+        "ctrun fault: one fault at a time, got 'kill:rank=1;term:rank=2'");
+  CHECK(parse_fault_request("boom:rank=1").error().message ==
+        "ctrun fault: unknown kind 'boom' (kill, term, int, segv, abrt, hang, straggler, "
+        "node_lost, exception)");
+  CHECK(parse_fault_request("kill").error().message ==
+        "ctrun fault: says not where: give rank=N, or node=N and local_rank=N");
 }

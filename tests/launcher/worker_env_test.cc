@@ -216,3 +216,20 @@ TEST_CASE("worker env: PYTHONFAULTHANDLER for hung-worker stacks, unless the use
   CHECK(as_map(worker_environment({"PATH=/bin"}, in))["PYTHONFAULTHANDLER"] == "1");
   CHECK(as_map(worker_environment({"PYTHONFAULTHANDLER="}, in))["PYTHONFAULTHANDLER"].empty());
 }
+
+TEST_CASE("worker env: ctrun's Python helper first on PYTHONPATH, and the fault file") {
+  LaunchOptions o;
+  WorkerEnvInputs in;
+  in.options = &o;
+  in.run_id = "job1";
+  auto plain = as_map(worker_environment({"PYTHONPATH=/mine"}, in));
+  CHECK(plain["PYTHONPATH"] == "/mine");
+  CHECK(plain.count("CTRUN_FAULT_FILE") == 0);
+  in.python_helper_dir = "/tmp/r/job1/python";
+  in.fault_file = "/tmp/r/job1/attempt_0/0/fault";
+  auto env = as_map(worker_environment({"PYTHONPATH=/mine:/theirs"}, in));
+  CHECK(env["PYTHONPATH"] == "/tmp/r/job1/python:/mine:/theirs");
+  CHECK(env["CTRUN_FAULT_FILE"] == "/tmp/r/job1/attempt_0/0/fault");
+  CHECK(as_map(worker_environment({"PATH=/bin"}, in))["PYTHONPATH"] == "/tmp/r/job1/python");
+  CHECK(as_map(worker_environment({"PYTHONPATH="}, in))["PYTHONPATH"] == "/tmp/r/job1/python");
+}

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace ctrun::worker {
@@ -42,6 +43,23 @@ HeartbeatFile* process_file(std::unique_lock<std::mutex>& lock) {
   return file.get();
 }
 
+// A planned exception's message when the agent has written CTRUN_FAULT_FILE; else nothing.
+std::optional<std::string> injected_fault() {
+  static const std::string path = [] {
+    const char* p = std::getenv("CTRUN_FAULT_FILE");
+    return std::string(p ? p : "");
+  }();
+  if (path.empty()) return std::nullopt;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text(512, '\0');
+  const ssize_t n = ::read(fd, text.data(), text.size());
+  ::close(fd);
+  text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text.empty() ? "ctrun: injected exception" : text;
+}
+
 }  // namespace
 
 void heartbeat() {
@@ -50,6 +68,7 @@ void heartbeat() {
 }
 
 void report_step(std::int64_t step) {
+  if (auto message = injected_fault()) throw InjectedFault(*message);
   std::unique_lock<std::mutex> lock;
   if (HeartbeatFile* file = process_file(lock)) file->write_step(step);
 }

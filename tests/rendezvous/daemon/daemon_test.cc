@@ -755,7 +755,10 @@ TEST_CASE(
     const NodeInfo info{id, "127.0.0.1", 1, 29500, -1};
     auto joined = co_await c.join(info, config);
     if (!joined) co_return;
-    if (takes_restart) (void)co_await c.add(kRestartsKey, 1);
+    if (takes_restart) {
+      (void)co_await c.add(kRestartsKey, 1);
+      (void)co_await c.add(kFaultsInjectedKey, 1);  // as an agent that injected one
+    }
     if (co_await c.report(true, "")) ++finished;
   };
 
@@ -780,6 +783,8 @@ TEST_CASE(
   CHECK(sample(text, "ctrund_jobs{state=\"running\"}") == 0);
   CHECK(sample(text, "ctrund_nodes") == 2);
   CHECK(sample(text, "ctrund_job_restarts{job=\"m\"}") == 1);
+  CHECK(sample(text, "ctrund_faults_injected_total") == 1);
+  CHECK(sample(text, "ctrund_job_faults_injected{job=\"m\"}") == 1);
   CHECK(sample(text, "ctrund_job_round{job=\"m\"}") == 0);
 
   // Prometheus's own linter accepts the exposition (where it is installed: scripts/setup.sh

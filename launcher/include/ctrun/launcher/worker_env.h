@@ -37,6 +37,12 @@ struct WorkerEnvInputs {
   // CTRUN_RESULT_FILE with --fault_report: where the worker may write its result (a digest of
   // its parameters), which the report quotes; else empty.
   std::string result_file;
+  // CTRUN_FAULT_FILE with --faults: where the agent writes a planned exception's message, which
+  // the worker raises at its next reported step (ctrun_worker.report_step, report_step in C++).
+  std::string fault_file;
+  // With heartbeat files: the directory holding ctrun's Python helper (ctrun_worker.py), put
+  // first on PYTHONPATH so that a script imports it; else empty.
+  std::string python_helper_dir;
   // PYTHONFAULTHANDLER=1 unless the agent's environment sets it: a Python worker judged hung
   // dumps every thread's stack on the agent's SIGABRT (--worker_timeout).
   bool python_fault_handler = false;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace ctrun::worker {
@@ -17,9 +18,17 @@ void heartbeat();
 // The worker's training step, for `ctrun --faults` plans that fire at a step (docs/faults.md):
 // written into CTRUN_HEARTBEAT_FILE as text, which is a beat too. A trainer calls it once per
 // step with its own count (a resumed run goes on from its checkpoint's step); FaultTolerance
-// reports its committed step itself. From Python: open(os.environ["CTRUN_HEARTBEAT_FILE"],
-// "w").write(str(step)). Does nothing without the variable.
+// reports its committed step itself. From Python: ctrun_worker.report_step(step), the helper
+// ctrun puts on the workers' PYTHONPATH. Does nothing without the variable.
+// Where a plan injects an exception into this worker (CTRUN_FAULT_FILE exists), throws
+// InjectedFault instead, before the step is reported.
 void report_step(std::int64_t step);
+
+// An exception a `ctrun --faults` plan raised in this worker (kind "exception").
+class InjectedFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // One heartbeat file; what heartbeat() uses, separate so it is tested without the environment.
 class HeartbeatFile {

@@ -1,0 +1,127 @@
+#include "fault_command.h"
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+
+#include "ctrun/rendezvous/endpoint.h"
+#include "ctrun/rendezvous/round.h"
+#include "ctrun/rendezvous/store_client.h"
+#include "fault_plan.h"
+#include "rendezvous/base/token.h"
+#include "rendezvous/etcd/etcd.h"
+
+namespace ctrun::launcher {
+
+namespace rdzv = ctrun::rendezvous;
+
+namespace {
+
+int fail(const std::string& message, int code) {
+  std::fprintf(stderr, "ctrun fault: error: %s\n", message.c_str());
+  return code;
+}
+
+rdzv::Duration seconds(double s) {
+  return std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(s));
+}
+
+}  // namespace
+
+int run_fault_command(const std::vector<std::string>& args, const EnvLookup& env) {
+  CLI::App app{"ctrun fault: inject one fault into a running job started with --faults",
+               "ctrun fault"};
+  std::string endpoint = env("PET_RDZV_ENDPOINT").value_or("");
+  std::string id = env("PET_RDZV_ID").value_or("");
+  std::string backend = env("PET_RDZV_BACKEND").value_or("c10d");
+  std::string token_file;
+  std::string fault;
+  double timeout = 5;
+  double wait = 10;
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "HOST[:PORT] of the rendezvous");
+  app.add_option("--rdzv_id,--rdzv-id", id, "the job");
+  app.add_option("--rdzv_backend,--rdzv-backend", backend,
+                 "c10d, ctrund, etcd or etcd-v2 (default c10d)");
+  app.add_option("--token_file", token_file, "the daemon's shared token (else $CTRUN_RDZV_TOKEN)");
+  app.add_option("--timeout", timeout, "seconds to keep trying to reach the rendezvous (5)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--wait", wait,
+                 "seconds to wait for an agent to inject it (10; 0: only ask, do not wait)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("fault", fault,
+                 "KIND:key=value,... as in an inline --faults plan (kill:rank=3, "
+                 "hang:rank=1,duration=20, exception:rank=0,at_step=500); at once without a time")
+      ->required();
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return fail(e.what(), 2);
+  }
+  if (backend != "c10d" && backend != "ctrund" && backend != "etcd" && backend != "etcd-v2") {
+    return fail("--rdzv_backend: expected c10d, ctrund, etcd or etcd-v2, got '" + backend + "'", 2);
+  }
+  if (endpoint.empty()) return fail("--rdzv_endpoint is required", 2);
+  if (id.empty()) return fail("--rdzv_id is required: the job to inject into", 2);
+  auto request = parse_fault_request(fault);
+  if (!request) return fail(request.error().message.substr(std::string("ctrun fault: ").size()), 2);
+
+  rdzv::StoreAddress address;
+  if (backend == "etcd" || backend == "etcd-v2") {
+    auto members = rdzv::etcd::parse_endpoints(endpoint);
+    if (!members) return fail(members.error().message, 2);
+    address = rdzv::etcd_store_address(members.value(), "");
+  } else {
+    auto ep = rdzv::parse_endpoint(endpoint, rdzv::kDefaultPort);
+    if (!ep) return fail(ep.error().message, 2);
+    address.host = ep.value().host;
+    address.port = ep.value().port;
+    auto token = rdzv::resolve_token(token_file, env(rdzv::kTokenVariable));
+    if (!token) return fail(token.error().message, 2);
+    address.token = token.value();
+  }
+  auto store = rdzv::connect_store(address, id, seconds(timeout));
+  if (!store) {
+    return fail("cannot reach the rendezvous at " + endpoint + ": " + store.error().message, 1);
+  }
+  auto number = store.value()->add(rdzv::kFaultRequestsKey, 1);
+  rdzv::Status asked =
+      number ? store.value()->set(rdzv::kFaultRequestPrefix + std::to_string(number.value()),
+                                  request.value().dump())
+             : rdzv::Status(number.error());
+  if (!asked) return fail("cannot ask job '" + id + "': " + asked.error().message, 1);
+  std::printf("ctrun fault: asked job '%s' for fault %lld: %s\n", id.c_str(),
+              static_cast<long long>(number.value()), request.value().dump().c_str());
+  std::fflush(stdout);
+  if (wait <= 0) return 0;
+
+  const std::string done =
+      rdzv::kFaultRequestPrefix + std::to_string(number.value()) + rdzv::kFaultRequestDoneSuffix;
+  auto injected = store.value()->get(done, seconds(wait));
+  if (!injected) {
+    if (injected.error().code != rdzv::ErrorCode::kTimeout) {
+      return fail(injected.error().message, 1);
+    }
+    return fail("not injected within " + std::to_string(static_cast<int>(wait)) +
+                    " s: no agent of job '" + id +
+                    "' took it (agents take faults only when started with --faults; a fault at "
+                    "a step waits for that step; --wait=0 does not wait)",
+                1);
+  }
+  const rdzv::Json record = rdzv::Json::parse(injected.value(), nullptr, false);
+  if (record.is_object()) {
+    std::printf("ctrun fault: injected on node %s (%s): %s, pid %d\n",
+                record.value("node", std::string()).c_str(),
+                record.value("host", std::string()).c_str(),
+                record.value("what", std::string()).c_str(), record.value("pid", 0));
+  } else {
+    std::printf("ctrun fault: injected: %s\n", injected.value().c_str());
+  }
+  return 0;
+}
+
+}  // namespace ctrun::launcher
