@@ -28,6 +28,7 @@
 #include "ctrun/rendezvous/endpoint.h"
 #include "fault_injector.h"
 #include "fault_report.h"
+#include "fault_timeline.h"
 #include "filtered_log.h"
 #include "heartbeat_monitor.h"
 #include "native_stack_probe.h"
@@ -299,6 +300,7 @@ class Agent::Impl {
   std::array<char, 512> stdin_buf_{};
   std::optional<FaultInjector> faults_;  // --faults
   FaultReport fault_report_;             // what became of the faults injected here
+  FaultTimeline fault_timeline_;         // the same as a picture (--fault_report=FILE.html)
   std::vector<std::optional<std::int64_t>> reported_steps_;  // by local rank, with --faults
   std::vector<std::string> result_files_;  // by local rank: CTRUN_RESULT_FILE (--fault_report)
   asio::steady_timer fault_timer_;
@@ -706,6 +708,10 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     if (faults_ && (e.exit_code != 0 || e.signal != 0)) {
       fault_report_.worker_failed(e.local_rank, std::chrono::system_clock::now());
     }
+    if (faults_) {
+      fault_timeline_.worker_ended(e.local_rank, e.exit_code == 0 && e.signal == 0,
+                                   std::chrono::system_clock::now());
+    }
     post({.kind = AgentInput::Kind::kWorkerExit, .exit = e});
   });
   if (started) {
@@ -716,6 +722,8 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
                                std::chrono::steady_clock::now());
       fault_report_.workers_started(std::nullopt, std::chrono::system_clock::now());
       fault_report_.restarts(restart_count);
+      fault_timeline_.workers_started(std::nullopt, round.rank_offset, local_world_size_,
+                                      std::chrono::system_clock::now());
       reported_steps_.assign(static_cast<std::size_t>(local_world_size_), std::nullopt);
       fault_timer_.cancel();
       arm_fault_timer();
@@ -740,6 +748,8 @@ rdzv::Status Agent::Impl::restart_worker(int local_rank, int restart_count) {
     faults_->worker_replaced(local_rank);
     fault_report_.workers_started(local_rank, std::chrono::system_clock::now());
     fault_report_.restarts(restart_count);
+    fault_timeline_.workers_started(local_rank, round.rank_offset, local_world_size_,
+                                    std::chrono::system_clock::now());
     if (static_cast<std::size_t>(local_rank) < reported_steps_.size()) {
       reported_steps_[local_rank] = std::nullopt;
     }
@@ -769,6 +779,7 @@ Task<void> Agent::Impl::stop_workers(int signo) {
     // worker would.
     for (int local_rank : faults_->stopped_workers()) workers_->kill(local_rank, SIGCONT);
     faults_->workers_stopped();
+    fault_timeline_.workers_stopped(std::chrono::system_clock::now());
   }
   while (!stopped) co_await done.async_wait(asio::as_tuple(asio::use_awaitable));
   // What the workers left that escaped their process groups (a setsid daemon) goes too.
@@ -1041,6 +1052,7 @@ void Agent::Impl::arm_fault_timer() {
       reported_steps_[i] = step;
       faults_->observe_step(static_cast<int>(i), *step);
       fault_report_.step_reported(static_cast<int>(i), *step, wall);
+      fault_timeline_.step(static_cast<int>(i), *step, wall);
     }
     auto due = faults_->poll(std::chrono::steady_clock::now());
     for (const auto& fired : due.fired) {
@@ -1059,8 +1071,14 @@ void Agent::Impl::arm_fault_timer() {
                                {"pid", pid},
                                {"what", fired.line}});
       record_injected_fault(fired, pid);
+      fault_timeline_.fired(fired.fault_id, fired.local_rank, fired.line,
+                            fired.kind == FaultKind::kHang        ? FaultTimeline::State::kHung
+                            : fired.kind == FaultKind::kStraggler ? FaultTimeline::State::kSlowed
+                                                                  : FaultTimeline::State::kRunning,
+                            wall);
     }
     for (const auto& a : due.actions) {
+      if (a.ends_effect) fault_timeline_.effect_ended(a.local_rank, wall);
       if (a.kind == FaultInjector::Action::Kind::kNodeLost) {
         // As a machine that dies: no goodbye to the rendezvous, no report, workers and agent
         // gone at once (the log and event lines above are written already).
@@ -1182,7 +1200,11 @@ void Agent::Impl::finish_fault_report(int exit_code) {
       results[std::to_string(offset + static_cast<int>(i))] = result;
   }
   report["results"] = std::move(results);
-  const std::string text = report.dump(2) + "\n";
+  // FILE.html: the report as a page (a timeline per worker); any other name: JSON.
+  const std::string& path = options_.fault_report;
+  const bool page = path.size() >= 5 && path.compare(path.size() - 5, 5, ".html") == 0;
+  const std::string text =
+      page ? fault_timeline_.html(report, std::chrono::system_clock::now()) : report.dump(2) + "\n";
   std::ofstream out(options_.fault_report, std::ios::trunc);
   out << text;
   out.close();

@@ -75,7 +75,8 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
       if (f.kind != FaultKind::kSignal && f.kind != FaultKind::kException) continue;
     }
     const bool ends_worker = f.kind == FaultKind::kSignal || f.kind == FaultKind::kException;
-    due.fired.push_back({f.id, rank_offset_ + local, local, ends_worker, describe_fault(f)});
+    due.fired.push_back(
+        {f.id, rank_offset_ + local, local, ends_worker, f.kind, describe_fault(f)});
     switch (f.kind) {
       case FaultKind::kSignal:
         due.actions.push_back({Action::Kind::kSignal, local, f.signo, f.id});
@@ -108,7 +109,8 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
   for (auto it = effects_.begin(); it != effects_.end();) {
     auto& [local, e] = *it;
     if (!e.forever && now >= e.ends) {
-      if (e.stopped) due.actions.push_back({Action::Kind::kContinue, local, SIGCONT, e.fault_id});
+      // Sent also to a straggler caught running: a SIGCONT to a running group does nothing.
+      due.actions.push_back({Action::Kind::kContinue, local, SIGCONT, e.fault_id, true});
       it = effects_.erase(it);
       continue;
     }

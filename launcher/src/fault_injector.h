@@ -27,13 +27,15 @@ class FaultInjector {
     int local_rank = 0;
     int signo = 0;  // kSignal
     int fault_id = 0;
+    bool ends_effect = false;  // the continue that ends a hang or a straggler
   };
   struct Fired {
     int fault_id = 0;
     int rank = 0;  // the global rank hit
     int local_rank = 0;
     bool ends_worker = false;  // a signal or an exception (not a hang or a straggler)
-    std::string line;          // "fault 2: SIGKILL to rank 3 at 20.000 s", as the agent logs it
+    FaultKind kind = FaultKind::kSignal;
+    std::string line;  // "fault 2: SIGKILL to rank 3 at 20.000 s", as the agent logs it
   };
   struct Due {
     std::vector<Action> actions;
