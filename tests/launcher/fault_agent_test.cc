@@ -415,6 +415,47 @@ TEST_CASE("faults: ctrun fault injects into a running job, and ctrun status show
         "ctrun fault: error: one fault at a time, got 'kill:rank=1;kill:rank=0'\n");
 }
 
+TEST_CASE("faults: the same seed twice gives the same faults and the same recoveries") {
+  ScratchDir s("faults_replay");
+  // Seed 78 draws a hang of rank 0 at step 3, then rank 1 killed at step 13, an exception at
+  // its step 15 and a SIGTERM at its step 16, each after the restart the one before caused.
+  auto run = [&](const std::string& name) {
+    ChildProcess agent(
+        {CTRUN_PATH, "--standalone", "--nproc_per_node=2", "--max_restarts=6", "--faults",
+         "random:seed=78,count=4,kinds=kill+term+exception+hang,ranks=0-1,"
+         "steps=3-25,duration=0.3",
+         "--fault_report", s.path(name + ".json"), TEST_WORKER_PATH, "steps", "30",
+         s.path(name + ".step")},
+        s.path(name + ".log"));
+    const auto rc = agent.wait(60s);
+    const std::string log = read_file(s.path(name + ".log"));
+    INFO(log);
+    REQUIRE(rc == std::optional<int>(0));
+    // What fired, in order, and how each fault ended: the worker's exit, running again.
+    std::string sequence;
+    std::istringstream lines(log);
+    for (std::string line; std::getline(lines, line);) {
+      const auto at = line.find("injecting fault ");
+      if (at != std::string::npos) sequence += line.substr(at) + "\n";
+    }
+    const Json report = Json::parse(read_file(s.path(name + ".json")));
+    for (const Json& f : report["faults"]) {
+      sequence += "fault " + f["fault"].dump() + ": exit " +
+                  (f.contains("worker_exit") ? "seen" : "none") + ", running again " +
+                  (f.contains("running_again") ? "yes" : "no") + "\n";
+    }
+    sequence += "restarts " + report["restarts"].dump() + "\n";
+    return sequence;
+  };
+  const std::string first = run("first");
+  CHECK(first.find("injecting fault 1: rank 0 hung (SIGSTOP, resumed after 0.300 s) at step 3\n"
+                   "injecting fault 4: SIGKILL to rank 1 at step 13\n"
+                   "injecting fault 3: an exception raised in rank 1 at step 15\n"
+                   "injecting fault 2: SIGTERM to rank 1 at step 16\n") == 0);
+  CHECK(first.find("restarts 3") != std::string::npos);
+  CHECK(run("second") == first);
+}
+
 TEST_CASE("faults: a bad plan is a one-line error before anything starts") {
   ScratchDir s("faults_bad");
   ChildProcess agent(

@@ -1,10 +1,12 @@
 // ctrun --faults end to end on the C++ trainer: a random plan of kills, signals and hangs,
 // restarts from checkpoints, and the result the fault report quotes is the clean run's,
-// bit for bit.
+// bit for bit; and with --fault_tolerance=step, workers replaced alone and no step lost.
 #include <catch2/catch.hpp>
 #include <regex>
+#include <set>
 
 #include "ctrun/rendezvous/json.h"
+#include "ft_checks.h"
 #include "process.h"
 
 using namespace ctrun::testing;
@@ -61,4 +63,43 @@ TEST_CASE("faults: mlp under a random plan of five faults ends with the clean ru
   for (const Json& f : report["faults"]) {
     if (f.contains("worker_exit")) CHECK(f.contains("running_again"));
   }
+}
+
+TEST_CASE("faults: mlp --fault_tolerant under a random plan of five faults loses no step") {
+  ScratchDir s("faults_ft");
+  // Kills, SIGTERMs, exceptions and one-second hangs at steps drawn from the seed; each worker
+  // that ends is replaced alone, heals from a peer and trains on.
+  std::vector<std::string> argv = {
+      CTRUN_PATH,
+      "--standalone",
+      "--nproc_per_node=3",
+      "--fault_tolerance=step",
+      "--max_restarts=8",
+      "--faults",
+      "random:seed=21,count=5,kinds=kill+term+exception+hang,ranks=0-2,steps=5-150,duration=1",
+      "--fault_report",
+      s.path("report.json")};
+  const auto mlp = ft_mlp_argv(MLP_PATH, 12288, s.path("consumed"));
+  argv.insert(argv.end(), mlp.begin(), mlp.end());
+  ChildProcess job(argv, s.path("job.log"));
+  const auto rc = job.wait(300s);
+  const std::string log = read_file(s.path("job.log"));
+  INFO(without_step_lines(log));
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(count_of(log, "ctrun: injecting fault ") == 5);
+  CHECK(log.find("replacing worker rank ") != std::string::npos);
+  CHECK(log.find("restarting the job") == std::string::npos);  // nobody else stopped
+  const Json report = Json::parse(read_file(s.path("report.json")));
+  CHECK(report["outcome"] == "succeeded");
+  REQUIRE(report["results"].size() == 3);
+  std::set<std::string> digests;
+  for (const auto& [rank, digest] : report["results"].items()) digests.insert(digest);
+  CHECK(digests.size() == 1);  // the very same parameters on every replica
+  for (const Json& f : report["faults"]) {
+    INFO(f.dump());
+    // A replaced worker heals from its peers' committed step: nothing is trained twice.
+    if (f.contains("steps_redone")) CHECK(f["steps_redone"] == 0);
+  }
+  check_commits(read_consumed(s.path("consumed")), 12288);
 }
