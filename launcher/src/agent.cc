@@ -1085,6 +1085,18 @@ void Agent::Impl::arm_fault_timer() {
         workers_->kill_all();
         std::raise(SIGKILL);
       }
+      if (a.kind == FaultInjector::Action::Kind::kStoreLatency) {
+        // The daemon reads the key as it is set (service.cc) and delays the job's answers.
+        const std::string text = rdzv::Json{{"ms", a.ms}, {"seconds", a.seconds}}.dump();
+        spawn([this, text, id = a.fault_id]() -> Task<void> {
+          auto s = co_await client_->set(rdzv::kStoreLatencyKey, text);
+          if (!s) {
+            log("error: fault " + std::to_string(id) +
+                ": the rendezvous was not told: " + s.error().message);
+          }
+        });
+        continue;
+      }
       if (a.kind == FaultInjector::Action::Kind::kRaise) {
         // Raised by the worker itself at its next reported step (ctrun_worker.report_step).
         const std::string file = worker_dir(a.local_rank) + "/fault";

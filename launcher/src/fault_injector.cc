@@ -49,6 +49,18 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
   for (std::size_t i = 0; i < plan_.faults.size() && running_; ++i) {
     const Fault& f = plan_.faults[i];
     if (done_[i]) continue;
+    if (f.kind == FaultKind::kStoreLatency) {
+      // The rendezvous', set off by node 0's agent (every job has a node 0).
+      if (elapsed < f.after) continue;
+      done_[i] = true;
+      if (node_ != 0) continue;
+      due.fired.push_back({f.id, -1, -1, false, f.kind, describe_fault(f)});
+      Action a{Action::Kind::kStoreLatency, -1, 0, f.id};
+      a.ms = f.ms;
+      a.seconds = f.duration;
+      due.actions.push_back(a);
+      continue;
+    }
     int local = -1;
     if (f.rank) {
       if (*f.rank >= rank_offset_ && *f.rank < rank_offset_ + local_world_size_) {
@@ -86,6 +98,8 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
         break;
       case FaultKind::kException:
         due.actions.push_back({Action::Kind::kRaise, local, 0, f.id});
+        break;
+      case FaultKind::kStoreLatency:  // handled above: the rendezvous', not a worker's
         break;
       case FaultKind::kHang:
       case FaultKind::kStraggler: {

@@ -21,18 +21,21 @@ class FaultInjector {
 
   struct Action {
     // kNodeLost: the agent kills its workers and itself (SIGKILL). kRaise: the worker is told
-    // to raise an exception at its next reported step (CTRUN_FAULT_FILE).
-    enum class Kind { kSignal, kStop, kContinue, kNodeLost, kRaise };
+    // to raise an exception at its next reported step (CTRUN_FAULT_FILE). kStoreLatency: the
+    // rendezvous is told to answer `ms` late for `seconds` (no worker: local_rank -1).
+    enum class Kind { kSignal, kStop, kContinue, kNodeLost, kRaise, kStoreLatency };
     Kind kind = Kind::kSignal;
     int local_rank = 0;
     int signo = 0;  // kSignal
     int fault_id = 0;
     bool ends_effect = false;  // the continue that ends a hang or a straggler
+    double ms = 0;             // kStoreLatency
+    double seconds = 0;        // kStoreLatency
   };
   struct Fired {
     int fault_id = 0;
-    int rank = 0;  // the global rank hit
-    int local_rank = 0;
+    int rank = 0;              // the global rank hit; -1 for the rendezvous (store latency)
+    int local_rank = 0;        // -1 for the rendezvous
     bool ends_worker = false;  // a signal or an exception (not a hang or a straggler)
     FaultKind kind = FaultKind::kSignal;
     std::string line;  // "fault 2: SIGKILL to rank 3 at 20.000 s", as the agent logs it

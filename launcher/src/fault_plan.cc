@@ -49,9 +49,12 @@ std::optional<int> signal_kind(const std::string& kind) {
 
 // Every kind a fault may be, for the errors that list them.
 constexpr const char* kKindList =
+    "kill, term, int, segv, abrt, hang, straggler, node_lost, exception, store_latency";
+// What a random plan may draw: faults of a worker or its node.
+constexpr const char* kRandomKindList =
     "kill, term, int, segv, abrt, hang, straggler, node_lost, exception";
 
-bool known_kind(const std::string& kind) {
+bool random_kind(const std::string& kind) {
   return signal_kind(kind) || kind == "hang" || kind == "straggler" || kind == "node_lost" ||
          kind == "exception";
 }
@@ -60,6 +63,8 @@ std::string kind_name(const Fault& f) {
   switch (f.kind) {
     case FaultKind::kException:
       return "exception";
+    case FaultKind::kStoreLatency:
+      return "store_latency";
     case FaultKind::kHang:
       return "hang";
     case FaultKind::kStraggler:
@@ -99,6 +104,8 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
     f.kind = FaultKind::kNodeLost;
   } else if (kind == "exception") {
     f.kind = FaultKind::kException;
+  } else if (kind == "store_latency") {
+    f.kind = FaultKind::kStoreLatency;
   } else {
     return bad(where + "unknown kind '" + kind + "' (" + kKindList + ")");
   }
@@ -155,9 +162,16 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
         return bad(where + "speed: expected a share of time between 0 and 1, got " + value.dump());
       }
       f.speed = n.value();
+    } else if (key == "ms") {
+      auto n = number();
+      if (!n) return n.error();
+      if (n.value() <= 0 || n.value() > 600000) {
+        return bad(where + "ms: expected milliseconds above 0 (up to 600000), got " + value.dump());
+      }
+      f.ms = n.value();
     } else {
       return bad(where + "unknown field '" + key +
-                 "' (rank, node, local_rank, after, window, at_step, duration, speed)");
+                 "' (rank, node, local_rank, after, window, at_step, duration, speed, ms)");
     }
   }
   if (!timed) {
@@ -169,7 +183,15 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
   if (f.rank && (f.node || f.local_rank)) {
     return bad(where + "give rank, or node and local_rank, not both");
   }
-  if (f.kind == FaultKind::kNodeLost) {
+  if (f.kind == FaultKind::kStoreLatency) {
+    // The daemon's: no worker, no step of one.
+    if (f.rank || f.node || f.local_rank) {
+      return bad(where + "store latency is the rendezvous daemon's: no rank or node");
+    }
+    if (f.at_step) return bad(where + "store latency is timed: give after=SECONDS or window");
+    if (f.ms <= 0) return bad(where + "store latency needs ms=MILLISECONDS");
+    if (!(f.duration > 0)) return bad(where + "store latency needs duration=SECONDS");
+  } else if (f.kind == FaultKind::kNodeLost) {
     if (f.local_rank) return bad(where + "a lost node is a node=N (or the node of a rank=N)");
     if (!f.rank && !f.node) return bad(where + "says not where: give node=N or rank=N");
   } else if (!f.rank && !(f.node && f.local_rank)) {
@@ -179,8 +201,11 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
     return bad(where + "a straggler needs duration=SECONDS");
   }
   if (f.kind != FaultKind::kHang && f.kind != FaultKind::kStraggler &&
-      fields.contains("duration")) {
-    return bad(where + "only a hang or a straggler has a duration");
+      f.kind != FaultKind::kStoreLatency && fields.contains("duration")) {
+    return bad(where + "only a hang, a straggler or store latency has a duration");
+  }
+  if (f.kind != FaultKind::kStoreLatency && fields.contains("ms")) {
+    return bad(where + "ms is store latency's");
   }
   if (f.kind != FaultKind::kStraggler && fields.contains("speed")) {
     return bad(where + "speed is a straggler's");
@@ -330,7 +355,9 @@ Result<FaultPlan> random_fault_plan(const std::string& spec) {
     } else if (key == "kinds") {
       kinds = split(value, '+');
       for (const auto& k : kinds) {
-        if (!known_kind(k)) return fail(std::string("kinds joined by + (") + kKindList + ")");
+        if (!random_kind(k)) {
+          return fail(std::string("kinds joined by + (") + kRandomKindList + ")");
+        }
       }
       if (kinds.empty()) return fail("kinds joined by +");
     } else if (key == "ranks") {
@@ -416,7 +443,11 @@ Json fault_plan_json(const FaultPlan& plan) {
     } else {
       j["after"] = f.after;
     }
-    if (f.kind == FaultKind::kHang || f.kind == FaultKind::kStraggler) j["duration"] = f.duration;
+    if (f.kind == FaultKind::kHang || f.kind == FaultKind::kStraggler ||
+        f.kind == FaultKind::kStoreLatency) {
+      j["duration"] = f.duration;
+    }
+    if (f.kind == FaultKind::kStoreLatency) j["ms"] = f.ms;
     if (f.kind == FaultKind::kStraggler) j["speed"] = f.speed;
     faults.push_back(std::move(j));
   }
@@ -445,6 +476,10 @@ std::string describe_fault(const Fault& f) {
       break;
     case FaultKind::kException:
       what = "an exception raised in " + where;
+      break;
+    case FaultKind::kStoreLatency:
+      what = "the rendezvous answering " + std::to_string(std::lround(f.ms)) + " ms late for " +
+             seconds_text(f.duration) + " s";
       break;
     case FaultKind::kStraggler:
       what = where + " slowed to " + std::to_string(static_cast<int>(std::lround(f.speed * 100))) +

@@ -28,6 +28,9 @@ enum class FaultKind {
   kStraggler,  // stopped and continued in turn for `duration`, running `speed` of the time
   kNodeLost,   // the node's agent and workers killed together (SIGKILL), as a machine that dies
   kException,  // an exception raised inside the worker at its next reported step (CTRUN_FAULT_FILE)
+  // The rendezvous daemon (ctrund, or an agent's embedded one) answers the job's requests `ms`
+  // late for `duration` seconds; fired by node 0's agent through the job's store.
+  kStoreLatency,
 };
 
 struct Fault {
@@ -46,6 +49,7 @@ struct Fault {
   std::optional<std::int64_t> at_step;
   double duration = 0;  // kHang: 0 = never resumed; kStraggler: > 0
   double speed = 0.5;   // kStraggler: the share of time it runs, in (0, 1)
+  double ms = 0;        // kStoreLatency: how late each answer is
 };
 
 struct FaultPlan {

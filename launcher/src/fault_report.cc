@@ -31,24 +31,48 @@ void FaultReport::fired(int fault_id, const std::string& what, int rank, int loc
   e.local_rank = local_rank;
   e.step_at_fault = step;
   e.fired = at;
+  for (const auto& [local, reported] : steps_) {
+    e.node_step_at_fault = std::max(e.node_step_at_fault.value_or(reported), reported);
+  }
   entries_.push_back(std::move(e));
 }
 
 void FaultReport::worker_failed(int local_rank, Clock::time_point at) {
   for (auto& e : entries_) {
     // A fault whose worker went on to a step is over: a later failure is another's.
-    if (e.local_rank == local_rank && !e.detected && !e.first_step) e.detected = at;
+    if (e.detected || e.first_step) continue;
+    if (e.local_rank == local_rank) {
+      e.detected = at;
+    } else if (e.ends_worker && !e.peer_failed) {
+      e.peer_failed = at;
+    }
   }
 }
 
 void FaultReport::workers_started(std::optional<int> local_rank, Clock::time_point at) {
+  // New processes: their steps are yet to come (a resumed one starts below the old ones).
+  if (local_rank) {
+    steps_.erase(*local_rank);
+  } else {
+    steps_.clear();
+  }
   for (auto& e : entries_) {
+    if (!local_rank && !e.detected && e.peer_failed) e.detected = e.peer_failed;
     if (!e.detected || e.running_again) continue;
     if (!local_rank || *local_rank == e.local_rank) e.running_again = at;
+    // The whole group restarted for this fault: steps its other workers reported before they
+    // were stopped are done again, so they were not progress.
+    if (!local_rank) e.progress_at.reset();
   }
 }
 
 void FaultReport::step_reported(int local_rank, std::int64_t step, Clock::time_point at) {
+  steps_[local_rank] = step;
+  for (auto& e : entries_) {
+    if (!e.progress_at && e.node_step_at_fault && step > *e.node_step_at_fault) {
+      e.progress_at = at;
+    }
+  }
   for (auto& e : entries_) {
     if (e.local_rank != local_rank || e.first_step) continue;
     // After a signal, the first step of the new process; a hang resumed or a straggler counts
@@ -83,6 +107,10 @@ Json FaultReport::json(const std::string& outcome) const {
       j["first_step_ms"] = ms_between(e.fired, *e.first_step_at);
       if (auto redone = steps_redone(e)) j["steps_redone"] = *redone;
     }
+    if (e.progress_at) {
+      j["node_step_at_fault"] = *e.node_step_at_fault;
+      j["progress_ms"] = ms_between(e.fired, *e.progress_at);
+    }
     faults.push_back(std::move(j));
   }
   return Json{{"outcome", outcome}, {"restarts", restarts_}, {"faults", std::move(faults)}};
@@ -106,6 +134,10 @@ std::vector<std::string> FaultReport::lines() const {
       if (auto redone = steps_redone(e)) line += " (" + std::to_string(*redone) + " steps redone)";
     } else {
       line += " no step reported after it";
+    }
+    if (e.progress_at) {
+      line += "; the node past step " + std::to_string(*e.node_step_at_fault) + " after " +
+              std::to_string(ms_between(e.fired, *e.progress_at)) + " ms";
     }
     out.push_back(std::move(line));
   }

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,9 +49,16 @@ class FaultReport {
     std::optional<std::int64_t> step_at_fault;
     Clock::time_point fired;
     std::optional<Clock::time_point> detected;  // the target's exit
+    // A peer's failure seen first (the target's fault broke its collectives): the fault's
+    // effect when the whole group then restarts before the target's own exit was seen.
+    std::optional<Clock::time_point> peer_failed;
     std::optional<Clock::time_point> running_again;
     std::optional<Clock::time_point> first_step_at;
     std::optional<std::int64_t> first_step;
+    // The node's progress: the furthest step any of its workers had reported when the fault
+    // fired, and when one first reported a step past it (the job going on, whoever's step).
+    std::optional<std::int64_t> node_step_at_fault;
+    std::optional<Clock::time_point> progress_at;
   };
   // The steps between where the target was and where its new process resumed; only after a
   // failure and a step of the new process.
@@ -58,6 +66,7 @@ class FaultReport {
 
   std::vector<Entry> entries_;
   int restarts_ = 0;
+  std::map<int, std::int64_t> steps_;  // by local rank: the last step its running worker reported
 };
 
 }  // namespace ctrun::launcher

@@ -188,8 +188,12 @@ std::string FaultTimeline::html(const Json& report, Clock::time_point end) const
          number(width) + "\" height=\"" + number(lanes_height) + "\">\n";
   double y = kMarkerRoom;
   for (const auto& [local, lane] : lanes_) {
-    out += "<text class=\"label\" x=\"4\" y=\"" + number(y + kLaneHeight * 0.65) + "\">rank " +
-           std::to_string(lane.rank) + " (local " + std::to_string(local) + ")</text>\n";
+    // Faults of the rendezvous (store latency) have a lane of their own, with no states.
+    const std::string label =
+        local < 0 ? std::string("rendezvous")
+                  : "rank " + std::to_string(lane.rank) + " (local " + std::to_string(local) + ")";
+    out += "<text class=\"label\" x=\"4\" y=\"" + number(y + kLaneHeight * 0.65) + "\">" + label +
+           "</text>\n";
     for (const Segment& s : lane.segments) {
       const double to = s.to < 0 ? span : s.to;
       // A restart takes milliseconds: its gap is drawn wide enough to be seen.
@@ -266,6 +270,7 @@ std::string FaultTimeline::html(const Json& report, Clock::time_point end) const
   double legend_x = kLabelWidth;
   for (const auto& [local, lane] : lanes_) {
     const char* fill = kPalette[color++ % (sizeof kPalette / sizeof kPalette[0])];
+    if (local < 0) continue;  // the rendezvous reports no steps
     out += "<text class=\"label\" fill=\"" + std::string(fill) + "\" style=\"fill:" + fill +
            "\" x=\"" + number(legend_x) + "\" y=\"" + number(kStepsHeight + 24) + "\">rank " +
            std::to_string(lane.rank) + "</text>\n";

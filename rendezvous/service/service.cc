@@ -212,6 +212,9 @@ void Service::Impl::drop(ConnectionId id, const std::string& why) {
   if (it == connections_.end()) return;
   std::unique_ptr<Connection> c = std::move(it->second);
   connections_.erase(it);
+  if (delayed_per_connection_.erase(id) != 0) {  // held answers go with the connection
+    std::erase_if(delayed_, [id](const DelayedBytes& d) { return d.id == id; });
+  }
   if (auto host = connections_per_host_.find(host_of(c->peer));
       host != connections_per_host_.end() && --host->second == 0) {
     connections_per_host_.erase(host);
@@ -244,17 +247,73 @@ void Service::Impl::reply(const Connection& c, std::uint64_t id, Json body) {
                                      " bytes exceeds the frame limit of " +
                                      std::to_string(options_.max_frame_bytes)});
   }
-  transport_.send(c.id, std::move(frame));
+  send_to(c.id, std::move(frame));
 }
 
 void Service::Impl::fail(const Connection& c, std::uint64_t id, const Error& e) {
-  transport_.send(c.id, encode_frame(error_response(id, e)));
+  send_to(c.id, encode_frame(error_response(id, e)));
+}
+
+void Service::Impl::send_to(ConnectionId id, std::string bytes) {
+  const TimePoint now = clock_.now();
+  auto held = delayed_per_connection_.find(id);
+  TimePoint due = now;
+  if (auto c = connections_.find(id); c != connections_.end() && !c->second->job.empty()) {
+    if (auto job = jobs_.find(c->second->job);
+        job != jobs_.end() && now < job->second->answer_delay_until) {
+      due = now + job->second->answer_delay;
+    }
+  }
+  if (due == now && held == delayed_per_connection_.end()) {
+    transport_.send(id, std::move(bytes));
+    return;
+  }
+  auto& [count, last_due] = delayed_per_connection_[id];
+  due = std::max(due, last_due);  // never ahead of what the connection was sent before
+  last_due = due;
+  ++count;
+  delayed_.push_back({due, id, std::move(bytes)});
+}
+
+void Service::Impl::send_delayed(TimePoint now, std::optional<ConnectionId> only) {
+  for (auto it = delayed_.begin(); it != delayed_.end();) {
+    if (only ? it->id != *only : it->due > now) {
+      ++it;
+      continue;
+    }
+    auto held = delayed_per_connection_.find(it->id);
+    if (held != delayed_per_connection_.end() && --held->second.first == 0) {
+      delayed_per_connection_.erase(held);
+    }
+    if (connections_.count(it->id) != 0) transport_.send(it->id, std::move(it->bytes));
+    it = delayed_.erase(it);
+  }
+}
+
+void Service::Impl::start_store_latency(Job& job, const std::string& value) {
+  const Json spec = Json::parse(value, nullptr, /*allow_exceptions=*/false);
+  const double ms = spec.is_object() ? spec.value("ms", 0.0) : 0.0;
+  const double seconds = spec.is_object() ? spec.value("seconds", 0.0) : 0.0;
+  if (!(ms > 0 && ms <= 600000 && seconds > 0 && seconds <= 86400)) {
+    log("job '" + job.name + "': ignored " + kStoreLatencyKey + " '" + value.substr(0, 64) +
+        "' (expected {\"ms\": 1..600000, \"seconds\": 1..86400})");
+    return;
+  }
+  job.answer_delay = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(ms / 1000));
+  job.answer_delay_until =
+      clock_.now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
+  log("job '" + job.name + "': answering " + std::to_string(std::lround(ms)) + " ms late for " +
+      std::to_string(seconds) + " s (an injected fault: ctrun --faults store_latency)");
 }
 
 void Service::Impl::reject(Connection& c, std::uint64_t id, const Error& e) {
   ++(e.code == ErrorCode::kAuthFailed ? counters_.auth_failures : counters_.frame_errors);
   log(c.peer + " closed: " + std::string(error_code_name(e.code)) + ": " + e.message);
-  if (c.wire != Wire::kTcpStore) fail(c, id, e);  // TCPStore's wire has no error answer
+  // What was held back for it goes first, then the error, at once: the connection closes now.
+  send_delayed(clock_.now(), c.id);
+  if (c.wire != Wire::kTcpStore) {  // TCPStore's wire has no error answer
+    transport_.send(c.id, encode_frame(error_response(id, e)));
+  }
   const ConnectionId cid = c.id;
   drop(cid, std::string(error_code_name(e.code)));
   transport_.close(cid);
@@ -367,9 +426,12 @@ void Service::Impl::op_set(Connection& c, std::uint64_t id, const Json& req) {
   if (!key) return reject(c, id, key.error());
   auto value = get_bytes(req, "value");
   if (!value) return reject(c, id, value.error());
+  // An injected store latency is read as it is set (the value moves into the store).
+  const std::string latency = key.value() == kStoreLatencyKey ? value.value() : std::string();
   auto s = job_of(c).store.set(key.value(), std::move(value).value());
   if (!s) return fail(c, id, s.error());
   record_key(c.job, key.value());
+  if (!latency.empty()) start_store_latency(job_of(c), latency);
   reply(c, id, Json::object());
 }
 
@@ -643,16 +705,16 @@ void Service::Impl::deliver(Job& job, std::vector<Notice> notices) {
         c.join_request.reset();
         break;
       case Notice::Kind::kRoundReopened:
-        transport_.send(c.id, encode_frame(Json{{"event", "round_reopened"},
-                                                {"job", c.job},
-                                                {"round", n.round},
-                                                {"reason", n.reason}}));
+        send_to(c.id, encode_frame(Json{{"event", "round_reopened"},
+                                        {"job", c.job},
+                                        {"round", n.round},
+                                        {"reason", n.reason}}));
         break;
       case Notice::Kind::kJobEnded:
-        transport_.send(c.id, encode_frame(Json{{"event", "job_ended"},
-                                                {"job", c.job},
-                                                {"state", job_state_name(n.state)},
-                                                {"reason", n.reason}}));
+        send_to(c.id, encode_frame(Json{{"event", "job_ended"},
+                                        {"job", c.job},
+                                        {"state", job_state_name(n.state)},
+                                        {"reason", n.reason}}));
         break;
     }
   }
@@ -757,6 +819,7 @@ void Service::Impl::op_jobs(Connection& c, std::uint64_t id, const Json&) {
 
 void Service::Impl::tick() {
   const TimePoint now = clock_.now();
+  send_delayed(now);
   std::vector<std::pair<ConnectionId, std::string>> late;
   for (const auto& [id, c] : connections_) {
     // Only ctrun's clients owe a hello. A connection that has said nothing yet on a listener

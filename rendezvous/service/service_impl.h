@@ -3,6 +3,7 @@
 // (torch's TCPStore wire); service.h forwards to it.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -96,6 +97,13 @@ class Service::Impl {
   // get, wait and multi_get: answer when every key exists, or time out.
   void wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bool with_values);
   void send_challenge(const Connection& c);
+  // Every frame or TCPStore answer to a connection goes through here: at once, or, while its
+  // job has an injected store latency (kStoreLatencyKey), queued until due, in order.
+  void send_to(ConnectionId id, std::string bytes);
+  // Sends the queued bytes that are due (all of one connection's, with `only`).
+  void send_delayed(TimePoint now, std::optional<ConnectionId> only = std::nullopt);
+  // The job's store was set kStoreLatencyKey: {"ms", "seconds"} from now.
+  void start_store_latency(Job& job, const std::string& value);
 
   // torch's TCPStore wire (service_tcpstore.cc).
   void start_tcpstore(Connection& c, const std::string& job);
@@ -116,6 +124,15 @@ class Service::Impl {
   ServiceMetrics counters_;  // the counter fields only; requests are counted apart
   std::unordered_map<std::string_view, std::uint64_t> request_counts_;   // keys: kHandlers'
   std::unordered_map<std::string_view, std::uint64_t> tcpstore_counts_;  // keys: op_name()
+  // Answers held back by an injected store latency, in the order they were sent; and per
+  // connection how many are held and the due time of its last one (later ones wait for it).
+  struct DelayedBytes {
+    TimePoint due;
+    ConnectionId id = 0;
+    std::string bytes;
+  };
+  std::deque<DelayedBytes> delayed_;
+  std::unordered_map<ConnectionId, std::pair<std::size_t, TimePoint>> delayed_per_connection_;
   bool state_broken_ = false;   // an append failed: rewrite everything at the next tick
   bool shutting_down_ = false;  // shutdown(): closed connections keep their nodes
   static const std::unordered_map<std::string_view, Handler> kHandlers;
@@ -174,6 +191,10 @@ struct Service::Impl::Job {
   std::unique_ptr<Quorum> quorum;
   std::map<std::string, std::pair<ConnectionId, std::uint64_t>> quorum_asks;
   std::map<std::string, ConnectionId> replica_connections;
+  // An injected store latency (ctrun --faults store_latency): answers are `answer_delay` late
+  // until `answer_delay_until`.
+  Duration answer_delay{};
+  TimePoint answer_delay_until{};
 };
 
 }  // namespace ctrun::rendezvous

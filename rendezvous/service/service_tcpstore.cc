@@ -61,7 +61,7 @@ void Service::Impl::handle_tcpstore(Connection& c, tcpstore::Request& req) {
   Job& job = job_of(c);
   KeyValueStore& store = job.store;
   auto full = [&](const std::string& key) { return c.key_prefix + key; };
-  auto answer = [&](std::string bytes) { transport_.send(c.id, std::move(bytes)); };
+  auto answer = [&](std::string bytes) { send_to(c.id, std::move(bytes)); };
   // A store error (a limit, add on a value that is not a number) closes the connection, as in
   // torch's server: the wire cannot carry it.
   auto refuse = [&](const Error& e) {
@@ -189,7 +189,7 @@ void Service::Impl::tcpstore_wait(Connection& c, std::vector<std::string> keys) 
     it->second->waiters.erase(*slot);
     std::string out;
     tcpstore::append_u8(out, tcpstore::kStopWaiting);
-    transport_.send(cid, std::move(out));
+    send_to(cid, std::move(out));
   };
   *slot = job.store.wait(std::move(keys), TimePoint::max(), std::move(done));
   if (*slot != 0) c.waiters.insert(*slot);
@@ -216,7 +216,7 @@ void Service::Impl::tcpstore_barrier(Connection& c, const std::string& key,
     auto it = connections_.find(id);
     if (it == connections_.end()) continue;
     it->second->barriers.erase(key);
-    transport_.send(id, stop);
+    send_to(id, stop);
   }
 }
 
@@ -241,7 +241,7 @@ void Service::Impl::tcpstore_watch(Connection& c, const std::string& key) {
             tcpstore::append_bytes(notice, k.substr(it->second->key_prefix.size()));
             tcpstore::append_bytes(notice, before ? *before : std::string());
             tcpstore::append_bytes(notice, after ? *after : std::string());
-            transport_.send(id, std::move(notice));
+            send_to(id, std::move(notice));
           }
         });
   }
@@ -249,7 +249,7 @@ void Service::Impl::tcpstore_watch(Connection& c, const std::string& key) {
   c.watches.insert(key);
   std::string out;
   tcpstore::append_u8(out, tcpstore::kCallbackRegistered);
-  transport_.send(c.id, std::move(out));
+  send_to(c.id, std::move(out));
 }
 
 void Service::Impl::end_tcpstore(Connection& c, bool keep_watches) {

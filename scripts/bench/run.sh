@@ -16,6 +16,8 @@
 #   zero_bench        ZeRO stages 1-3 vs DDP: measured per-rank tensor memory against the
 #                     formulas, step time (gpt on CPU at 2, 3 and 4 ranks)
 #   hostfile_bench    ctrun --hosts over ssh (cold, warm) vs pdsh and sequential ssh, 2/4/8 hosts
+#   fault_bench       recovery from each kind of injected fault (ctrun --faults): restart mode vs
+#                     --fault_tolerance=step, from the fault reports
 # Usage: scripts/bench/run.sh [--quick]
 # Builds build-bench/ first if needed (one job at a time: the machine is shared; BENCH_JOBS=N
 # to change). Everything runs inside a loopback-only network namespace, because TCPStore binds
@@ -75,4 +77,5 @@ run 3600 /usr/bin/python3 "$root/scripts/bench/train_bench.py" "${quick[@]}"
 run 1800 /usr/bin/python3 "$root/scripts/bench/ft_bench.py" "${quick[@]}"
 run 1800 /usr/bin/python3 "$root/scripts/bench/zero_bench.py" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/hostfile_bench.py" --ctrun "$build/launcher/ctrun" --ctrund "$build/rendezvous/daemon/ctrund" "${quick[@]}"
+run 1800 /usr/bin/python3 "$root/scripts/bench/fault_bench.py" "${quick[@]}"
 exit $status

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/json.h"
 #include "process.h"
 
@@ -454,6 +455,44 @@ TEST_CASE("faults: the same seed twice gives the same faults and the same recove
                    "injecting fault 2: SIGTERM to rank 1 at step 16\n") == 0);
   CHECK(first.find("restarts 3") != std::string::npos);
   CHECK(run("second") == first);
+}
+
+TEST_CASE("faults: store latency makes the rendezvous answer the job late, for its duration") {
+  ScratchDir s("faults_latency");
+  std::unique_ptr<ChildProcess> daemon;
+  const std::uint16_t port = start_ctrund(daemon, s, CTRUND_PATH);
+  // From 0.5 s, ctrund answers job 'lat' 300 ms late for 3 s.
+  ChildProcess agent({CTRUN_PATH, "--nnodes=1", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                      "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=lat",
+                      "--faults", "store_latency:ms=300,duration=3,after=0.5", "--fault_report",
+                      s.path("report.html"), TEST_WORKER_PATH, "sleep", "6"},
+                     s.path("agent.log"));
+  REQUIRE(wait_for_text(s.path("agent.log"),
+                        "injecting fault 1: the rendezvous answering 300 ms late for 3.000 s",
+                        20s));
+  ctrun::rendezvous::ClientOptions options;
+  options.port = port;
+  options.job = "lat";
+  auto client = ctrun::rendezvous::Client::connect(options);
+  REQUIRE(client);
+  auto timed_ping = [&] {
+    const auto began = std::chrono::steady_clock::now();
+    REQUIRE(client.value()->ping());
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 began);
+  };
+  const auto late = timed_ping();
+  CHECK(late >= 290ms);  // the daemon's tick (50 ms) sends it at most that much later
+  CHECK(late < 1000ms);
+  std::this_thread::sleep_for(3500ms);  // past the fault's 3 s
+  CHECK(timed_ping() < 200ms);
+  REQUIRE(agent.wait(60s) == std::optional<int>(0));
+  CHECK(read_file(s.path("ctrund.log")).find("job 'lat': answering 300 ms late for") !=
+        std::string::npos);
+  // Its marker is on the page's rendezvous lane.
+  const std::string page = read_file(s.path("report.html"));
+  CHECK(page.find(">rendezvous</text>") != std::string::npos);
+  CHECK(count_of(page, "class=\"fault-marker\"") == 1);
 }
 
 TEST_CASE("faults: a bad plan is a one-line error before anything starts") {

@@ -165,3 +165,21 @@ TEST_CASE("fault injector: a fault asked for while the job runs counts its time 
   CHECK(due.fired[0].fault_id == 2);
   CHECK(injector.pending());  // the planned one is still to come
 }
+
+TEST_CASE("fault injector: store latency is set off by node 0's agent alone") {
+  const auto p = plan("store_latency:ms=300,duration=2,after=1");
+  FaultInjector node0(p), node1(p);
+  node0.workers_started(0, 0, 2, t0);
+  node1.workers_started(1, 2, 2, t0);
+  CHECK(node0.poll(t0 + 500ms).actions.empty());
+  auto due = node0.poll(t0 + 1s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kStoreLatency);
+  CHECK(due.actions[0].ms == 300);
+  CHECK(due.actions[0].seconds == 2);
+  REQUIRE(due.fired.size() == 1);
+  CHECK(due.fired[0].local_rank == -1);
+  CHECK_FALSE(due.fired[0].ends_worker);
+  CHECK(node1.poll(t0 + 1s).actions.empty());
+  CHECK_FALSE(node1.pending());
+}

@@ -91,7 +91,7 @@ TEST_CASE("fault plan: a fault at a training step") {
 TEST_CASE("fault plan: a bad plan is one line naming the fault and what was wrong") {
   CHECK(error(parse_inline_fault_plan("explode:rank=1,after=2")) ==
         "--faults: fault 1: unknown kind 'explode' (kill, term, int, segv, abrt, hang, straggler, "
-        "node_lost, exception)");
+        "node_lost, exception, store_latency)");
   CHECK(error(parse_inline_fault_plan("kill:rank=1")) ==
         "--faults: fault 1: says not when: give after=SECONDS, window=FROM-TO or at_step=N");
   CHECK(error(parse_inline_fault_plan("kill:after=1")) ==
@@ -107,7 +107,7 @@ TEST_CASE("fault plan: a bad plan is one line naming the fault and what was wron
   CHECK(error(parse_inline_fault_plan("kill:rank=1,node=0,local_rank=1,after=1")) ==
         "--faults: fault 1: give rank, or node and local_rank, not both");
   CHECK(error(parse_inline_fault_plan("kill:rank=1,after=1,duration=3")) ==
-        "--faults: fault 1: only a hang or a straggler has a duration");
+        "--faults: fault 1: only a hang, a straggler or store latency has a duration");
   CHECK(error(parse_inline_fault_plan("kill:rank=1,window=5-2")) ==
         "--faults: fault 1: window: expected FROM-TO seconds, got '5-2'");
   CHECK(error(parse_fault_plan_json("[1]", "p.json")) ==
@@ -165,7 +165,7 @@ TEST_CASE("fault plan: a lost node is a node, or the node of a rank") {
   CHECK(error(parse_inline_fault_plan("node_lost:node=1,local_rank=0,after=1")) ==
         "--faults: fault 1: a lost node is a node=N (or the node of a rank=N)");
   CHECK(error(parse_inline_fault_plan("node_lost:node=1,after=1,duration=2")) ==
-        "--faults: fault 1: only a hang or a straggler has a duration");
+        "--faults: fault 1: only a hang, a straggler or store latency has a duration");
 }
 
 TEST_CASE("fault plan: an exception is raised in a worker, at a step or a time") {
@@ -178,7 +178,7 @@ TEST_CASE("fault plan: an exception is raised in a worker, at a step or a time")
   CHECK(fault_plan_json(plan)["faults"][0] ==
         Json{{"kind", "exception"}, {"rank", 2}, {"at_step", 30}});
   CHECK(error(parse_inline_fault_plan("exception:rank=1,after=1,duration=2")) ==
-        "--faults: fault 1: only a hang or a straggler has a duration");
+        "--faults: fault 1: only a hang, a straggler or store latency has a duration");
   const auto drawn =
       ok(random_fault_plan("random:seed=9,count=6,kinds=exception,ranks=0-1,steps=5-9"));
   for (const Fault& f : drawn.faults) CHECK(f.kind == FaultKind::kException);
@@ -199,7 +199,31 @@ TEST_CASE("fault plan: ctrun fault's one fault, at once unless it says when") {
         "ctrun fault: one fault at a time, got 'kill:rank=1;term:rank=2'");
   CHECK(parse_fault_request("boom:rank=1").error().message ==
         "ctrun fault: unknown kind 'boom' (kill, term, int, segv, abrt, hang, straggler, "
-        "node_lost, exception)");
+        "node_lost, exception, store_latency)");
   CHECK(parse_fault_request("kill").error().message ==
         "ctrun fault: says not where: give rank=N, or node=N and local_rank=N");
+}
+
+TEST_CASE("fault plan: store latency is the daemon's, for a time") {
+  const auto plan = ok(parse_inline_fault_plan("store_latency:ms=250,duration=3,after=2"));
+  const Fault& f = plan.faults[0];
+  CHECK(f.kind == FaultKind::kStoreLatency);
+  CHECK(f.ms == 250);
+  CHECK(describe_fault(f) ==
+        "fault 1: the rendezvous answering 250 ms late for 3.000 s at 2.000 s");
+  CHECK(fault_plan_json(plan)["faults"][0] ==
+        Json{{"kind", "store_latency"}, {"after", 2.0}, {"duration", 3.0}, {"ms", 250.0}});
+  CHECK(error(parse_inline_fault_plan("store_latency:rank=1,ms=5,duration=1,after=1")) ==
+        "--faults: fault 1: store latency is the rendezvous daemon's: no rank or node");
+  CHECK(error(parse_inline_fault_plan("store_latency:duration=1,after=1")) ==
+        "--faults: fault 1: store latency needs ms=MILLISECONDS");
+  CHECK(error(parse_inline_fault_plan("store_latency:ms=5,after=1")) ==
+        "--faults: fault 1: store latency needs duration=SECONDS");
+  CHECK(error(parse_inline_fault_plan("store_latency:ms=5,duration=1,at_step=3")) ==
+        "--faults: fault 1: store latency is timed: give after=SECONDS or window");
+  CHECK(error(parse_inline_fault_plan("kill:rank=1,after=1,ms=3")) ==
+        "--faults: fault 1: ms is store latency's");
+  CHECK(error(random_fault_plan("random:seed=1,ranks=0-1,window=1-2,kinds=store_latency")) ==
+        "--faults=random: kinds: expected kinds joined by + (kill, term, int, segv, abrt, hang, "
+        "straggler, node_lost, exception), got 'store_latency'");
 }

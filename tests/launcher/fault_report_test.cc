@@ -62,3 +62,39 @@ TEST_CASE("fault report: a hang that is resumed counts the first step after it")
                                                "running again after 50 ms, no step reported "
                                                "after it"});
 }
+
+TEST_CASE("fault report: the node's progress, whichever worker steps past where it was") {
+  // Restart mode: every worker resumes from a checkpoint below the fault; the node is past
+  // its furthest step once a new process reports beyond it.
+  FaultReport restart;
+  restart.step_reported(0, 41, t0 - 30ms);
+  restart.step_reported(1, 42, t0 - 20ms);
+  restart.fired(1, "kill", 1, 1, true, 42, t0);
+  restart.step_reported(0, 43, t0 + 5ms);  // before the restart stopped it: done again
+  restart.worker_failed(1, t0 + 10ms);
+  restart.workers_started(std::nullopt, t0 + 30ms);
+  restart.step_reported(0, 41, t0 + 500ms);
+  restart.step_reported(0, 42, t0 + 550ms);
+  restart.step_reported(1, 43, t0 + 600ms);
+  auto f = restart.json("succeeded")["faults"][0];
+  CHECK(f["node_step_at_fault"] == 42);
+  CHECK(f["progress_ms"] == 600);
+  CHECK(restart.lines()[0].find("; the node past step 42 after 600 ms") != std::string::npos);
+  // Per-step fault tolerance: a survivor goes on at once.
+  FaultReport ft;
+  ft.step_reported(0, 42, t0 - 20ms);
+  ft.step_reported(1, 42, t0 - 20ms);
+  ft.fired(1, "kill", 1, 1, true, 42, t0);
+  ft.step_reported(0, 43, t0 + 65ms);
+  CHECK(ft.json("succeeded")["faults"][0]["progress_ms"] == 65);
+}
+
+TEST_CASE("fault report: a peer that failed first, and the group's restart, are the fault's") {
+  FaultReport report;
+  report.fired(1, "exception", 2, 2, true, 46, t0);
+  report.worker_failed(0, t0 + 30ms);  // its collective broke before the target had exited
+  report.workers_started(std::nullopt, t0 + 60ms);  // the target was stopped with the group
+  const auto f = report.json("succeeded")["faults"][0];
+  CHECK(f["worker_exit_ms"] == 30);
+  CHECK(f["running_again_ms"] == 60);
+}

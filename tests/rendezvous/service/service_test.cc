@@ -560,3 +560,58 @@ TEST_CASE("service: a formed round tells every member the job's restart count as
   REQUIRE(parsed.ok());
   CHECK(parsed.value().restart_count == 2);
 }
+
+TEST_CASE("service: an injected store latency holds the job's answers back, in order, for a time") {
+  ServiceHarness h;
+  auto agent = h.connect_hello("slow");
+  auto other = h.connect_hello("fast");
+  // Set as an agent's fault sets it: 200 ms late for 1 s.
+  h.send(agent, Json{{"op", "set"},
+                     {"id", 1},
+                     {"key", kStoreLatencyKey},
+                     {"value", to_binary(R"({"ms": 200, "seconds": 1})")}});
+  CHECK_FALSE(h.transport.has(agent));  // its own answer is late too
+  h.send(agent, Json{{"op", "set"}, {"id", 2}, {"key", "k"}, {"value", to_binary("v")}});
+  h.send(agent, Json{{"op", "get"}, {"id", 3}, {"key", "k"}});
+  CHECK(h.call(other, Json{{"op", "ping"}})["ok"] == true);  // another job: at once
+  h.clock.advance(199ms);
+  h.service->tick();
+  CHECK_FALSE(h.transport.has(agent));
+  h.clock.advance(1ms);
+  h.service->tick();
+  CHECK(h.transport.take(agent)["id"] == 1);
+  CHECK(h.transport.take(agent)["id"] == 2);
+  CHECK(h.transport.take(agent)["id"] == 3);
+  CHECK(mentions(h.logs, "job 'slow': answering 200 ms late for"));
+  // Once the time is over, at once again.
+  h.clock.advance(1s);
+  h.service->tick();
+  CHECK(h.call(agent, Json{{"op", "ping"}})["ok"] == true);
+  // A bad value is named in the log and changes nothing.
+  h.send(agent, Json{{"op", "set"},
+                     {"id", 4},
+                     {"key", kStoreLatencyKey},
+                     {"value", to_binary(R"({"ms": -1})")}});
+  CHECK(h.transport.take(agent)["id"] == 4);
+  CHECK(mentions(h.logs, "ignored ctrun/fault/store_latency"));
+}
+
+TEST_CASE("service: answers held back go with their connection, and before a refusal") {
+  ServiceHarness h;
+  auto agent = h.connect_hello("slow");
+  h.send(agent, Json{{"op", "set"},
+                     {"id", 1},
+                     {"key", kStoreLatencyKey},
+                     {"value", to_binary(R"({"ms": 500, "seconds": 5})")}});
+  h.send(agent, Json{{"op", "hello"}, {"id", 2}, {"version", kProtocolVersion}, {"job", "x"}});
+  // "hello was already said" is an answer, not a refusal: held back as well.
+  CHECK_FALSE(h.transport.has(agent));
+  h.send(agent, Json{{"op", 7}, {"id", 3}});  // a protocol violation: closed at once
+  CHECK(h.transport.take(agent)["id"] == 1);
+  CHECK(h.transport.take(agent)["id"] == 2);
+  CHECK(is_error(h.transport.take(agent), "bad_request"));
+  CHECK(h.transport.closed.count(agent));
+  h.clock.advance(1s);
+  h.service->tick();  // nothing left for a closed connection
+  CHECK_FALSE(h.transport.has(agent));
+}

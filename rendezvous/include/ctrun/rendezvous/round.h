@@ -28,6 +28,9 @@ inline constexpr const char* kFaultRequestPrefix = "ctrun/fault_request/";
 inline constexpr const char* kFaultRequestDoneSuffix = "/injected";
 inline constexpr const char* kFaultsInjectedKey = "ctrun/faults_injected";
 inline constexpr const char* kFaultInjectedPrefix = "ctrun/fault_injected/";
+// An injected store latency: {"ms": M, "seconds": S} set here makes ctrund (or an agent's
+// embedded daemon) answer the job's requests M ms late for S seconds from then.
+inline constexpr const char* kStoreLatencyKey = "ctrun/fault/store_latency";
 // A counter's value as the stores keep it (decimal text, as c10d's add writes it); `otherwise`
 // when the text is not a number.
 long long counter_value(const std::string& text, long long otherwise);
