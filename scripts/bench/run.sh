@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issues 2, 3, 4, 7, 16, 18 and 19 and prints their tables with ratios:
+# Runs every benchmark of issues 2, 3, 4, 7, 16, 18, 19, 26 and 23 and prints their tables with ratios:
 #   store_bench       ctrund vs PyTorch's TCPStore: set+get throughput (1/4/16 client processes), latency
 #   bootstrap_bench   process-group bootstrap store traffic of 256/1024/4096 ranks: the agent's
 #                     worker store vs PyTorch's TCPStore server
