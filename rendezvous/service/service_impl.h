@@ -133,8 +133,9 @@ class Service::Impl {
   };
   std::deque<DelayedBytes> delayed_;
   std::unordered_map<ConnectionId, std::pair<std::size_t, TimePoint>> delayed_per_connection_;
-  bool state_broken_ = false;   // an append failed: rewrite everything at the next tick
-  bool shutting_down_ = false;  // shutdown(): closed connections keep their nodes
+  TimePoint answer_delays_until_{};  // the latest end of any job's store latency
+  bool state_broken_ = false;        // an append failed: rewrite everything at the next tick
+  bool shutting_down_ = false;       // shutdown(): closed connections keep their nodes
   static const std::unordered_map<std::string_view, Handler> kHandlers;
 };
 

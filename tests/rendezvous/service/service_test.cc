@@ -582,7 +582,7 @@ TEST_CASE("service: an injected store latency holds the job's answers back, in o
   CHECK(h.transport.take(agent)["id"] == 1);
   CHECK(h.transport.take(agent)["id"] == 2);
   CHECK(h.transport.take(agent)["id"] == 3);
-  CHECK(mentions(h.logs, "job 'slow': answering 200 ms late for"));
+  CHECK(mentions(h.logs, "job 'slow': answering 200 ms late for 1.000 s"));
   // Once the time is over, at once again.
   h.clock.advance(1s);
   h.service->tick();
