@@ -1,7 +1,5 @@
 #include "fault_command.h"
 
-#include <CLI/CLI.hpp>
-
 #include <chrono>
 #include <cstdio>
 
@@ -11,6 +9,7 @@
 #include "fault_plan.h"
 #include "rendezvous/base/token.h"
 #include "rendezvous/etcd/etcd.h"
+#include "subcommand.h"
 
 namespace ctrun::launcher {
 
@@ -32,20 +31,13 @@ rdzv::Duration seconds(double s) {
 int run_fault_command(const std::vector<std::string>& args, const EnvLookup& env) {
   CLI::App app{"ctrun fault: inject one fault into a running job started with --faults",
                "ctrun fault"};
-  std::string endpoint = env("PET_RDZV_ENDPOINT").value_or("");
-  std::string id = env("PET_RDZV_ID").value_or("");
-  std::string backend = env("PET_RDZV_BACKEND").value_or("c10d");
-  std::string token_file;
+  RendezvousTarget target;
+  target.endpoint = env("PET_RDZV_ENDPOINT").value_or("");
+  target.id = env("PET_RDZV_ID").value_or("");
+  target.backend = env("PET_RDZV_BACKEND").value_or("c10d");
   std::string fault;
-  double timeout = 5;
   double wait = 10;
-  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "HOST[:PORT] of the rendezvous");
-  app.add_option("--rdzv_id,--rdzv-id", id, "the job");
-  app.add_option("--rdzv_backend,--rdzv-backend", backend,
-                 "c10d, ctrund, etcd or etcd-v2 (default c10d)");
-  app.add_option("--token_file", token_file, "the daemon's shared token (else $CTRUN_RDZV_TOKEN)");
-  app.add_option("--timeout", timeout, "seconds to keep trying to reach the rendezvous (5)")
-      ->check(CLI::PositiveNumber);
+  add_rendezvous_options(app, target, "the job");
   app.add_option("--wait", wait,
                  "seconds to wait for an agent to inject it (10; 0: only ask, do not wait)")
       ->check(CLI::NonNegativeNumber);
@@ -53,25 +45,15 @@ int run_fault_command(const std::vector<std::string>& args, const EnvLookup& env
                  "KIND:key=value,... as in an inline --faults plan (kill:rank=3, "
                  "hang:rank=1,duration=20, exception:rank=0,at_step=500); at once without a time")
       ->required();
-  try {
-    std::vector<std::string> reversed(args.rbegin(), args.rend());
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    return fail(e.what(), 2);
-  }
-  if (backend != "c10d" && backend != "ctrund" && backend != "etcd" && backend != "etcd-v2") {
-    return fail("--rdzv_backend: expected c10d, ctrund, etcd or etcd-v2, got '" + backend + "'", 2);
-  }
-  if (endpoint.empty()) return fail("--rdzv_endpoint is required", 2);
+  if (auto code = parse_subcommand(app, args, target, fail)) return *code;
+  const std::string& endpoint = target.endpoint;
+  const std::string& id = target.id;
   if (id.empty()) return fail("--rdzv_id is required: the job to inject into", 2);
   auto request = parse_fault_request(fault);
   if (!request) return fail(request.error().message.substr(std::string("ctrun fault: ").size()), 2);
 
   rdzv::StoreAddress address;
-  if (backend == "etcd" || backend == "etcd-v2") {
+  if (target.etcd()) {
     auto members = rdzv::etcd::parse_endpoints(endpoint);
     if (!members) return fail(members.error().message, 2);
     address = rdzv::etcd_store_address(members.value(), "");
@@ -80,11 +62,11 @@ int run_fault_command(const std::vector<std::string>& args, const EnvLookup& env
     if (!ep) return fail(ep.error().message, 2);
     address.host = ep.value().host;
     address.port = ep.value().port;
-    auto token = rdzv::resolve_token(token_file, env(rdzv::kTokenVariable));
+    auto token = rdzv::resolve_token(target.token_file, env(rdzv::kTokenVariable));
     if (!token) return fail(token.error().message, 2);
     address.token = token.value();
   }
-  auto store = rdzv::connect_store(address, id, seconds(timeout));
+  auto store = rdzv::connect_store(address, id, seconds(target.timeout));
   if (!store) {
     return fail("cannot reach the rendezvous at " + endpoint + ": " + store.error().message, 1);
   }

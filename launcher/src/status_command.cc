@@ -1,7 +1,5 @@
 #include "status_command.h"
 
-#include <CLI/CLI.hpp>
-
 #include <boost/asio.hpp>
 #include <cstdio>
 
@@ -11,6 +9,7 @@
 #include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_jobs.h"
 #include "status_view.h"
+#include "subcommand.h"
 
 namespace ctrun::launcher {
 
@@ -77,36 +76,17 @@ int etcd_status(const std::string& endpoint, const std::string& id, rdzv::Durati
 
 int run_status_command(const std::vector<std::string>& args, const EnvLookup& env) {
   CLI::App app{"ctrun status: the jobs a rendezvous holds, or one job in detail", "ctrun status"};
-  std::string endpoint = env("PET_RDZV_ENDPOINT").value_or("");
-  std::string id;
-  std::string backend = "c10d";
-  std::string token_file;
-  double timeout = 5;
+  RendezvousTarget target;
+  target.endpoint = env("PET_RDZV_ENDPOINT").value_or("");
   bool json = false;
-  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "HOST[:PORT] of the rendezvous");
-  app.add_option("--rdzv_id,--rdzv-id", id, "the job to show in detail (default: list every job)");
-  app.add_option("--rdzv_backend,--rdzv-backend", backend,
-                 "c10d, ctrund, etcd or etcd-v2 (default c10d)");
-  app.add_option("--token_file", token_file, "the daemon's shared token (else $CTRUN_RDZV_TOKEN)");
-  app.add_option("--timeout", timeout, "seconds to keep trying to reach the rendezvous (5)")
-      ->check(CLI::PositiveNumber);
+  add_rendezvous_options(app, target, "the job to show in detail (default: list every job)");
   app.add_flag("--json", json, "print JSON instead of a table");
-  try {
-    std::vector<std::string> reversed(args.rbegin(), args.rend());
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    return fail(e.what(), 2);
-  }
-  if (backend != "c10d" && backend != "ctrund" && backend != "etcd" && backend != "etcd-v2") {
-    return fail("--rdzv_backend: expected c10d, ctrund, etcd or etcd-v2, got '" + backend + "'", 2);
-  }
-  if (endpoint.empty()) return fail("--rdzv_endpoint is required", 2);
+  if (auto code = parse_subcommand(app, args, target, fail)) return *code;
+  const std::string& endpoint = target.endpoint;
+  const std::string& id = target.id;
   const auto limit =
-      std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(timeout));
-  if (backend == "etcd" || backend == "etcd-v2") return etcd_status(endpoint, id, limit, json);
+      std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(target.timeout));
+  if (target.etcd()) return etcd_status(endpoint, id, limit, json);
   auto ep = parse_endpoint(endpoint, rdzv::kDefaultPort);
   if (!ep) return fail(ep.error().message, 2);
 
@@ -115,7 +95,7 @@ int run_status_command(const std::vector<std::string>& args, const EnvLookup& en
   options.port = ep.value().port;
   options.job = id.empty() ? kObserverJob : id;
   options.connect_timeout = limit;
-  auto token = rdzv::resolve_token(token_file, env(rdzv::kTokenVariable));
+  auto token = rdzv::resolve_token(target.token_file, env(rdzv::kTokenVariable));
   if (!token) return fail(token.error().message, 2);
   options.token = token.value();
   const std::string where = rdzv::format_endpoint(ep.value());

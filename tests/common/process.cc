@@ -154,6 +154,9 @@ ScratchDir::ScratchDir(const std::string& name) {
 
 ScratchDir::~ScratchDir() { remove_tree(dir_); }
 
+SystemPython::SystemPython() { ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1); }
+SystemPython::~SystemPython() { ::unsetenv("PYTHON_EXEC"); }
+
 std::uint16_t start_ctrund(std::unique_ptr<ChildProcess>& daemon, const ScratchDir& dir,
                            const std::string& ctrund_path, const std::vector<std::string>& extra,
                            std::uint16_t port, const std::string& name) {

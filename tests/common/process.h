@@ -70,6 +70,15 @@ class ScratchDir {
   std::string dir_;
 };
 
+// PYTHON_EXEC for the agents started while it lives: the system Python, whose torch the
+// Python tests use (not the first python3 on PATH).
+struct SystemPython {
+  SystemPython();
+  ~SystemPython();
+  SystemPython(const SystemPython&) = delete;
+  SystemPython& operator=(const SystemPython&) = delete;
+};
+
 // Starts the ctrund at `ctrund_path` on 127.0.0.1 (on `port`, 0: a free one) with `extra` flags,
 // logging to DIR/NAME.log, and returns its port once it listens (a test failure after 10 s).
 std::uint16_t start_ctrund(std::unique_ptr<ChildProcess>& daemon, const ScratchDir& dir,

@@ -752,11 +752,10 @@ TEST_CASE("agent: a log file that cannot be written is named once and the consol
 
 TEST_CASE("agent: a real PyTorch DDP script (gloo, env://) trains to the end") {
   Scratch s;
-  ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
+  SystemPython python;
   ChildProcess agent(ctrun_args({"--standalone", "--nproc_per_node=2", DDP_SCRIPT_PATH, "--epochs",
                                  "2", "--samples", "1024"}),
                      s.path("agent.log"));
-  ::unsetenv("PYTHON_EXEC");
   auto code = agent.wait(120s);
   const std::string log = read_file(s.path("agent.log"));
   INFO(log);

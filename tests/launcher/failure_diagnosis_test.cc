@@ -20,12 +20,6 @@ struct Scratch : ScratchDir {
   Scratch() : ScratchDir("diagnosis") {}
 };
 
-// PYTHON_EXEC for the agents started while it lives (the system Python, as agent_test's DDP).
-struct SystemPython {
-  SystemPython() { ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1); }
-  ~SystemPython() { ::unsetenv("PYTHON_EXEC"); }
-};
-
 std::vector<std::string> ctrun_args(std::vector<std::string> args) {
   args.insert(args.begin(), CTRUN_PATH);
   return args;

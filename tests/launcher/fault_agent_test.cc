@@ -251,7 +251,7 @@ TEST_CASE("faults: a lost node's agent and workers die together, and the job re-
 TEST_CASE(
     "faults: an exception is raised inside a Python worker at its step, and the job recovers") {
   ScratchDir s("faults_exception");
-  ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
+  SystemPython python;
   // Rank 1 of two Python workers (30 steps of 50 ms, reported through ctrun_worker) raises once
   // it has reported step 10; the restarted job runs to the end and both results are reported.
   ChildProcess agent({CTRUN_PATH, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
@@ -259,7 +259,6 @@ TEST_CASE(
                       REPORT_STEPS_SCRIPT_PATH, "30", s.path("step")},
                      s.path("agent.log"));
   const auto rc = agent.wait(60s);
-  ::unsetenv("PYTHON_EXEC");
   const std::string log = read_file(s.path("agent.log"));
   INFO(log);
   REQUIRE(rc);
@@ -309,7 +308,7 @@ TEST_CASE("faults: an exception planned for a C++ worker is thrown by its report
 
 TEST_CASE("faults: a Python gloo job under a random plan of five faults ends as a clean run") {
   ScratchDir s("faults_python");
-  ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
+  SystemPython python;
   auto job = [&](const std::string& name, std::vector<std::string> faults) {
     std::vector<std::string> argv = {CTRUN_PATH,         "--standalone",   "--nproc_per_node=3",
                                      "--max_restarts=8", "--fault_report", s.path(name + ".json")};
@@ -335,7 +334,6 @@ TEST_CASE("faults: a Python gloo job under a random plan of five faults ends as 
                       "steps=5-110,duration=1"}),
       s.path("faulted.log"));
   const auto rc = faulted.wait(240s);
-  ::unsetenv("PYTHON_EXEC");
   const std::string log = read_file(s.path("faulted.log"));
   INFO(log);
   REQUIRE(rc);

@@ -15,13 +15,14 @@ namespace {
 // Runs each command line (a launcher and its arguments) at once and waits for all of them.
 std::vector<std::optional<int>> run_all(const std::vector<std::vector<std::string>>& commands,
                                         const ScratchDir& s) {
-  ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
   std::vector<std::unique_ptr<ChildProcess>> children;
-  for (std::size_t i = 0; i < commands.size(); ++i) {
-    children.push_back(
-        std::make_unique<ChildProcess>(commands[i], s.path("node" + std::to_string(i) + ".log")));
+  {
+    SystemPython python;
+    for (std::size_t i = 0; i < commands.size(); ++i) {
+      children.push_back(
+          std::make_unique<ChildProcess>(commands[i], s.path("node" + std::to_string(i) + ".log")));
+    }
   }
-  ::unsetenv("PYTHON_EXEC");
   std::vector<std::optional<int>> codes;
   for (auto& c : children) codes.push_back(c->wait(120s));
   return codes;

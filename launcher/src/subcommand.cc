@@ -1,0 +1,39 @@
+#include "subcommand.h"
+
+#include <cstdio>
+
+namespace ctrun::launcher {
+
+void add_rendezvous_options(CLI::App& app, RendezvousTarget& target, const std::string& id_help) {
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", target.endpoint,
+                 "HOST[:PORT] of the rendezvous");
+  app.add_option("--rdzv_id,--rdzv-id", target.id, id_help);
+  app.add_option("--rdzv_backend,--rdzv-backend", target.backend,
+                 "c10d, ctrund, etcd or etcd-v2 (default c10d)");
+  app.add_option("--token_file", target.token_file,
+                 "the daemon's shared token (else $CTRUN_RDZV_TOKEN)");
+  app.add_option("--timeout", target.timeout, "seconds to keep trying to reach the rendezvous (5)")
+      ->check(CLI::PositiveNumber);
+}
+
+std::optional<int> parse_subcommand(
+    CLI::App& app, const std::vector<std::string>& args, const RendezvousTarget& target,
+    const std::function<int(const std::string& message, int code)>& fail) {
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return fail(e.what(), 2);
+  }
+  const std::string& backend = target.backend;
+  if (backend != "c10d" && backend != "ctrund" && backend != "etcd" && backend != "etcd-v2") {
+    return fail("--rdzv_backend: expected c10d, ctrund, etcd or etcd-v2, got '" + backend + "'", 2);
+  }
+  if (target.endpoint.empty()) return fail("--rdzv_endpoint is required", 2);
+  return std::nullopt;
+}
+
+}  // namespace ctrun::launcher
