@@ -194,8 +194,11 @@ TEST_CASE("faults: a worker hung for good by the plan is stopped with the job on
 TEST_CASE("faults: a lost node's agent and workers die together, and the job re-forms") {
   ScratchDir s("faults_node");
   // Two nodes of an elastic 1:2 job on 127.0.0.1, both with the plan: node 1 is lost at 1 s,
-  // node 0 goes on alone (workers that end once they are the only node).
-  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  // node 0 goes on alone (workers that end once they are the only node). The rendezvous is a
+  // ctrund of its own: were it an agent's embedded one, the lost node could be its host (group
+  // ranks follow the order of the joins), and the survivor would have nothing to re-form on.
+  std::unique_ptr<ChildProcess> daemon;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(start_ctrund(daemon, s, CTRUND_PATH));
   auto agent = [&](const std::string& name) {
     return std::make_unique<ChildProcess>(
         std::vector<std::string>{
