@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string_view>
 
@@ -26,11 +27,14 @@
 #include "ctrun/launcher/failure_report.h"
 #include "ctrun/launcher/worker_env.h"
 #include "ctrun/rendezvous/endpoint.h"
+#include "cut_off_backend.h"
+#include "disk_fill.h"
 #include "fault_injector.h"
 #include "fault_report.h"
 #include "fault_timeline.h"
 #include "filtered_log.h"
 #include "heartbeat_monitor.h"
+#include "link_cut.h"
 #include "native_stack_probe.h"
 #include "python_helper.h"
 #include "rendezvous/backend/backend.h"
@@ -200,7 +204,19 @@ class Agent::Impl {
   void watch_stdin();
   // --faults: reads the plan (setup), and carries out what falls due while workers run.
   rdzv::Status load_fault_plan();
+  // What a fault needs that this node may lack (root and nft for a lost link): an error naming
+  // the fault, else ok.
+  rdzv::Status check_fault_needs(const Fault& fault) const;
   void arm_fault_timer();
+  void carry_out(const FaultInjector::Action& action, const FaultInjector::Due& due);
+  // The node's faults (fault_injector.h): the link to a peer cut and restored, the disk filled
+  // and freed, the hosted rendezvous stopped and started again.
+  Task<void> cut_link(int fault_id, int peer);
+  void restore_link(int fault_id);
+  void fill_checkpoint_disk(int fault_id, const std::string& path);
+  void free_checkpoint_disk(int fault_id);
+  // At the agent's end: nothing of the node's faults outlives it.
+  void end_node_faults();
   // What an injected fault was, in the job's store (kFaultsInjectedKey): `ctrun status`, the
   // daemon's metrics and `ctrun fault` read it there, apart from real failures.
   void record_injected_fault(const FaultInjector::Fired& fired, int pid);
@@ -304,6 +320,10 @@ class Agent::Impl {
   std::vector<std::optional<std::int64_t>> reported_steps_;  // by local rank, with --faults
   std::vector<std::string> result_files_;  // by local rank: CTRUN_RESULT_FILE (--fault_report)
   asio::steady_timer fault_timer_;
+  CutOffBackend* cut_off_ = nullptr;      // client_, with --faults: the switch of a cut-off
+  std::map<int, std::string> link_cuts_;  // by fault id: the nft table of a link cut now
+  std::set<int> links_restored_early_;    // link faults that ended before their cut was made
+  std::map<int, DiskFill> disk_fills_;    // by fault id: the file that fills a disk now
   // Adopted descendants that exited are reaped every second. Not on SIGCHLD: asio installs its
   // handlers without SA_RESTART, and every worker's exit would interrupt blocking calls.
   asio::steady_timer adopted_timer_;
@@ -346,6 +366,7 @@ class Agent::Impl {
   std::unique_ptr<rdzv::EventLog> event_log_;         // --event_log: this agent's events
   std::unique_ptr<rdzv::EventLog> server_event_log_;  // and its hosted rendezvous's
   std::unique_ptr<rdzv::Server> server_;              // when this agent hosts the rendezvous
+  bool rendezvous_down_ = false;  // the hosted rendezvous stopped by a fault, to start again
   // It was to host the rendezvous, could not, and nobody may be answering there: the first
   // connect, when refused, hosts it after all.
   bool retry_hosting_ = false;
@@ -455,6 +476,12 @@ rdzv::Status Agent::Impl::setup() {
   backend.events = hosted_events();
   client_ = world_.make_backend ? world_.make_backend(io_, std::move(backend))
                                 : rdzv::make_backend(io_, std::move(backend));
+  if (faults_) {
+    // A planned (or asked for) cut-off is this switch's.
+    auto switched = std::make_unique<CutOffBackend>(io_, std::move(client_));
+    cut_off_ = switched.get();
+    client_ = std::move(switched);
+  }
   client_->set_event_handler([this](const rdzv::BackendEvent& e) {
     if (e.kind == rdzv::BackendEvent::Kind::kConnectAttemptFailed) {
       last_attempt_ = e.reason;  // for the waiting lines
@@ -483,6 +510,11 @@ rdzv::Status Agent::Impl::host_rendezvous() {
   server_options.service.events = hosted_events();
   // Workers reach the job's store here as torch's TCPStore (TORCHELASTIC_USE_AGENT_STORE).
   server_options.service.worker_store_job = run_id_;
+  if (faults_) {
+    // A rendezvous restart (a fault) brings it back as ctrund with --state_dir comes back: with
+    // the job's rounds and store.
+    server_options.state_dir = log_root_ + "/" + run_id_ + "/rendezvous";
+  }
   auto server = rdzv::Server::create(io_, server_options);
   if (!server) return server.error();
   server_ = std::move(server).value();
@@ -718,8 +750,14 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     event("workers_started",
           {{"round", round.round}, {"restart", restart_count}, {"pids", workers_->pids()}});
     if (faults_) {
+      faults_->set_hosts_rendezvous(server_ != nullptr || rendezvous_down_);
       faults_->workers_started(round.group_rank, round.rank_offset, local_world_size_,
                                std::chrono::steady_clock::now());
+      // Where this node is, for a peer's lost link (the cutting agent looks its peer up).
+      spawn([this, key = round.store_prefix + rdzv::kFaultHostKey +
+                         std::to_string(round.group_rank)]() -> Task<void> {
+        (void)co_await client_->set(key, host_);
+      });
       fault_report_.workers_started(std::nullopt, std::chrono::system_clock::now());
       fault_report_.restarts(restart_count);
       fault_timeline_.workers_started(std::nullopt, round.rank_offset, local_world_size_,
@@ -779,6 +817,7 @@ Task<void> Agent::Impl::stop_workers(int signo) {
     // worker would.
     for (int local_rank : faults_->stopped_workers()) workers_->kill(local_rank, SIGCONT);
     faults_->workers_stopped();
+    fault_report_.workers_stopped(std::chrono::system_clock::now());
     fault_timeline_.workers_stopped(std::chrono::system_clock::now());
   }
   while (!stopped) co_await done.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -1030,11 +1069,44 @@ rdzv::Status Agent::Impl::load_fault_plan() {
     plan = parse_inline_fault_plan(value);
   }
   if (!plan) return plan.error();
+  for (const Fault& f : plan.value().faults) {
+    if (auto s = check_fault_needs(f); !s) return s;
+  }
   // The plan as it will run, windows drawn: what --faults reads back to replay it exactly.
   const rdzv::Json json = fault_plan_json(plan.value());
   log("fault plan (replay it with --faults=FILE holding this line): " + json.dump());
   event("fault_plan", {{"plan", json}});
   faults_.emplace(std::move(plan).value());
+  return rdzv::ok_status();
+}
+
+rdzv::Status Agent::Impl::check_fault_needs(const Fault& f) const {
+  const std::string where = "--faults: fault " + std::to_string(f.id) + ": ";
+  if (f.kind == FaultKind::kLinkLost) {
+    if (!can_admin_network()) {
+      return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                         where +
+                             "a lost link is cut with nftables rules, which need root "
+                             "(CAP_NET_ADMIN) on every node; run the job's agents as root, "
+                             "e.g. in network namespaces (scripts/netns-cluster.sh)"};
+    }
+    if (run_tool({"nft", "--version"}).exit_code != 0) {
+      return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                         where +
+                             "a lost link is cut with nft, which is not installed here "
+                             "(Debian: apt-get install nftables)"};
+    }
+  }
+  if (f.kind == FaultKind::kRendezvousRestart &&
+      (options_.rdzv_backend == "etcd" || options_.rdzv_backend == "etcd-v2" ||
+       options_.rdzv_conf.is_host == false)) {
+    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                       where +
+                           "a rendezvous restart restarts the rendezvous ctrun hosts "
+                           "(--standalone, --hostfile, or c10d hosted by an agent); this job's "
+                           "is a service of its own (etcd, or ctrund with is_host=false): "
+                           "restart that yourself"};
+  }
   return rdzv::ok_status();
 }
 
@@ -1079,45 +1151,175 @@ void Agent::Impl::arm_fault_timer() {
     }
     for (const auto& a : due.actions) {
       if (a.ends_effect) fault_timeline_.effect_ended(a.local_rank, wall);
-      if (a.kind == FaultInjector::Action::Kind::kNodeLost) {
-        // As a machine that dies: no goodbye to the rendezvous, no report, workers and agent
-        // gone at once (the log and event lines above are written already).
-        workers_->kill_all();
-        std::raise(SIGKILL);
-      }
-      if (a.kind == FaultInjector::Action::Kind::kStoreLatency) {
-        // The daemon reads the key as it is set (service.cc) and delays the job's answers.
-        const std::string text = rdzv::Json{{"ms", a.ms}, {"seconds", a.seconds}}.dump();
-        spawn([this, text, id = a.fault_id]() -> Task<void> {
-          auto s = co_await client_->set(rdzv::kStoreLatencyKey, text);
-          if (!s) {
-            log("error: fault " + std::to_string(id) +
-                ": the rendezvous was not told: " + s.error().message);
-          }
-        });
-        continue;
-      }
-      if (a.kind == FaultInjector::Action::Kind::kRaise) {
-        // Raised by the worker itself at its next reported step (ctrun_worker.report_step).
-        const std::string file = worker_dir(a.local_rank) + "/fault";
-        std::string what = "fault " + std::to_string(a.fault_id);
-        for (const auto& fired : due.fired) {
-          if (fired.fault_id == a.fault_id) what = fired.line;
-        }
-        if (!write_text_file_atomically(file, "ctrun: injected " + what + "\n")) {
-          log("error: fault " + std::to_string(a.fault_id) + ": cannot write '" + file +
-              "': " + std::strerror(errno));
-        }
-        continue;
-      }
-      if (a.kind == FaultInjector::Action::Kind::kSignal) {
-        workers_->signal_process(a.local_rank, a.signo);  // as a crash of the worker itself
-      } else {
-        workers_->kill(a.local_rank, a.signo);  // SIGSTOP/SIGCONT: the whole process group
-      }
+      carry_out(a, due);
     }
     arm_fault_timer();
   });
+}
+
+void Agent::Impl::carry_out(const FaultInjector::Action& a, const FaultInjector::Due& due) {
+  using Kind = FaultInjector::Action::Kind;
+  const std::string id = "fault " + std::to_string(a.fault_id);
+  switch (a.kind) {
+    case Kind::kCutOff:
+      if (cut_off_) {
+        cut_off_->cut_off(
+            std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(a.seconds)),
+            "cut off from the rendezvous by " + id);
+      }
+      return;
+    case Kind::kLinkDown:
+      spawn(cut_link(a.fault_id, a.peer));
+      return;
+    case Kind::kLinkUp:
+      restore_link(a.fault_id);
+      return;
+    case Kind::kFillDisk:
+      fill_checkpoint_disk(a.fault_id, a.path);
+      return;
+    case Kind::kFreeDisk:
+      free_checkpoint_disk(a.fault_id);
+      return;
+    case Kind::kStopRendezvous:
+      if (server_) {
+        // As a daemon killed: every connection closed at once, no goodbye; what it keeps of
+        // the job is in its state files.
+        server_->stop();
+        server_.reset();
+        rendezvous_down_ = true;
+        log(id + ": the rendezvous this agent hosts is down");
+      }
+      return;
+    case Kind::kStartRendezvous:
+      if (rendezvous_down_ && !exiting_) {
+        rendezvous_down_ = false;
+        if (auto s = host_rendezvous(); !s) {
+          log("error: " + id + ": the rendezvous could not start again: " + s.error().message);
+        }
+      }
+      return;
+    default:
+      break;
+  }
+  if (a.kind == FaultInjector::Action::Kind::kNodeLost) {
+    // As a machine that dies: no goodbye to the rendezvous, no report, workers and agent
+    // gone at once (the log and event lines above are written already).
+    workers_->kill_all();
+    std::raise(SIGKILL);
+  }
+  if (a.kind == FaultInjector::Action::Kind::kStoreLatency) {
+    // The daemon reads the key as it is set (service.cc) and delays the job's answers.
+    const std::string text = rdzv::Json{{"ms", a.ms}, {"seconds", a.seconds}}.dump();
+    spawn([this, text, id = a.fault_id]() -> Task<void> {
+      auto s = co_await client_->set(rdzv::kStoreLatencyKey, text);
+      if (!s) {
+        log("error: fault " + std::to_string(id) +
+            ": the rendezvous was not told: " + s.error().message);
+      }
+    });
+    return;
+  }
+  if (a.kind == FaultInjector::Action::Kind::kRaise) {
+    // Raised by the worker itself at its next reported step (ctrun_worker.report_step).
+    const std::string file = worker_dir(a.local_rank) + "/fault";
+    std::string what = "fault " + std::to_string(a.fault_id);
+    for (const auto& fired : due.fired) {
+      if (fired.fault_id == a.fault_id) what = fired.line;
+    }
+    if (!write_text_file_atomically(file, "ctrun: injected " + what + "\n")) {
+      log("error: fault " + std::to_string(a.fault_id) + ": cannot write '" + file +
+          "': " + std::strerror(errno));
+    }
+    return;
+  }
+  if (a.kind == FaultInjector::Action::Kind::kSignal) {
+    workers_->signal_process(a.local_rank, a.signo);  // as a crash of the worker itself
+  } else {
+    workers_->kill(a.local_rank, a.signo);  // SIGSTOP/SIGCONT: the whole process group
+  }
+}
+
+Task<void> Agent::Impl::cut_link(int fault_id, int peer) {
+  const std::string id = "fault " + std::to_string(fault_id);
+  const rdzv::RoundAssignment round = machine_->round();
+  // The peer says where it is as its workers start; a moment's wait covers a peer just starting.
+  auto host = co_await client_->get(round.store_prefix + rdzv::kFaultHostKey + std::to_string(peer),
+                                    std::chrono::seconds(10));
+  if (!host) {
+    log("error: " + id + ": node " + std::to_string(peer) +
+        "'s address is not known (it publishes it as its workers start): " + host.error().message);
+    co_return;
+  }
+  boost::system::error_code ec;
+  asio::ip::address address = asio::ip::make_address(host.value(), ec);
+  if (ec) {
+    asio::ip::tcp::resolver resolver(io_);
+    auto found = resolver.resolve(host.value(), "", ec);
+    if (!ec && !found.empty()) address = found.begin()->endpoint().address();
+  }
+  if (ec) {
+    log("error: " + id + ": node " + std::to_string(peer) + "'s address '" + host.value() +
+        "' cannot be resolved: " + ec.message());
+    co_return;
+  }
+  const std::string table = link_cut_table(static_cast<int>(::getpid()), fault_id);
+  const ToolRun run = run_tool(link_cut_command(table, address.to_string(), address.is_v6()));
+  if (run.exit_code != 0) {
+    log("error: " + id + ": nft could not cut the link: " + run.output);
+    co_return;
+  }
+  link_cuts_[fault_id] = table;
+  log(id + ": the link to node " + std::to_string(peer) + " (" + address.to_string() +
+      ") is cut (nft table inet " + table + ")");
+  if (links_restored_early_.erase(fault_id) > 0) restore_link(fault_id);
+}
+
+void Agent::Impl::restore_link(int fault_id) {
+  auto cut = link_cuts_.find(fault_id);
+  if (cut == link_cuts_.end()) {
+    links_restored_early_.insert(fault_id);  // its cut is still on the way
+    return;
+  }
+  const ToolRun run = run_tool(link_restore_command(cut->second));
+  if (run.exit_code != 0) {
+    log("error: fault " + std::to_string(fault_id) + ": nft could not remove table inet " +
+        cut->second + ": " + run.output + " (remove it by hand: nft delete table inet " +
+        cut->second + ")");
+  } else {
+    log("fault " + std::to_string(fault_id) + ": the link is back");
+  }
+  link_cuts_.erase(cut);
+}
+
+void Agent::Impl::fill_checkpoint_disk(int fault_id, const std::string& path) {
+  const std::string id = "fault " + std::to_string(fault_id);
+  auto fill = fill_disk(path, fault_id);
+  if (!fill) {
+    log("error: " + id + ": cannot fill the disk: " + fill.error().message);
+    return;
+  }
+  log(id + ": the disk of '" + path + "' is full (" + std::to_string(fill.value().bytes >> 20) +
+      " MiB in " + fill.value().file + ")");
+  disk_fills_[fault_id] = std::move(fill).value();
+}
+
+void Agent::Impl::free_checkpoint_disk(int fault_id) {
+  auto fill = disk_fills_.find(fault_id);
+  if (fill == disk_fills_.end()) return;
+  if (auto s = free_disk(fill->second); !s) {
+    log("error: fault " + std::to_string(fault_id) + ": " + s.error().message);
+  } else {
+    log("fault " + std::to_string(fault_id) + ": the disk has room again");
+  }
+  disk_fills_.erase(fill);
+}
+
+void Agent::Impl::end_node_faults() {
+  if (!faults_) return;
+  for (const auto& a : faults_->end_node_faults()) {
+    if (a.kind == FaultInjector::Action::Kind::kLinkUp) restore_link(a.fault_id);
+    if (a.kind == FaultInjector::Action::Kind::kFreeDisk) free_checkpoint_disk(a.fault_id);
+  }
 }
 
 void Agent::Impl::record_injected_fault(const FaultInjector::Fired& fired, int pid) {
@@ -1137,9 +1339,14 @@ void Agent::Impl::record_injected_fault(const FaultInjector::Fired& fired, int p
   }
   spawn([this, text = record.dump(), request, id = fired.fault_id]() -> Task<void> {
     auto number = co_await client_->add(rdzv::kFaultsInjectedKey, 1);
-    rdzv::Status s = number ? co_await client_->set(
-                                  rdzv::kFaultInjectedPrefix + std::to_string(number.value()), text)
-                            : rdzv::Status(number.error());
+    // (No co_await inside a conditional expression: g++ 12 destroys the other branch's
+    // temporary twice.)
+    rdzv::Status s = rdzv::ok_status();
+    if (number) {
+      s = co_await client_->set(rdzv::kFaultInjectedPrefix + std::to_string(number.value()), text);
+    } else {
+      s = number.error();
+    }
     if (s && request) {
       s = co_await client_->set(
           rdzv::kFaultRequestPrefix + std::to_string(*request) + rdzv::kFaultRequestDoneSuffix,
@@ -1191,6 +1398,10 @@ void Agent::Impl::take_fault_request(std::int64_t number, const std::string& tex
   }
   Fault f = plan.value().faults.front();
   f.id = faults_->planned() + static_cast<int>(number);
+  if (auto s = check_fault_needs(f); !s) {
+    log("warning: " + name + " ignored: " + s.error().message);
+    return;
+  }
   // A time in it counts from now (ctrun fault's default: at once).
   log("fault asked for (" + name + "): " + describe_fault(f) + (f.at_step ? "" : " from now"));
   event("fault_requested", {{"fault", f.id}, {"request", number}, {"what", describe_fault(f)}});
@@ -1199,6 +1410,7 @@ void Agent::Impl::take_fault_request(std::int64_t number, const std::string& tex
 
 void Agent::Impl::finish_fault_report(int exit_code) {
   if (!faults_) return;
+  end_node_faults();
   for (const auto& line : fault_report_.lines()) log(line);
   if (options_.fault_report.empty()) return;
   rdzv::Json report = fault_report_.json(exit_code == 0 ? "succeeded" : "failed");

@@ -2,13 +2,18 @@
 
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <linux/capability.h>
 #include <netdb.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -131,6 +136,63 @@ std::vector<std::string> current_environment() {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
   return env;
+}
+
+ToolRun run_tool(const std::vector<std::string>& argv) {
+  ToolRun run;
+  if (argv.empty()) return run;
+  std::string program = argv[0];
+  if (program.find('/') == std::string::npos) {
+    // Network tools live in sbin, which a user's PATH may lack.
+    std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+    path += ":/usr/sbin:/sbin";
+    std::istringstream dirs(path);
+    for (std::string dir; std::getline(dirs, dir, ':');) {
+      if (!dir.empty() && ::access((dir + "/" + argv[0]).c_str(), X_OK) == 0) {
+        program = dir + "/" + argv[0];
+        break;
+      }
+    }
+  }
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return run;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int spawned = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  if (spawned != 0) {
+    ::close(out[0]);
+    run.output = argv[0] + ": " + std::strerror(spawned);
+    return run;
+  }
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    run.output.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+  while (!run.output.empty() && run.output.back() == '\n') run.output.pop_back();
+  return run;
+}
+
+bool can_admin_network() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (::syscall(SYS_capget, &header, data) != 0) return ::geteuid() == 0;
+  return (data[CAP_NET_ADMIN / 32].effective & (1u << (CAP_NET_ADMIN % 32))) != 0;
 }
 
 }  // namespace ctrun::launcher

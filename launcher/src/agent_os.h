@@ -34,4 +34,16 @@ void write_error_file_if_absent(const std::string& path, const std::string& mess
 // This process's environment, NAME=VALUE each.
 std::vector<std::string> current_environment();
 
+// A system tool's run (nft): its exit code (-1: it could not be started, or ended by a signal)
+// and what it printed on stdout and stderr.
+struct ToolRun {
+  int exit_code = -1;
+  std::string output;
+};
+// Runs `argv` (argv[0] looked up in PATH, then /usr/sbin and /sbin) to its end; for tools that
+// take milliseconds: the caller waits.
+ToolRun run_tool(const std::vector<std::string>& argv);
+// Whether this process may change the network's rules (CAP_NET_ADMIN, as root has).
+bool can_admin_network();
+
 }  // namespace ctrun::launcher

@@ -49,16 +49,24 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
   for (std::size_t i = 0; i < plan_.faults.size() && running_; ++i) {
     const Fault& f = plan_.faults[i];
     if (done_[i]) continue;
-    if (f.kind == FaultKind::kStoreLatency) {
-      // The rendezvous', set off by node 0's agent (every job has a node 0).
+    if (f.kind == FaultKind::kStoreLatency || f.kind == FaultKind::kRendezvousRestart) {
+      // The rendezvous': its latency set off by node 0's agent (every job has a node 0), its
+      // restart by the agent that hosts it.
       if (elapsed < f.after) continue;
       done_[i] = true;
-      if (node_ != 0) continue;
+      if (f.kind == FaultKind::kStoreLatency ? node_ != 0 : !hosts_rendezvous_) continue;
       due.fired.push_back({f.id, -1, -1, false, f.kind, describe_fault(f)});
-      Action a{Action::Kind::kStoreLatency, -1, 0, f.id};
-      a.ms = f.ms;
-      a.seconds = f.duration;
-      due.actions.push_back(a);
+      if (f.kind == FaultKind::kStoreLatency) {
+        Action a{Action::Kind::kStoreLatency, -1, 0, f.id};
+        a.ms = f.ms;
+        a.seconds = f.duration;
+        due.actions.push_back(a);
+      } else {
+        due.actions.push_back({Action::Kind::kStopRendezvous, -1, 0, f.id});
+        Action end{Action::Kind::kStartRendezvous, -1, 0, f.id, true};
+        node_effects_[f.id] = {end, now + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(f.duration))};
+      }
       continue;
     }
     int local = -1;
@@ -66,7 +74,7 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
       if (*f.rank >= rank_offset_ && *f.rank < rank_offset_ + local_world_size_) {
         local = *f.rank - rank_offset_;
       }
-    } else if (*f.node == node_ && f.kind == FaultKind::kNodeLost) {
+    } else if (*f.node == node_ && node_fault(f.kind)) {
       local = 0;  // the whole node
     } else if (*f.node == node_ && f.local_rank && *f.local_rank < local_world_size_) {
       local = *f.local_rank;
@@ -86,6 +94,29 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
       // exception at the worker's next step, once it runs.
       if (f.kind != FaultKind::kSignal && f.kind != FaultKind::kException) continue;
     }
+    if (node_fault(f.kind) && f.kind != FaultKind::kNodeLost) {
+      due.fired.push_back({f.id, -1, -1, false, f.kind, describe_fault(f)});
+      Action begin{Action::Kind::kCutOff, -1, 0, f.id};
+      begin.seconds = f.duration;
+      begin.peer = f.peer.value_or(0);
+      begin.path = f.path;
+      Action end = begin;
+      end.ends_effect = true;
+      if (f.kind == FaultKind::kLinkLost) {
+        begin.kind = Action::Kind::kLinkDown;
+        end.kind = Action::Kind::kLinkUp;
+      } else if (f.kind == FaultKind::kDiskFull) {
+        begin.kind = Action::Kind::kFillDisk;
+        end.kind = Action::Kind::kFreeDisk;
+      }
+      due.actions.push_back(begin);
+      // A cut-off ends by itself (the agent refuses the rendezvous until then).
+      if (f.kind != FaultKind::kCutOff) {
+        node_effects_[f.id] = {end, now + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(f.duration))};
+      }
+      continue;
+    }
     const bool ends_worker = f.kind == FaultKind::kSignal || f.kind == FaultKind::kException;
     due.fired.push_back(
         {f.id, rank_offset_ + local, local, ends_worker, f.kind, describe_fault(f)});
@@ -99,7 +130,11 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
       case FaultKind::kException:
         due.actions.push_back({Action::Kind::kRaise, local, 0, f.id});
         break;
-      case FaultKind::kStoreLatency:  // handled above: the rendezvous', not a worker's
+      case FaultKind::kStoreLatency:  // handled above: the rendezvous' or the node's
+      case FaultKind::kRendezvousRestart:
+      case FaultKind::kCutOff:
+      case FaultKind::kLinkLost:
+      case FaultKind::kDiskFull:
         break;
       case FaultKind::kHang:
       case FaultKind::kStraggler: {
@@ -140,7 +175,22 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
     }
     ++it;
   }
+  for (auto it = node_effects_.begin(); it != node_effects_.end();) {
+    if (now < it->second.ends) {
+      ++it;
+      continue;
+    }
+    due.actions.push_back(it->second.end);
+    it = node_effects_.erase(it);
+  }
   return due;
+}
+
+std::vector<FaultInjector::Action> FaultInjector::end_node_faults() {
+  std::vector<Action> out;
+  for (const auto& [id, effect] : node_effects_) out.push_back(effect.end);
+  node_effects_.clear();
+  return out;
 }
 
 std::vector<int> FaultInjector::stopped_workers() const {
@@ -152,6 +202,7 @@ std::vector<int> FaultInjector::stopped_workers() const {
 }
 
 bool FaultInjector::pending() const {
+  if (!node_effects_.empty()) return true;
   if (!effects_.empty()) {
     for (const auto& [local, e] : effects_) {
       if (!e.forever) return true;

@@ -22,20 +22,40 @@ class FaultInjector {
   struct Action {
     // kNodeLost: the agent kills its workers and itself (SIGKILL). kRaise: the worker is told
     // to raise an exception at its next reported step (CTRUN_FAULT_FILE). kStoreLatency: the
-    // rendezvous is told to answer `ms` late for `seconds` (no worker: local_rank -1).
-    enum class Kind { kSignal, kStop, kContinue, kNodeLost, kRaise, kStoreLatency };
+    // rendezvous is told to answer `ms` late for `seconds` (no worker: local_rank -1). The
+    // node's own (local_rank -1), each begun and, `seconds` later, ended: kCutOff (the agent
+    // refuses itself the rendezvous for `seconds`; it ends by itself), kLinkDown/kLinkUp (the
+    // link to node `peer`), kFillDisk/kFreeDisk (`path`'s filesystem), kStopRendezvous/
+    // kStartRendezvous (the one this agent hosts).
+    enum class Kind {
+      kSignal,
+      kStop,
+      kContinue,
+      kNodeLost,
+      kRaise,
+      kStoreLatency,
+      kCutOff,
+      kLinkDown,
+      kLinkUp,
+      kFillDisk,
+      kFreeDisk,
+      kStopRendezvous,
+      kStartRendezvous,
+    };
     Kind kind = Kind::kSignal;
     int local_rank = 0;
     int signo = 0;  // kSignal
     int fault_id = 0;
     bool ends_effect = false;  // the continue that ends a hang or a straggler
     double ms = 0;             // kStoreLatency
-    double seconds = 0;        // kStoreLatency
+    double seconds = 0;        // kStoreLatency, kCutOff
+    int peer = 0;              // kLinkDown, kLinkUp
+    std::string path{};        // kFillDisk, kFreeDisk
   };
   struct Fired {
     int fault_id = 0;
-    int rank = 0;              // the global rank hit; -1 for the rendezvous (store latency)
-    int local_rank = 0;        // -1 for the rendezvous
+    int rank = 0;              // the global rank hit; -1 for the rendezvous or the whole node
+    int local_rank = 0;        // -1 for the rendezvous or the whole node
     bool ends_worker = false;  // a signal or an exception (not a hang or a straggler)
     FaultKind kind = FaultKind::kSignal;
     std::string line;  // "fault 2: SIGKILL to rank 3 at 20.000 s", as the agent logs it
@@ -64,6 +84,8 @@ class FaultInjector {
   void add(Fault fault, Clock::time_point now);
   // How many faults the plan held at the start: ids past it are faults asked for later.
   int planned() const { return planned_; }
+  // Whether this agent hosts the rendezvous: a rendezvous restart is its to fire.
+  void set_hosts_rendezvous(bool hosts) { hosts_rendezvous_ = hosts; }
 
   // The step a worker of this node last reported (its CTRUN_HEARTBEAT_FILE), for the faults
   // planned at a step.
@@ -73,8 +95,11 @@ class FaultInjector {
   // of hangs and stragglers.
   Due poll(Clock::time_point now);
   // Whether anything is left to do on this node: a fault not yet due, a hang to resume, a
-  // straggler running.
+  // straggler running, a node's fault to end.
   bool pending() const;
+  // The agent is ending: the ends of the node's faults in progress (a link back, the disk
+  // freed, the rendezvous started again), so that none outlives it.
+  std::vector<Action> end_node_faults();
   // The workers this plan holds stopped right now (a hang, a straggler's pause): a stop of the
   // group continues them after its signal, so that they see it.
   std::vector<int> stopped_workers() const;
@@ -91,7 +116,16 @@ class FaultInjector {
     bool stopped = false;
   };
 
+  // A fault of the node in progress, by fault id: what ends it and when. Workers' restarts do
+  // not end it: it is the node's, not theirs.
+  struct NodeEffect {
+    Action end;
+    Clock::time_point ends;
+  };
+
   FaultPlan plan_;
+  std::map<int, NodeEffect> node_effects_;
+  bool hosts_rendezvous_ = false;
   std::vector<bool> done_;  // by fault index: fired here, or due while its target ran elsewhere
   int planned_ = 0;
   bool started_ = false;

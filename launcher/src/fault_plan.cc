@@ -49,14 +49,23 @@ std::optional<int> signal_kind(const std::string& kind) {
 
 // Every kind a fault may be, for the errors that list them.
 constexpr const char* kKindList =
-    "kill, term, int, segv, abrt, hang, straggler, node_lost, exception, store_latency";
-// What a random plan may draw: faults of a worker or its node.
+    "kill, term, int, segv, abrt, hang, straggler, node_lost, exception, store_latency, cut_off, "
+    "link_lost, disk_full, rendezvous_restart";
+// What a random plan may draw: faults of a worker or its node, at a rank.
 constexpr const char* kRandomKindList =
-    "kill, term, int, segv, abrt, hang, straggler, node_lost, exception";
+    "kill, term, int, segv, abrt, hang, straggler, node_lost, exception, cut_off";
 
 bool random_kind(const std::string& kind) {
   return signal_kind(kind) || kind == "hang" || kind == "straggler" || kind == "node_lost" ||
-         kind == "exception";
+         kind == "exception" || kind == "cut_off";
+}
+
+// The kinds that last `duration` seconds.
+bool lasting(FaultKind kind) {
+  return kind == FaultKind::kHang || kind == FaultKind::kStraggler ||
+         kind == FaultKind::kStoreLatency || kind == FaultKind::kCutOff ||
+         kind == FaultKind::kLinkLost || kind == FaultKind::kDiskFull ||
+         kind == FaultKind::kRendezvousRestart;
 }
 
 std::string kind_name(const Fault& f) {
@@ -71,6 +80,14 @@ std::string kind_name(const Fault& f) {
       return "straggler";
     case FaultKind::kNodeLost:
       return "node_lost";
+    case FaultKind::kCutOff:
+      return "cut_off";
+    case FaultKind::kLinkLost:
+      return "link_lost";
+    case FaultKind::kDiskFull:
+      return "disk_full";
+    case FaultKind::kRendezvousRestart:
+      return "rendezvous_restart";
     case FaultKind::kSignal:
       break;
   }
@@ -106,6 +123,14 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
     f.kind = FaultKind::kException;
   } else if (kind == "store_latency") {
     f.kind = FaultKind::kStoreLatency;
+  } else if (kind == "cut_off") {
+    f.kind = FaultKind::kCutOff;
+  } else if (kind == "link_lost") {
+    f.kind = FaultKind::kLinkLost;
+  } else if (kind == "disk_full") {
+    f.kind = FaultKind::kDiskFull;
+  } else if (kind == "rendezvous_restart") {
+    f.kind = FaultKind::kRendezvousRestart;
   } else {
     return bad(where + "unknown kind '" + kind + "' (" + kKindList + ")");
   }
@@ -125,10 +150,18 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
       return static_cast<int>(value.get<long long>());
     };
     if (key == "kind") continue;
-    if (key == "rank" || key == "node" || key == "local_rank") {
+    if (key == "rank" || key == "node" || key == "local_rank" || key == "peer") {
       auto n = index();
       if (!n) return n.error();
-      (key == "rank" ? f.rank : key == "node" ? f.node : f.local_rank) = n.value();
+      (key == "rank"   ? f.rank
+       : key == "node" ? f.node
+       : key == "peer" ? f.peer
+                       : f.local_rank) = n.value();
+    } else if (key == "path") {
+      if (!value.is_string() || value.get<std::string>().empty()) {
+        return bad(where + "path: expected a directory, got " + value.dump());
+      }
+      f.path = value.get<std::string>();
     } else if (key == "after") {
       auto n = number();
       if (!n) return n.error();
@@ -171,7 +204,8 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
       f.ms = n.value();
     } else {
       return bad(where + "unknown field '" + key +
-                 "' (rank, node, local_rank, after, window, at_step, duration, speed, ms)");
+                 "' (rank, node, local_rank, peer, after, window, at_step, duration, speed, ms, "
+                 "path)");
     }
   }
   if (!timed) {
@@ -191,18 +225,41 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
     if (f.at_step) return bad(where + "store latency is timed: give after=SECONDS or window");
     if (f.ms <= 0) return bad(where + "store latency needs ms=MILLISECONDS");
     if (!(f.duration > 0)) return bad(where + "store latency needs duration=SECONDS");
-  } else if (f.kind == FaultKind::kNodeLost) {
-    if (f.local_rank) return bad(where + "a lost node is a node=N (or the node of a rank=N)");
+  } else if (f.kind == FaultKind::kRendezvousRestart) {
+    if (f.rank || f.node || f.local_rank) {
+      return bad(where + "the rendezvous is ctrun's, not a node's: no rank or node");
+    }
+    if (f.at_step)
+      return bad(where + "a rendezvous restart is timed: give after=SECONDS or window");
+  } else if (f.kind == FaultKind::kLinkLost) {
+    if (!f.node || !f.peer || f.rank || f.local_rank) {
+      return bad(where + "a lost link is between node=N and peer=M (group ranks)");
+    }
+    if (*f.node == *f.peer) return bad(where + "a link's two ends are two nodes: node = peer");
+  } else if (node_fault(f.kind)) {
+    if (f.local_rank) {
+      return bad(where + "the fault is a whole node's: give node=N (or the node of a rank=N)");
+    }
     if (!f.rank && !f.node) return bad(where + "says not where: give node=N or rank=N");
   } else if (!f.rank && !(f.node && f.local_rank)) {
     return bad(where + "says not where: give rank=N, or node=N and local_rank=N");
   }
-  if (f.kind == FaultKind::kStraggler && f.duration <= 0) {
-    return bad(where + "a straggler needs duration=SECONDS");
+  if ((f.kind == FaultKind::kStraggler || f.kind == FaultKind::kCutOff ||
+       f.kind == FaultKind::kLinkLost || f.kind == FaultKind::kDiskFull) &&
+      f.duration <= 0) {
+    return bad(where + kind + " needs duration=SECONDS");
   }
-  if (f.kind != FaultKind::kHang && f.kind != FaultKind::kStraggler &&
-      f.kind != FaultKind::kStoreLatency && fields.contains("duration")) {
-    return bad(where + "only a hang, a straggler or store latency has a duration");
+  if (!lasting(f.kind) && fields.contains("duration")) {
+    return bad(where + kind + " has no duration");
+  }
+  if (f.kind != FaultKind::kLinkLost && fields.contains("peer")) {
+    return bad(where + "peer is a lost link's");
+  }
+  if (f.kind == FaultKind::kDiskFull && f.path.empty()) {
+    return bad(where + "disk_full needs path=DIRECTORY (the checkpoint directory)");
+  }
+  if (f.kind != FaultKind::kDiskFull && fields.contains("path")) {
+    return bad(where + "path is disk_full's");
   }
   if (f.kind != FaultKind::kStoreLatency && fields.contains("ms")) {
     return bad(where + "ms is store latency's");
@@ -247,6 +304,11 @@ std::string seconds_text(double s) {
 }
 
 }  // namespace
+
+bool node_fault(FaultKind kind) {
+  return kind == FaultKind::kNodeLost || kind == FaultKind::kCutOff ||
+         kind == FaultKind::kLinkLost || kind == FaultKind::kDiskFull;
+}
 
 Result<FaultPlan> parse_fault_plan_json(const std::string& text, const std::string& source) {
   const Json doc = Json::parse(text, nullptr, false);
@@ -307,7 +369,12 @@ Result<FaultPlan> parse_inline_fault_plan(const std::string& text) {
           fields[key] = Json::array({r->first, r->second});
           continue;
         }
-        if (key == "rank" || key == "node" || key == "local_rank" || key == "at_step") {
+        if (key == "path") {
+          fields[key] = value;
+          continue;
+        }
+        if (key == "rank" || key == "node" || key == "local_rank" || key == "peer" ||
+            key == "at_step") {
           auto n = to_int(value);
           fields[key] = n ? Json(*n) : Json(value);
           continue;
@@ -401,7 +468,7 @@ Result<FaultPlan> random_fault_plan(const std::string& spec) {
     }
     const std::string kind =
         kinds[static_cast<std::size_t>(draws.integer(0, static_cast<int>(kinds.size()) - 1))];
-    if (kind == "hang" || kind == "straggler") fields["duration"] = duration;
+    if (kind == "hang" || kind == "straggler" || kind == "cut_off") fields["duration"] = duration;
     auto f = make_fault(id, kind, fields, plan.seed);
     if (!f) return f.error();
     plan.faults.push_back(std::move(f).value());
@@ -443,10 +510,9 @@ Json fault_plan_json(const FaultPlan& plan) {
     } else {
       j["after"] = f.after;
     }
-    if (f.kind == FaultKind::kHang || f.kind == FaultKind::kStraggler ||
-        f.kind == FaultKind::kStoreLatency) {
-      j["duration"] = f.duration;
-    }
+    if (f.peer) j["peer"] = *f.peer;
+    if (lasting(f.kind)) j["duration"] = f.duration;
+    if (!f.path.empty()) j["path"] = f.path;
     if (f.kind == FaultKind::kStoreLatency) j["ms"] = f.ms;
     if (f.kind == FaultKind::kStraggler) j["speed"] = f.speed;
     faults.push_back(std::move(j));
@@ -473,6 +539,21 @@ std::string describe_fault(const Fault& f) {
       break;
     case FaultKind::kNodeLost:
       what = (f.rank ? "the node of " + where : where) + " lost (its agent and workers killed)";
+      break;
+    case FaultKind::kCutOff:
+      what = (f.rank ? "the node of " + where : where) + " cut off from the rendezvous for " +
+             seconds_text(f.duration) + " s";
+      break;
+    case FaultKind::kLinkLost:
+      what = "the link between " + where + " and node " + std::to_string(f.peer.value_or(0)) +
+             " lost for " + seconds_text(f.duration) + " s";
+      break;
+    case FaultKind::kDiskFull:
+      what = "the disk of '" + f.path + "' on " + (f.rank ? "the node of " + where : where) +
+             " full for " + seconds_text(f.duration) + " s";
+      break;
+    case FaultKind::kRendezvousRestart:
+      what = "the rendezvous killed, restarted after " + seconds_text(f.duration) + " s";
       break;
     case FaultKind::kException:
       what = "an exception raised in " + where;

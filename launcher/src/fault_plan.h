@@ -31,6 +31,18 @@ enum class FaultKind {
   // The rendezvous daemon (ctrund, or an agent's embedded one) answers the job's requests `ms`
   // late for `duration` seconds; fired by node 0's agent through the job's store.
   kStoreLatency,
+  // The node's agent cut off from the rendezvous for `duration` seconds: its connections dropped
+  // (the daemon sees them close) and every attempt to reach it refused until the time is up.
+  kCutOff,
+  // The network link between the node and node `peer` lost for `duration` seconds: packets to
+  // and from the peer's address dropped on the node's interface towards it (tc; root only).
+  kLinkLost,
+  // The filesystem that holds `path` (the checkpoint directory) full for `duration` seconds: a
+  // file in `path` takes all its free space.
+  kDiskFull,
+  // The rendezvous this ctrun hosts (--standalone, --hostfile, an agent hosting c10d) killed:
+  // every connection closed, restarted from its state files `duration` seconds later.
+  kRendezvousRestart,
 };
 
 struct Fault {
@@ -47,10 +59,17 @@ struct Fault {
   // the target worker has reported step `at_step` (CTRUN_HEARTBEAT_FILE; worker/heartbeat.h).
   double after = 0;
   std::optional<std::int64_t> at_step;
-  double duration = 0;  // kHang: 0 = never resumed; kStraggler: > 0
-  double speed = 0.5;   // kStraggler: the share of time it runs, in (0, 1)
-  double ms = 0;        // kStoreLatency: how late each answer is
+  // kHang: 0 = never resumed; kStraggler, kCutOff, kLinkLost, kDiskFull: > 0;
+  // kRendezvousRestart: how long the rendezvous stays down.
+  double duration = 0;
+  double speed = 0.5;       // kStraggler: the share of time it runs, in (0, 1)
+  double ms = 0;            // kStoreLatency: how late each answer is
+  std::optional<int> peer;  // kLinkLost: the node at the link's other end
+  std::string path;         // kDiskFull: a directory on the filesystem to fill
 };
+
+// Faults of a whole node (its agent, its links, its disk) rather than of one worker.
+bool node_fault(FaultKind kind);
 
 struct FaultPlan {
   std::uint64_t seed = 0;

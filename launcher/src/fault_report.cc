@@ -41,11 +41,18 @@ void FaultReport::worker_failed(int local_rank, Clock::time_point at) {
   for (auto& e : entries_) {
     // A fault whose worker went on to a step is over: a later failure is another's.
     if (e.detected || e.first_step) continue;
-    if (e.local_rank == local_rank) {
+    // A fault of the node (or the rendezvous), local rank -1: any of its workers' failure.
+    if (e.local_rank == local_rank || e.local_rank < 0) {
       e.detected = at;
     } else if (e.ends_worker && !e.peer_failed) {
       e.peer_failed = at;
     }
+  }
+}
+
+void FaultReport::workers_stopped(Clock::time_point at) {
+  for (auto& e : entries_) {
+    if (e.local_rank < 0 && !e.detected && !e.first_step) e.detected = at;
   }
 }
 
@@ -74,7 +81,7 @@ void FaultReport::step_reported(int local_rank, std::int64_t step, Clock::time_p
     }
   }
   for (auto& e : entries_) {
-    if (e.local_rank != local_rank || e.first_step) continue;
+    if ((e.local_rank != local_rank && e.local_rank >= 0) || e.first_step) continue;
     // After a signal, the first step of the new process; a hang resumed or a straggler counts
     // the first step after it fired (unless it killed the worker too: a watchdog).
     if ((e.ends_worker || e.detected) && !e.running_again) continue;
@@ -119,8 +126,9 @@ Json FaultReport::json(const std::string& outcome) const {
 std::vector<std::string> FaultReport::lines() const {
   std::vector<std::string> out;
   for (const auto& e : entries_) {
-    std::string line =
-        "fault " + std::to_string(e.fault_id) + " (rank " + std::to_string(e.rank) + "):";
+    // Rank -1: a fault of the whole node or of the rendezvous, which its line says already.
+    std::string line = "fault " + std::to_string(e.fault_id) +
+                       (e.rank >= 0 ? " (rank " + std::to_string(e.rank) + "):" : ":");
     if (e.detected) {
       line += " worker exit after " + std::to_string(ms_between(e.fired, *e.detected)) + " ms,";
     }

@@ -65,6 +65,7 @@ class CtrundBackend final : public Backend {
     client_.close();
     co_return;
   }
+  void drop_connections() override { client_.close(); }
 
   Task<Result<RoundAssignment>> join(NodeInfo node, RendezvousConfig config) override {
     co_return co_await client_.join(node, config);

@@ -563,6 +563,7 @@ class EtcdBackend final : public Backend {
     auto impl = impl_;
     co_await impl->release();
   }
+  void drop_connections() override { impl_->close(); }
   Task<Result<RoundAssignment>> join(NodeInfo node, RendezvousConfig config) override {
     auto impl = impl_;
     co_return co_await impl->join(std::move(node), config);

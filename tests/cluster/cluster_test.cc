@@ -14,6 +14,8 @@
 #include <optional>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "ft_checks.h"
 #include "netns_cluster.h"
 #include "process.h"
@@ -21,16 +23,19 @@
 
 using namespace ctrun::testing;
 using namespace std::chrono_literals;
+using Json = nlohmann::json;
 
 namespace {
 
 bool root() { return geteuid() == 0; }
 
-// ctrund in node 0, on its address and port 29400 as a user would start it; listening on return.
-std::unique_ptr<ChildProcess> start_daemon(const Cluster& cluster, const ScratchDir& s) {
+// ctrund in node `node` (0 unless given), on its address and port 29400 as a user would start
+// it; listening on return.
+std::unique_ptr<ChildProcess> start_daemon(const Cluster& cluster, const ScratchDir& s,
+                                           int node = 0) {
   auto daemon = std::make_unique<ChildProcess>(
-      cluster.on(0, {CTRUND_PATH, "--host", Cluster::address(0), "--port", "29400", "--port_file",
-                     s.path("port")}),
+      cluster.on(node, {CTRUND_PATH, "--host", Cluster::address(node), "--port", "29400",
+                        "--port_file", s.path("port")}),
       s.path("ctrund.log"));
   REQUIRE(wait_for_file(s.path("port"), 10s));
   return daemon;
@@ -76,6 +81,20 @@ std::optional<std::chrono::milliseconds> time_until_count(
     std::this_thread::sleep_for(20ms);
   }
   return std::nullopt;
+}
+
+// The time of day, in ms, of the agent's line holding `text` ("2026-11-27T01:29:47.638Z ctrun:
+// ..."), or nullopt.
+std::optional<long> stamp_ms(const std::string& log, const std::string& text) {
+  const auto at = log.find(text);
+  if (at == std::string::npos) return std::nullopt;
+  const auto line = log.rfind('\n', at);
+  const std::string stamp = log.substr(line == std::string::npos ? 0 : line + 1, 24);
+  if (stamp.size() < 23 || stamp[10] != 'T') return std::nullopt;
+  return ((std::atol(stamp.c_str() + 11) * 60 + std::atol(stamp.c_str() + 14)) * 60 +
+          std::atol(stamp.c_str() + 17)) *
+             1000 +
+         std::atol(stamp.c_str() + 20);
 }
 
 // The step after the last "resumed at step " in `log`, or -1.
@@ -486,6 +505,71 @@ TEST_CASE("cluster: agents stopped one by one, SIGTERM then SIGKILL, until below
   std::cout << "below min nodes: node 0 failed " << took << " s after the last peer died"
             << std::endl;
   CHECK(took < 10 + 10);
+  daemon->signal(SIGTERM);
+  CHECK(daemon->wait(10s) == 0);
+}
+
+TEST_CASE("cluster: a planned lost link between two nodes stalls their training for its time") {
+  if (!root()) {
+    CTRUN_SKIP("needs root to create network namespaces (scripts/netns-cluster.sh)");
+  }
+  Cluster cluster(3);
+  INFO(cluster.setup_log());
+  REQUIRE(cluster.ok());
+  ScratchDir s("cluster_link_fault");
+  // The daemon on a third host, so that only the link between the two training nodes is lost:
+  // their gloo traffic stops for 3 s from rank 0's step 20, nftables dropping it both ways on
+  // node 0, and goes on once the rules are gone; nobody restarts.
+  auto daemon = start_daemon(cluster, s, 2);
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(std::make_unique<ChildProcess>(
+        cluster.on(i, {CTRUN_PATH, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                       "--rdzv_endpoint=" + Cluster::address(2) + ":29400", "--rdzv_id=job",
+                       "--rdzv_conf=is_host=false", "--faults",
+                       "link_lost:node=0,peer=1,at_step=20,duration=3", "--fault_report",
+                       s.path("report" + std::to_string(i) + ".json"), MLP_PATH, "--epochs", "2",
+                       "--samples", "2048", "--seed", "3"}),
+        s.path("node" + std::to_string(i) + ".log")));
+  }
+  for (int i = 0; i < 2; ++i) {
+    INFO("node " << i << ":\n" << read_file(s.path("node" + std::to_string(i) + ".log")));
+    CHECK(agents[i]->wait(180s) == 0);
+  }
+  const std::string logs = all_logs(s, 2);
+  INFO(logs);
+  CHECK(count_of(logs,
+                 "injecting fault 1: the link between node 0 and node 1 lost for 3.000 s "
+                 "at step 20") == 1);
+  CHECK(logs.find("fault 1: the link to node 1 (198.18.0.") != std::string::npos);
+  CHECK(logs.find("fault 1: the link is back") != std::string::npos);
+  CHECK(logs.find("restarting") == std::string::npos);
+  CHECK(logs.find("parameters identical on all 2 rank(s)") != std::string::npos);
+  // The training stood still while the link was down: the dozen steps left after step 20 take
+  // a few hundred ms (about 25 ms each here), yet the job ended no sooner than the link's 3 s
+  // after the cut. (A step or two in flight may still end: the report's first step after the
+  // fault is no measure of the stall.)
+  int reports = 0;
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = read_file(s.path("node" + std::to_string(i) + ".log"));
+    const Json report = Json::parse(read_file(s.path("report" + std::to_string(i) + ".json")));
+    if (report["faults"].empty()) continue;
+    ++reports;
+    const auto cut = stamp_ms(log, "fault 1: the link to node 1");
+    const auto end = stamp_ms(log, "fault 1: step ");
+    REQUIRE(cut);
+    REQUIRE(end);
+    CHECK(*end - *cut >= 2900);
+  }
+  CHECK(reports == 1);
+  // No rule outlives the fault, on either node.
+  for (int i = 0; i < 2; ++i) {
+    ChildProcess nft(cluster.on(i, {"/usr/sbin/nft", "list", "tables"}),
+                     s.path("nft" + std::to_string(i) + ".log"));
+    CHECK(nft.wait(10s) == 0);
+    CHECK(read_file(s.path("nft" + std::to_string(i) + ".log")).find("ctrun_fault") ==
+          std::string::npos);
+  }
   daemon->signal(SIGTERM);
   CHECK(daemon->wait(10s) == 0);
 }

@@ -1,9 +1,12 @@
 // ctrun --faults on real workers: each kind fires on the rank planned, within 100 ms of its
 // time, through the real mechanism (a signal, SIGSTOP and SIGCONT), the agent recovers as its
 // mode says, and the event log marks each fault as injected.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -13,6 +16,7 @@
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/json.h"
 #include "process.h"
+#include "skip.h"
 
 using namespace ctrun::testing;
 using namespace std::chrono_literals;
@@ -494,6 +498,125 @@ TEST_CASE("faults: store latency makes the rendezvous answer the job late, for i
   const std::string page = read_file(s.path("report.html"));
   CHECK(page.find(">rendezvous</text>") != std::string::npos);
   CHECK(count_of(page, "class=\"fault-marker\"") == 1);
+}
+
+TEST_CASE("faults: a node cut off from the rendezvous is dropped, refused, then joins again") {
+  ScratchDir s("faults_cut_off");
+  std::unique_ptr<ChildProcess> daemon;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(start_ctrund(daemon, s, CTRUND_PATH));
+  // An elastic 1:2 job; node 1's agent is cut off at 1 s for 3 s. Its dropped connection makes
+  // ctrund drop the node; node 0 goes on alone; node 1, refused until the 3 s are up, then finds
+  // itself dropped and joins again, and the job runs with both to its end.
+  auto agent = [&](const std::string& name) {
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{CTRUN_PATH, "--nnodes=1:2", "--nproc_per_node=1",
+                                 "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                                 "--rdzv_id=cut", "--rdzv_conf=last_call_timeout=1", "--faults",
+                                 "cut_off:node=1,after=1,duration=3", "--fault_report",
+                                 s.path(name + ".json"), TEST_WORKER_PATH, "sleep", "6"},
+        s.path(name + ".log"));
+  };
+  auto a = agent("a");
+  auto b = agent("b");
+  const auto rc_a = a->wait(60s);
+  const auto rc_b = b->wait(60s);
+  const std::string logs = read_file(s.path("a.log")) + read_file(s.path("b.log"));
+  INFO(logs << "\nctrund:\n" << read_file(s.path("ctrund.log")));
+  REQUIRE(rc_a == std::optional<int>(0));
+  REQUIRE(rc_b == std::optional<int>(0));
+  CHECK(count_of(logs,
+                 "injecting fault 1: node 1 cut off from the rendezvous for 3.000 s at "
+                 "1.000 s") == 1);
+  CHECK(logs.find("connection refused: cut off from the rendezvous by fault 1") !=
+        std::string::npos);
+  CHECK(logs.find("round 1: group rank 0 of 1") != std::string::npos);  // node 0 alone
+  // The cut-off node's report: its worker ran again only after the 3 s (it rejoined then).
+  const std::string cut = read_file(s.path("a.log")).find("injecting fault 1") != std::string::npos
+                              ? "a.json"
+                              : "b.json";
+  const Json report = Json::parse(read_file(s.path(cut)));
+  REQUIRE(report["faults"].size() == 1);
+  const Json& f = report["faults"][0];
+  CHECK(f["rank"] == -1);
+  REQUIRE(f.contains("running_again_ms"));
+  CHECK(f["running_again_ms"].get<int>() >= 3000);
+  CHECK(f["running_again_ms"].get<int>() < 15000);
+  daemon->signal(SIGTERM);
+  CHECK(daemon->wait(10s) == 0);
+}
+
+TEST_CASE("faults: the hosted rendezvous killed and restarted, the job goes on without a restart") {
+  ScratchDir s("faults_rdzv_restart");
+  // Two agents of a c10d job on this host: one hosts the rendezvous. At 1 s it is killed (every
+  // connection closed) and comes back 2 s later from its state files: both agents reconnect,
+  // resume their places, and the workers run on untouched.
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto agent = [&](const std::string& name) {
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{
+            CTRUN_PATH, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+            "--rdzv_endpoint=" + endpoint, "--rdzv_id=rr", "--faults",
+            "rendezvous_restart:after=1,duration=2", TEST_WORKER_PATH, "sleep", "6"},
+        s.path(name + ".log"));
+  };
+  auto a = agent("a");
+  auto b = agent("b");
+  const auto rc_a = a->wait(60s);
+  const auto rc_b = b->wait(60s);
+  const std::string log_a = read_file(s.path("a.log"));
+  const std::string log_b = read_file(s.path("b.log"));
+  const std::string logs = log_a + log_b;
+  INFO(logs);
+  REQUIRE(rc_a == std::optional<int>(0));
+  REQUIRE(rc_b == std::optional<int>(0));
+  const std::string& host =
+      log_a.find("hosting the rendezvous on") != std::string::npos ? log_a : log_b;
+  CHECK(count_of(host, "injecting fault 1: the rendezvous killed, restarted after 2.000 s") == 1);
+  CHECK(host.find("fault 1: the rendezvous this agent hosts is down") != std::string::npos);
+  CHECK(count_of(host, "hosting the rendezvous on") == 2);
+  CHECK(count_of(logs, "lost the rendezvous") == 2);
+  // No restart, no new round: each worker started once.
+  CHECK(logs.find("restarting") == std::string::npos);
+  CHECK(count_of(logs, "round 0: group rank") == 2);
+  CHECK(logs.find("round 1:") == std::string::npos);
+}
+
+TEST_CASE("faults: a full disk for the checkpoint directory, for its duration") {
+  if (::geteuid() != 0) CTRUN_SKIP("needs root to mount a small tmpfs (in a mount namespace)");
+  ScratchDir s("faults_disk");
+  const std::string dir = s.path("ckpt");
+  std::filesystem::create_directories(dir);
+  // The agent runs in a mount namespace of its own with a 16 MiB tmpfs as the checkpoint
+  // directory. Its worker writes a 64 KiB "checkpoint" every 100 ms for 5 s, a new file each
+  // time (the one before removed once it is written), and notes each write's outcome; the disk
+  // is full from 1 s for 2 s.
+  const std::string worker = "cd " + dir +
+                             " && for i in $(seq 50); do if head -c 65536 /dev/zero > ckpt.$i "
+                             "2>/dev/null; then echo ok; rm -f ckpt.$((i-1)); else echo full; "
+                             "rm -f ckpt.$i; fi >> " +
+                             s.path("writes") + "; sleep 0.1; done";
+  ChildProcess agent({"/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+                      "mount -t tmpfs -o size=16m ctrun-test \"$0\" && exec \"$@\"", dir,
+                      CTRUN_PATH, "--standalone", "--nproc_per_node=1", "--faults",
+                      "disk_full:node=0,path=" + dir + ",after=1,duration=2", "--no_python",
+                      "/bin/sh", "-c", worker},
+                     s.path("agent.log"));
+  const auto rc = agent.wait(60s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(rc == std::optional<int>(0));
+  CHECK(log.find("injecting fault 1: the disk of '" + dir + "' on node 0 full for 2.000 s") !=
+        std::string::npos);
+  CHECK(log.find("fault 1: the disk of '" + dir + "' is full (") != std::string::npos);
+  CHECK(log.find("fault 1: the disk has room again") != std::string::npos);
+  // Writes went, then failed while it was full (about 2 s of 100 ms writes), then went again.
+  const std::string writes = read_file(s.path("writes"));
+  const auto first_full = writes.find("full");
+  REQUIRE(first_full != std::string::npos);
+  CHECK(writes.find("ok") < first_full);
+  CHECK(writes.rfind("ok") > writes.rfind("full"));
+  CHECK(count_of(writes, "full") >= 10);
+  CHECK(count_of(writes, "full") <= 25);
 }
 
 TEST_CASE("faults: a bad plan is a one-line error before anything starts") {

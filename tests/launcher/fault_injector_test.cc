@@ -183,3 +183,60 @@ TEST_CASE("fault injector: store latency is set off by node 0's agent alone") {
   CHECK(node1.poll(t0 + 1s).actions.empty());
   CHECK_FALSE(node1.pending());
 }
+
+TEST_CASE("fault injector: a node's faults begin on that node and end after their duration") {
+  const auto p = plan(
+      "cut_off:node=1,after=1,duration=3;link_lost:node=1,peer=0,after=1,duration=2;"
+      "disk_full:rank=1,path=/ckpt,after=1,duration=4");
+  FaultInjector node0(p);
+  node0.workers_started(0, 0, 2, t0);
+  auto due = node0.poll(t0 + 1s);  // ranks 0-1 are node 0's: the full disk is here
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kFillDisk);
+  CHECK(due.actions[0].path == "/ckpt");
+  REQUIRE(due.fired.size() == 1);
+  CHECK(due.fired[0].rank == -1);
+  CHECK(due.fired[0].local_rank == -1);
+
+  FaultInjector node1(p);
+  node1.workers_started(1, 2, 2, t0);
+  due = node1.poll(t0 + 1s);
+  REQUIRE(due.actions.size() == 2);
+  CHECK(due.actions[0].kind == Kind::kCutOff);
+  CHECK(due.actions[0].seconds == 3);
+  CHECK(due.actions[1].kind == Kind::kLinkDown);
+  CHECK(due.actions[1].peer == 0);
+  // A restart of the workers does not end them: they are the node's.
+  node1.workers_stopped();
+  CHECK(node1.pending());
+  due = node1.poll(t0 + 3s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kLinkUp);
+  CHECK(due.actions[0].ends_effect);
+  CHECK_FALSE(node1.pending());  // the cut-off ends by itself
+
+  // The agent ending ends what is still in progress.
+  due = node0.poll(t0 + 2s);
+  CHECK(due.actions.empty());
+  const auto ends = node0.end_node_faults();
+  REQUIRE(ends.size() == 1);
+  CHECK(ends[0].kind == Kind::kFreeDisk);
+  CHECK(node0.poll(t0 + 10s).actions.empty());
+}
+
+TEST_CASE("fault injector: a rendezvous restart is the hosting agent's") {
+  const auto p = plan("rendezvous_restart:after=1,duration=2");
+  FaultInjector guest(p);
+  guest.workers_started(0, 0, 1, t0);
+  CHECK(guest.poll(t0 + 1s).actions.empty());
+  FaultInjector host(p);
+  host.set_hosts_rendezvous(true);
+  host.workers_started(1, 1, 1, t0);
+  auto due = host.poll(t0 + 1s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kStopRendezvous);
+  CHECK(host.poll(t0 + 2500ms).actions.empty());
+  due = host.poll(t0 + 3s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kStartRendezvous);
+}

@@ -91,13 +91,13 @@ TEST_CASE("fault plan: a fault at a training step") {
 TEST_CASE("fault plan: a bad plan is one line naming the fault and what was wrong") {
   CHECK(error(parse_inline_fault_plan("explode:rank=1,after=2")) ==
         "--faults: fault 1: unknown kind 'explode' (kill, term, int, segv, abrt, hang, straggler, "
-        "node_lost, exception, store_latency)");
+        "node_lost, exception, store_latency, cut_off, link_lost, disk_full, rendezvous_restart)");
   CHECK(error(parse_inline_fault_plan("kill:rank=1")) ==
         "--faults: fault 1: says not when: give after=SECONDS, window=FROM-TO or at_step=N");
   CHECK(error(parse_inline_fault_plan("kill:after=1")) ==
         "--faults: fault 1: says not where: give rank=N, or node=N and local_rank=N");
   CHECK(error(parse_inline_fault_plan("kill:rank=1,after=1;straggler:rank=0,after=1")) ==
-        "--faults: fault 2: a straggler needs duration=SECONDS");
+        "--faults: fault 2: straggler needs duration=SECONDS");
   CHECK(error(parse_inline_fault_plan("straggler:rank=0,after=1,duration=2,speed=1")) ==
         "--faults: fault 1: speed: expected a share of time between 0 and 1, got 1.0");
   CHECK(error(parse_inline_fault_plan("kill:rank=x,after=1")) ==
@@ -107,7 +107,7 @@ TEST_CASE("fault plan: a bad plan is one line naming the fault and what was wron
   CHECK(error(parse_inline_fault_plan("kill:rank=1,node=0,local_rank=1,after=1")) ==
         "--faults: fault 1: give rank, or node and local_rank, not both");
   CHECK(error(parse_inline_fault_plan("kill:rank=1,after=1,duration=3")) ==
-        "--faults: fault 1: only a hang, a straggler or store latency has a duration");
+        "--faults: fault 1: kill has no duration");
   CHECK(error(parse_inline_fault_plan("kill:rank=1,window=5-2")) ==
         "--faults: fault 1: window: expected FROM-TO seconds, got '5-2'");
   CHECK(error(parse_fault_plan_json("[1]", "p.json")) ==
@@ -147,7 +147,7 @@ TEST_CASE("fault plan: random plans come from the seed, the same seed giving the
         "--faults=random: give ranks=FIRST-LAST: the ranks faults may hit");
   CHECK(error(random_fault_plan("random:seed=1,ranks=0-3,window=1-2,kinds=kill+boom")) ==
         "--faults=random: kinds: expected kinds joined by + (kill, term, int, segv, abrt, hang, "
-        "straggler, node_lost, exception), got 'kill+boom'");
+        "straggler, node_lost, exception, cut_off), got 'kill+boom'");
   CHECK(error(random_fault_plan("random:seed=1,ranks=3-1,window=1-2")) ==
         "--faults=random: ranks: expected FIRST-LAST ranks, got '3-1'");
 }
@@ -163,9 +163,9 @@ TEST_CASE("fault plan: a lost node is a node, or the node of a rank") {
   CHECK(fault_plan_json(plan)["faults"][0] ==
         Json{{"kind", "node_lost"}, {"node", 1}, {"after", 3.0}});
   CHECK(error(parse_inline_fault_plan("node_lost:node=1,local_rank=0,after=1")) ==
-        "--faults: fault 1: a lost node is a node=N (or the node of a rank=N)");
+        "--faults: fault 1: the fault is a whole node's: give node=N (or the node of a rank=N)");
   CHECK(error(parse_inline_fault_plan("node_lost:node=1,after=1,duration=2")) ==
-        "--faults: fault 1: only a hang, a straggler or store latency has a duration");
+        "--faults: fault 1: node_lost has no duration");
 }
 
 TEST_CASE("fault plan: an exception is raised in a worker, at a step or a time") {
@@ -178,7 +178,7 @@ TEST_CASE("fault plan: an exception is raised in a worker, at a step or a time")
   CHECK(fault_plan_json(plan)["faults"][0] ==
         Json{{"kind", "exception"}, {"rank", 2}, {"at_step", 30}});
   CHECK(error(parse_inline_fault_plan("exception:rank=1,after=1,duration=2")) ==
-        "--faults: fault 1: only a hang, a straggler or store latency has a duration");
+        "--faults: fault 1: exception has no duration");
   const auto drawn =
       ok(random_fault_plan("random:seed=9,count=6,kinds=exception,ranks=0-1,steps=5-9"));
   for (const Fault& f : drawn.faults) CHECK(f.kind == FaultKind::kException);
@@ -199,7 +199,7 @@ TEST_CASE("fault plan: ctrun fault's one fault, at once unless it says when") {
         "ctrun fault: one fault at a time, got 'kill:rank=1;term:rank=2'");
   CHECK(parse_fault_request("boom:rank=1").error().message ==
         "ctrun fault: unknown kind 'boom' (kill, term, int, segv, abrt, hang, straggler, "
-        "node_lost, exception, store_latency)");
+        "node_lost, exception, store_latency, cut_off, link_lost, disk_full, rendezvous_restart)");
   CHECK(parse_fault_request("kill").error().message ==
         "ctrun fault: says not where: give rank=N, or node=N and local_rank=N");
 }
@@ -225,5 +225,62 @@ TEST_CASE("fault plan: store latency is the daemon's, for a time") {
         "--faults: fault 1: ms is store latency's");
   CHECK(error(random_fault_plan("random:seed=1,ranks=0-1,window=1-2,kinds=store_latency")) ==
         "--faults=random: kinds: expected kinds joined by + (kill, term, int, segv, abrt, hang, "
-        "straggler, node_lost, exception), got 'store_latency'");
+        "straggler, node_lost, exception, cut_off), got 'store_latency'");
+}
+
+TEST_CASE("fault plan: the node's faults: cut off, a lost link, a full disk") {
+  const auto plan = ok(parse_inline_fault_plan(
+      "cut_off:node=1,after=2,duration=5;link_lost:node=0,peer=1,at_step=30,duration=4;"
+      "disk_full:rank=3,path=/ckpt/run 1,after=1,duration=10"));
+  REQUIRE(plan.faults.size() == 3);
+  CHECK(plan.faults[0].kind == FaultKind::kCutOff);
+  CHECK(describe_fault(plan.faults[0]) ==
+        "fault 1: node 1 cut off from the rendezvous for 5.000 s at 2.000 s");
+  CHECK(plan.faults[1].kind == FaultKind::kLinkLost);
+  CHECK(plan.faults[1].peer == 1);
+  CHECK(describe_fault(plan.faults[1]) ==
+        "fault 2: the link between node 0 and node 1 lost for 4.000 s at step 30");
+  CHECK(plan.faults[2].path == "/ckpt/run 1");
+  CHECK(describe_fault(plan.faults[2]) ==
+        "fault 3: the disk of '/ckpt/run 1' on the node of rank 3 full for 10.000 s at 1.000 s");
+  // The JSON form reads back as the same plan.
+  const Json json = fault_plan_json(plan);
+  CHECK(json["faults"][1] ==
+        Json{{"kind", "link_lost"}, {"node", 0}, {"peer", 1}, {"at_step", 30}, {"duration", 4.0}});
+  CHECK(fault_plan_json(ok(parse_fault_plan_json(json.dump(), "replay"))) == json);
+
+  CHECK(error(parse_inline_fault_plan("cut_off:node=1,after=2")) ==
+        "--faults: fault 1: cut_off needs duration=SECONDS");
+  CHECK(error(parse_inline_fault_plan("cut_off:node=1,local_rank=0,after=2,duration=1")) ==
+        "--faults: fault 1: the fault is a whole node's: give node=N (or the node of a rank=N)");
+  CHECK(error(parse_inline_fault_plan("link_lost:node=1,after=2,duration=1")) ==
+        "--faults: fault 1: a lost link is between node=N and peer=M (group ranks)");
+  CHECK(error(parse_inline_fault_plan("link_lost:node=1,peer=1,after=2,duration=1")) ==
+        "--faults: fault 1: a link's two ends are two nodes: node = peer");
+  CHECK(error(parse_inline_fault_plan("disk_full:node=0,after=2,duration=1")) ==
+        "--faults: fault 1: disk_full needs path=DIRECTORY (the checkpoint directory)");
+  CHECK(error(parse_inline_fault_plan("kill:rank=0,after=2,path=/x")) ==
+        "--faults: fault 1: path is disk_full's");
+  CHECK(error(parse_inline_fault_plan("kill:rank=0,after=2,peer=1")) ==
+        "--faults: fault 1: peer is a lost link's");
+  // A random plan may cut a rank's node off.
+  const auto random =
+      ok(random_fault_plan("random:seed=4,count=3,kinds=cut_off,ranks=0-3,"
+                           "window=1-9,duration=2"));
+  for (const Fault& f : random.faults) {
+    CHECK(f.kind == FaultKind::kCutOff);
+    CHECK(f.duration == 2);
+  }
+}
+
+TEST_CASE("fault plan: a rendezvous restart is timed and has no target") {
+  const auto plan = ok(parse_inline_fault_plan("rendezvous_restart:after=3,duration=2"));
+  CHECK(plan.faults[0].kind == FaultKind::kRendezvousRestart);
+  CHECK(describe_fault(plan.faults[0]) ==
+        "fault 1: the rendezvous killed, restarted after 2.000 s at 3.000 s");
+  CHECK(ok(parse_inline_fault_plan("rendezvous_restart:after=3")).faults[0].duration == 0);
+  CHECK(error(parse_inline_fault_plan("rendezvous_restart:node=0,after=3")) ==
+        "--faults: fault 1: the rendezvous is ctrun's, not a node's: no rank or node");
+  CHECK(error(parse_inline_fault_plan("rendezvous_restart:at_step=3")) ==
+        "--faults: fault 1: a rendezvous restart is timed: give after=SECONDS or window");
 }

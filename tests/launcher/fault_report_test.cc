@@ -98,3 +98,29 @@ TEST_CASE("fault report: a peer that failed first, and the group's restart, are 
   CHECK(f["worker_exit_ms"] == 30);
   CHECK(f["running_again_ms"] == 60);
 }
+
+TEST_CASE("fault report: a fault of the whole node is seen in any of its workers") {
+  FaultReport report;
+  report.step_reported(0, 10, t0);
+  report.step_reported(1, 10, t0);
+  report.fired(1, "cut off", -1, -1, false, std::nullopt, t0 + 5ms);
+  report.worker_failed(1, t0 + 40ms);
+  report.workers_started(std::nullopt, t0 + 90ms);
+  report.step_reported(0, 8, t0 + 120ms);  // resumed from a checkpoint
+  report.step_reported(0, 11, t0 + 300ms);
+  const auto f = report.json("succeeded")["faults"][0];
+  CHECK(f["worker_exit_ms"] == 35);
+  CHECK(f["running_again_ms"] == 85);
+  CHECK(f["first_step"] == 8);
+  CHECK(f["progress_ms"] == 295);
+}
+
+TEST_CASE("fault report: a node's fault whose effect is its workers stopped by the agent") {
+  FaultReport report;
+  report.fired(1, "cut off", -1, -1, false, std::nullopt, t0);
+  report.workers_stopped(t0 + 3s);  // it rejoined: a new round
+  report.workers_started(std::nullopt, t0 + 3100ms);
+  const auto f = report.json("succeeded")["faults"][0];
+  CHECK(f["worker_exit_ms"] == 3000);
+  CHECK(f["running_again_ms"] == 3100);
+}

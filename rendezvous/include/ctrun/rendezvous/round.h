@@ -31,6 +31,9 @@ inline constexpr const char* kFaultInjectedPrefix = "ctrun/fault_injected/";
 // An injected store latency: {"ms": M, "seconds": S} set here makes ctrund (or an agent's
 // embedded daemon) answer the job's requests M ms late for S seconds from then.
 inline constexpr const char* kStoreLatencyKey = "ctrun/fault/store_latency";
+// Each node's address under its round's store prefix + kFaultHostKey + its group rank, set as
+// its workers start in a job with --faults: an agent cutting its link to a peer looks it up.
+inline constexpr const char* kFaultHostKey = "ctrun/fault/host/";
 // A counter's value as the stores keep it (decimal text, as c10d's add writes it); `otherwise`
 // when the text is not a number.
 long long counter_value(const std::string& text, long long otherwise);
