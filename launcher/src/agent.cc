@@ -42,6 +42,7 @@
 #include "rendezvous/base/log.h"
 #include "rendezvous/base/token.h"
 #include "rendezvous/daemon/server.h"
+#include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/protocol/auth.h"
 #include "rendezvous/protocol/message.h"
 #include "rendezvous_plan.h"
@@ -453,6 +454,12 @@ rdzv::Status Agent::Impl::setup() {
   auto plan = plan_rendezvous(o, is_local_host);
   if (!plan) return plan.error();
   rdzv::BackendSpec& backend = plan.value().backend;
+  if (!backend.etcd_access.user.empty()) {
+    // Read once here: a missing file is one line before anything starts.
+    auto access = rdzv::etcd::with_access({}, backend.etcd_access);
+    if (!access) return access.error();
+    backend.etcd_password = access.value().password;
+  }
   endpoint_host_ = backend.endpoints.front().host;
   endpoint_port_ = backend.endpoints.front().port;
   requested_rank_ = plan.value().requested_rank;
@@ -1161,6 +1168,40 @@ void Agent::Impl::carry_out(const FaultInjector::Action& a, const FaultInjector:
   using Kind = FaultInjector::Action::Kind;
   const std::string id = "fault " + std::to_string(a.fault_id);
   switch (a.kind) {
+    case Kind::kSignal:
+      workers_->signal_process(a.local_rank, a.signo);  // as a crash of the worker itself
+      return;
+    case Kind::kStop:
+    case Kind::kContinue:
+      workers_->kill(a.local_rank, a.signo);  // SIGSTOP/SIGCONT: the whole process group
+      return;
+    case Kind::kNodeLost:
+      // As a machine that dies: no goodbye to the rendezvous, no report, workers and agent
+      // gone at once (the log and event lines are written already).
+      workers_->kill_all();
+      std::raise(SIGKILL);
+      return;
+    case Kind::kRaise: {
+      // Raised by the worker itself at its next reported step (ctrun_worker.report_step).
+      const std::string file = worker_dir(a.local_rank) + "/fault";
+      std::string what = id;
+      for (const auto& fired : due.fired) {
+        if (fired.fault_id == a.fault_id) what = fired.line;
+      }
+      if (!write_text_file_atomically(file, "ctrun: injected " + what + "\n")) {
+        log("error: " + id + ": cannot write '" + file + "': " + std::strerror(errno));
+      }
+      return;
+    }
+    case Kind::kStoreLatency: {
+      // The daemon reads the key as it is set (service.cc) and delays the job's answers.
+      const std::string text = rdzv::Json{{"ms", a.ms}, {"seconds", a.seconds}}.dump();
+      spawn([this, text, id]() -> Task<void> {
+        auto s = co_await client_->set(rdzv::kStoreLatencyKey, text);
+        if (!s) log("error: " + id + ": the rendezvous was not told: " + s.error().message);
+      });
+      return;
+    }
     case Kind::kCutOff:
       if (cut_off_) {
         cut_off_->cut_off(
@@ -1198,44 +1239,6 @@ void Agent::Impl::carry_out(const FaultInjector::Action& a, const FaultInjector:
         }
       }
       return;
-    default:
-      break;
-  }
-  if (a.kind == FaultInjector::Action::Kind::kNodeLost) {
-    // As a machine that dies: no goodbye to the rendezvous, no report, workers and agent
-    // gone at once (the log and event lines above are written already).
-    workers_->kill_all();
-    std::raise(SIGKILL);
-  }
-  if (a.kind == FaultInjector::Action::Kind::kStoreLatency) {
-    // The daemon reads the key as it is set (service.cc) and delays the job's answers.
-    const std::string text = rdzv::Json{{"ms", a.ms}, {"seconds", a.seconds}}.dump();
-    spawn([this, text, id = a.fault_id]() -> Task<void> {
-      auto s = co_await client_->set(rdzv::kStoreLatencyKey, text);
-      if (!s) {
-        log("error: fault " + std::to_string(id) +
-            ": the rendezvous was not told: " + s.error().message);
-      }
-    });
-    return;
-  }
-  if (a.kind == FaultInjector::Action::Kind::kRaise) {
-    // Raised by the worker itself at its next reported step (ctrun_worker.report_step).
-    const std::string file = worker_dir(a.local_rank) + "/fault";
-    std::string what = "fault " + std::to_string(a.fault_id);
-    for (const auto& fired : due.fired) {
-      if (fired.fault_id == a.fault_id) what = fired.line;
-    }
-    if (!write_text_file_atomically(file, "ctrun: injected " + what + "\n")) {
-      log("error: fault " + std::to_string(a.fault_id) + ": cannot write '" + file +
-          "': " + std::strerror(errno));
-    }
-    return;
-  }
-  if (a.kind == FaultInjector::Action::Kind::kSignal) {
-    workers_->signal_process(a.local_rank, a.signo);  // as a crash of the worker itself
-  } else {
-    workers_->kill(a.local_rank, a.signo);  // SIGSTOP/SIGCONT: the whole process group
   }
 }
 

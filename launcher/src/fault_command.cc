@@ -56,7 +56,9 @@ int run_fault_command(const std::vector<std::string>& args, const EnvLookup& env
   if (target.etcd()) {
     auto members = rdzv::etcd::parse_endpoints(endpoint);
     if (!members) return fail(members.error().message, 2);
-    address = rdzv::etcd_store_address(members.value(), "");
+    auto access = target_etcd_access(target);
+    if (!access) return fail(access.error().message, 2);
+    address = rdzv::etcd_store_address(members.value(), "", access.value());
   } else {
     auto ep = rdzv::parse_endpoint(endpoint, rdzv::kDefaultPort);
     if (!ep) return fail(ep.error().message, 2);

@@ -174,6 +174,25 @@ Result<RendezvousConf> parse_rdzv_conf(const std::string& text) {
     } else if (key == "token_file") {
       if (value.empty()) return bad("--rdzv_conf: token_file is empty");
       conf.token_file = value;
+    } else if (key == "protocol") {
+      // torch's etcd-v2 handler lowercases it; its etcd handler does not (ours does).
+      std::string v = value;
+      std::transform(v.begin(), v.end(), v.begin(), ::tolower);
+      if (v != "http" && v != "https") {
+        return bad("--rdzv_conf: protocol must be http or https, got '" + value + "'");
+      }
+      conf.protocol = v;
+    } else if (key == "cacert" || key == "cert" || key == "key" || key == "ca_cert" ||
+               key == "ssl_cert" || key == "ssl_cert_key" || key == "user" ||
+               key == "password_file") {
+      // torch's etcd handler names them cacert, cert and key; its etcd-v2 handler ca_cert,
+      // ssl_cert and ssl_cert_key: either works with either backend.
+      if (value.empty()) return bad("--rdzv_conf: " + key + " is empty");
+      (key == "cacert" || key == "ca_cert"     ? conf.cacert
+       : key == "cert" || key == "ssl_cert"    ? conf.cert
+       : key == "key" || key == "ssl_cert_key" ? conf.key
+       : key == "user"                         ? conf.user
+                                               : conf.password_file) = value;
     } else {
       conf.ignored_keys.push_back(key);
     }
@@ -233,7 +252,8 @@ const std::vector<ArgSpec>& launch_option_table() {
       value_option({"--rdzv-id", "--rdzv_id"}, "rdzv_id", "Job id shared by every node"),
       value_option({"--rdzv-conf", "--rdzv_conf"}, "rdzv_conf",
                    "key=value,... (join_timeout, last_call_timeout, close_timeout, "
-                   "keep_alive_interval, keep_alive_max_attempt, is_host, token_file)"),
+                   "keep_alive_interval, keep_alive_max_attempt, is_host, token_file; etcd: "
+                   "protocol, cacert, cert, key, user, password_file)"),
       flag_option({"--standalone"}, "standalone",
                   "Host a rendezvous on a free local port; random run id"),
       value_option({"--max-restarts", "--max_restarts"}, "max_restarts",

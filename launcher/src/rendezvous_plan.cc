@@ -6,6 +6,35 @@ namespace ctrun::launcher {
 
 namespace rdzv = ctrun::rendezvous;
 
+rdzv::Result<rdzv::EtcdAccess> etcd_access(const std::string& endpoint,
+                                           const RendezvousConf& conf) {
+  auto https = rdzv::etcd::endpoints_https(endpoint);
+  if (!https) return https.error();
+  if (https.value() && conf.protocol == "http") {
+    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                       "--rdzv_conf: protocol=http, but the endpoints are https:// ones"};
+  }
+  rdzv::EtcdAccess access;
+  if (https.value() || conf.protocol == "https") {
+    access.tls = rdzv::TlsClientFiles{conf.cacert, conf.cert, conf.key};
+    if (conf.cert.empty() != conf.key.empty()) {
+      return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                         "--rdzv_conf: a client certificate needs both cert and key"};
+    }
+  } else if (!conf.cacert.empty() || !conf.cert.empty() || !conf.key.empty()) {
+    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                       "--rdzv_conf: cacert, cert and key are TLS settings: give https:// "
+                       "endpoints or protocol=https"};
+  }
+  if (conf.user.empty() != conf.password_file.empty()) {
+    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                       "--rdzv_conf: an etcd user needs both user and password_file"};
+  }
+  access.user = conf.user;
+  access.password_file = conf.password_file;
+  return access;
+}
+
 rdzv::Result<RendezvousPlan> plan_rendezvous(
     const LaunchOptions& o, const std::function<bool(const std::string&)>& is_local_host) {
   RendezvousPlan plan;
@@ -30,9 +59,19 @@ rdzv::Result<RendezvousPlan> plan_rendezvous(
   if (etcd) {
     auto endpoints = rdzv::etcd::parse_endpoints(o.rdzv_endpoint);
     if (!endpoints) return endpoints.error();
+    auto access = etcd_access(o.rdzv_endpoint, o.rdzv_conf);
+    if (!access) return access.error();
     plan.backend.service = rdzv::BackendSpec::Service::kEtcd;
     plan.backend.endpoints = std::move(endpoints).value();
+    plan.backend.etcd_access = std::move(access).value();
     return plan;
+  }
+  const RendezvousConf& c = o.rdzv_conf;
+  if (!c.protocol.empty() || !c.cacert.empty() || !c.cert.empty() || !c.key.empty() ||
+      !c.user.empty() || !c.password_file.empty()) {
+    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                       "--rdzv_conf: protocol, cacert, cert, key, user and password_file are "
+                       "for --rdzv_backend=etcd (TLS to ctrund is not built yet)"};
   }
   auto endpoint = parse_rdzv_endpoint(o.rdzv_endpoint, rdzv::kDefaultPort);
   if (!endpoint) return endpoint.error();

@@ -22,6 +22,12 @@ struct RendezvousPlan {
   int requested_rank = -1;  // a static or given --node_rank, or -1 for any
 };
 
+// How to get into the etcd at `endpoint` (--rdzv_endpoint) with `conf`'s keys: TLS when its
+// members are https:// ones or protocol=https (then cacert, cert and key), and a user. An
+// error says what does not fit (a CA without TLS, a user without a password file).
+rendezvous::Result<rendezvous::EtcdAccess> etcd_access(const std::string& endpoint,
+                                                       const RendezvousConf& conf);
+
 rendezvous::Result<RendezvousPlan> plan_rendezvous(
     const LaunchOptions& options, const std::function<bool(const std::string&)>& is_local_host);
 

@@ -39,16 +39,21 @@ rdzv::Result<rdzv::Json> run_read(boost::asio::io_context& io,
 }
 
 // `ctrun status` on etcd: the same views, built from the job's keys (etcd_jobs.h).
-int etcd_status(const std::string& endpoint, const std::string& id, rdzv::Duration limit,
-                bool json) {
+int etcd_status(const RendezvousTarget& target, rdzv::Duration limit, bool json) {
+  const std::string& endpoint = target.endpoint;
+  const std::string& id = target.id;
   auto endpoints = rdzv::etcd::parse_endpoints(endpoint);
   if (!endpoints) return fail(endpoints.error().message, 2);
+  auto access = target_etcd_access(target);
+  if (!access) return fail(access.error().message, 2);
   boost::asio::io_context io;
-  rdzv::etcd::ClientOptions options;
-  options.endpoints = endpoints.value();
-  options.request_timeout = limit;
-  options.attempt_timeout = std::min(limit, options.attempt_timeout);
-  rdzv::etcd::Client client(io, options);
+  rdzv::etcd::ClientOptions plain;
+  plain.endpoints = endpoints.value();
+  plain.request_timeout = limit;
+  plain.attempt_timeout = std::min(limit, plain.attempt_timeout);
+  auto options = rdzv::etcd::with_access(plain, access.value());
+  if (!options) return fail(options.error().message, 2);
+  rdzv::etcd::Client client(io, options.value());
   if (id.empty()) {
     auto jobs = run_read(io, rdzv::etcd_jobs(client));
     if (!jobs)
@@ -86,7 +91,7 @@ int run_status_command(const std::vector<std::string>& args, const EnvLookup& en
   const std::string& id = target.id;
   const auto limit =
       std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(target.timeout));
-  if (target.etcd()) return etcd_status(endpoint, id, limit, json);
+  if (target.etcd()) return etcd_status(target, limit, json);
   auto ep = parse_endpoint(endpoint, rdzv::kDefaultPort);
   if (!ep) return fail(ep.error().message, 2);
 

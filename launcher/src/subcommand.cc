@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "rendezvous_plan.h"
+
 namespace ctrun::launcher {
 
 void add_rendezvous_options(CLI::App& app, RendezvousTarget& target, const std::string& id_help) {
@@ -12,8 +14,16 @@ void add_rendezvous_options(CLI::App& app, RendezvousTarget& target, const std::
                  "c10d, ctrund, etcd or etcd-v2 (default c10d)");
   app.add_option("--token_file", target.token_file,
                  "the daemon's shared token (else $CTRUN_RDZV_TOKEN)");
+  app.add_option("--rdzv_conf,--rdzv-conf", target.rdzv_conf,
+                 "etcd: protocol, cacert, cert, key, user, password_file, as the job's agents");
   app.add_option("--timeout", target.timeout, "seconds to keep trying to reach the rendezvous (5)")
       ->check(CLI::PositiveNumber);
+}
+
+rendezvous::Result<rendezvous::EtcdAccess> target_etcd_access(const RendezvousTarget& target) {
+  auto conf = parse_rdzv_conf(target.rdzv_conf);
+  if (!conf) return conf.error();
+  return etcd_access(target.endpoint, conf.value());
 }
 
 std::optional<int> parse_subcommand(

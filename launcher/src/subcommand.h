@@ -5,6 +5,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ctrun/rendezvous/error.h"
+#include "ctrun/rendezvous/store_address.h"
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -17,7 +20,8 @@ struct RendezvousTarget {
   std::string id;
   std::string backend = "c10d";
   std::string token_file;
-  double timeout = 5;  // seconds to keep trying to reach the rendezvous
+  std::string rdzv_conf;  // etcd: TLS and the user (protocol, cacert, cert, key, user, ...)
+  double timeout = 5;     // seconds to keep trying to reach the rendezvous
   bool etcd() const { return backend == "etcd" || backend == "etcd-v2"; }
 };
 
@@ -27,6 +31,10 @@ void add_rendezvous_options(CLI::App& app, RendezvousTarget& target, const std::
 // Parses `args` (argv after the subcommand's name) and checks the target's backend and endpoint.
 // Returns the exit code when the command ends here (0 after printing --help; 2 after a bad
 // flag, reported through `fail`), or nothing to go on.
+// With etcd: how to get in (TLS, the user) from --rdzv_endpoint and --rdzv_conf, as the agents
+// do.
+rendezvous::Result<rendezvous::EtcdAccess> target_etcd_access(const RendezvousTarget& target);
+
 std::optional<int> parse_subcommand(
     CLI::App& app, const std::vector<std::string>& args, const RendezvousTarget& target,
     const std::function<int(const std::string& message, int code)>& fail);

@@ -7,6 +7,8 @@ std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, BackendSpec s
   if (spec.service == BackendSpec::Service::kEtcd) {
     EtcdBackendOptions options;
     options.endpoints = std::move(spec.endpoints);
+    options.access = std::move(spec.etcd_access);
+    options.password = std::move(spec.etcd_password);
     options.job = std::move(spec.job);
     options.connect_timeout = spec.connect_timeout;
     options.lease_ttl = spec.lease_ttl;

@@ -96,6 +96,8 @@ std::optional<BackendEvent> backend_event_from_frame(const Json& frame);
 
 struct EtcdBackendOptions {
   std::vector<Endpoint> endpoints;
+  EtcdAccess access;     // TLS and the user, passed on to the workers' store
+  std::string password;  // the user's, read by the caller from access.password_file
   std::string job = "default";
   Duration connect_timeout = std::chrono::seconds(60);
   // The node's lease; with no keep-alive for this long its key vanishes and the others drop it.

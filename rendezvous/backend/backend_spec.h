@@ -11,6 +11,7 @@
 
 #include "ctrun/rendezvous/clock.h"
 #include "ctrun/rendezvous/endpoint.h"
+#include "ctrun/rendezvous/store_address.h"
 #include "rendezvous/base/event_log.h"
 
 namespace ctrun::rendezvous {
@@ -27,6 +28,8 @@ struct BackendSpec {
   std::vector<Endpoint> endpoints;
   std::string job = "default";
   std::optional<std::string> token;  // ctrund's shared token
+  EtcdAccess etcd_access;            // etcd: TLS and the user
+  std::string etcd_password;         // etcd: the user's, read from etcd_access.password_file
   Duration connect_timeout = std::chrono::seconds(60);
   // etcd: the node's lease (keep-alive interval x attempts).
   Duration lease_ttl = std::chrono::seconds(15);

@@ -59,7 +59,10 @@ Task<void> sleep_for(asio::io_context& io, Duration d) {
 
 // One connection to etcd: the options' own, else a gateway Client.
 std::unique_ptr<etcd::Kv> connect_kv(asio::io_context& io, const EtcdBackendOptions& options,
-                                     const etcd::ClientOptions& client) {
+                                     etcd::ClientOptions client) {
+  client.tls = options.access.tls;
+  client.user = options.access.user;
+  client.password = options.password;
   if (options.connect_kv) return options.connect_kv(client);
   return std::make_unique<etcd::Client>(io, client);
 }
@@ -87,6 +90,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   bool connected() const { return lease_ != 0 && !lost_ && !closed_; }
   const std::string& local_address() const { return local_address_; }
   const std::vector<Endpoint>& endpoints() const { return options_.endpoints; }
+  const EtcdAccess& access() const { return options_.access; }
 
   Task<Status> connect() {
     closed_ = false;
@@ -551,7 +555,7 @@ class EtcdBackend final : public Backend {
   // Not served, as with torch's etcd handler.
   std::optional<std::uint16_t> worker_store_port() const override { return std::nullopt; }
   StoreAddress store_address(const std::string& prefix) const override {
-    return etcd_store_address(impl_->endpoints(), prefix);
+    return etcd_store_address(impl_->endpoints(), prefix, impl_->access());
   }
   void set_event_handler(EventHandler handler) override {
     impl_->set_event_handler(std::move(handler));

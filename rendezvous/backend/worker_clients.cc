@@ -52,12 +52,12 @@ class BlockingIo {
 };
 
 // An etcd client for a worker: its calls try the members for at most min(`timeout`, 15 s).
-etcd::ClientOptions worker_etcd_options(const StoreAddress& address, Duration timeout) {
+Result<etcd::ClientOptions> worker_etcd_options(const StoreAddress& address, Duration timeout) {
   etcd::ClientOptions options;
   options.endpoints = address.etcd_endpoints;
   // A call keeps trying the members (one restarting, a leader election) this long.
   options.request_timeout = std::min(options.request_timeout, timeout);
-  return options;
+  return etcd::with_access(std::move(options), address.etcd_access);
 }
 
 ClientOptions ctrund_options(const StoreAddress& address, const std::string& job,
@@ -177,8 +177,10 @@ Result<std::unique_ptr<StoreClient>> connect_store(const StoreAddress& address,
     if (address.etcd_endpoints.empty()) {
       return Error{ErrorCode::kBadRequest, "etcd store: no endpoint given"};
     }
+    auto options = worker_etcd_options(address, timeout);
+    if (!options) return options.error();
     return std::unique_ptr<StoreClient>(
-        std::make_unique<EtcdStoreClient>(worker_etcd_options(address, timeout), job));
+        std::make_unique<EtcdStoreClient>(std::move(options).value(), job));
   }
   auto client = Client::connect(ctrund_options(address, job, timeout));
   if (!client) return client.error();
@@ -193,8 +195,10 @@ Result<std::unique_ptr<QuorumClient>> connect_quorum(const StoreAddress& address
     if (address.etcd_endpoints.empty()) {
       return Error{ErrorCode::kBadRequest, "etcd quorum: no endpoint given"};
     }
+    auto options = worker_etcd_options(address, timeout);
+    if (!options) return options.error();
     return std::unique_ptr<QuorumClient>(
-        std::make_unique<EtcdQuorumClient>(worker_etcd_options(address, timeout), job, replica_id));
+        std::make_unique<EtcdQuorumClient>(std::move(options).value(), job, replica_id));
   }
   auto client = Client::connect(ctrund_options(address, job, timeout));
   if (!client) return client.error();

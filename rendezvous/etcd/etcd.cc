@@ -1,6 +1,7 @@
 #include "rendezvous/etcd/etcd.h"
 
 #include <charconv>
+#include <optional>
 
 namespace ctrun::rendezvous::etcd {
 namespace {
@@ -142,17 +143,35 @@ std::string prefix_end(const std::string& prefix) {
   return std::string(1, '\0');  // every key: etcd's "from key to the end"
 }
 
+Result<bool> endpoints_https(const std::string& text) {
+  std::optional<bool> https;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    start = comma + 1;
+    std::optional<bool> this_one;
+    if (item.rfind("https://", 0) == 0) this_one = true;
+    if (item.rfind("http://", 0) == 0) this_one = false;
+    if (!this_one) continue;
+    if (https && *https != *this_one) {
+      return Error{ErrorCode::kBadRequest,
+                   "--rdzv_endpoint: '" + text + "' mixes http:// and https:// members"};
+    }
+    https = this_one;
+  }
+  return https.value_or(false);
+}
+
 Result<std::vector<Endpoint>> parse_endpoints(const std::string& text) {
+  if (auto https = endpoints_https(text); !https) return https.error();
   std::vector<Endpoint> out;
   std::size_t start = 0;
   while (start <= text.size()) {
     const std::size_t comma = std::min(text.find(',', start), text.size());
     std::string item = text.substr(start, comma - start);
     start = comma + 1;
-    if (item.rfind("https://", 0) == 0) {
-      return Error{ErrorCode::kBadRequest,
-                   "--rdzv_endpoint: '" + item + "': TLS to etcd is not supported yet; use http"};
-    }
+    if (item.rfind("https://", 0) == 0) item = item.substr(8);
     if (item.rfind("http://", 0) == 0) item = item.substr(7);
     while (!item.empty() && item.back() == '/') item.pop_back();
     if (item.empty()) {

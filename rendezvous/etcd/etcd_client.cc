@@ -1,10 +1,17 @@
 #include "rendezvous/etcd/etcd_client.h"
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <set>
+
+#include "rendezvous/tls/tls_context.h"
 
 namespace ctrun::rendezvous::etcd {
 
@@ -18,13 +25,27 @@ namespace {
 constexpr std::size_t kMaxIdleConnections = 4;
 constexpr std::uint32_t kMaxAnswerBytes = 64u << 20;
 
+constexpr const char* kAuthenticatePath = "/v3/auth/authenticate";
+
+// One connection to a member: TLS over TCP when the client speaks https, else the TCP stream
+// under it alone.
 struct Connection {
-  explicit Connection(asio::io_context& io, std::size_t endpoint_index)
-      : stream(io), endpoint(endpoint_index) {}
-  beast::tcp_stream stream;
+  Connection(asio::io_context& io, asio::ssl::context& context, bool use_tls,
+             std::size_t endpoint_index)
+      : stream(io, context), tls(use_tls), endpoint(endpoint_index) {}
+  beast::ssl_stream<beast::tcp_stream> stream;
+  bool tls;
   std::size_t endpoint;
   beast::flat_buffer buffer;
+  beast::tcp_stream& tcp() { return stream.next_layer(); }
 };
+
+// `op` on the connection's byte stream (TLS or plain): Beast's operations are templates on the
+// stream, and return the same awaitable either way.
+template <class Op>
+auto on_stream(Connection& c, Op&& op) {
+  return c.tls ? op(c.stream) : op(c.stream.next_layer());
+}
 
 std::string where(const Endpoint& ep) { return format_endpoint(ep); }
 
@@ -32,10 +53,12 @@ Error connection_error(const Endpoint& ep, const std::string& what) {
   return Error{ErrorCode::kConnection, "etcd at " + where(ep) + ": " + what};
 }
 
-http::request<http::string_body> post(const Endpoint& ep, const std::string& path,
-                                      std::string body) {
+http::request<http::string_body> post(const Endpoint& ep, const std::string& path, std::string body,
+                                      const std::string& token) {
   http::request<http::string_body> req{http::verb::post, path, 11};
   req.set(http::field::host, where(ep));
+  // etcd's gateway takes the auth token as it is, without a scheme.
+  if (!token.empty()) req.set(http::field::authorization, token);
   req.set(http::field::content_type, "application/json");
   req.keep_alive(true);
   req.body() = std::move(body);
@@ -47,7 +70,17 @@ http::request<http::string_body> post(const Endpoint& ep, const std::string& pat
 
 class Client::Impl : public std::enable_shared_from_this<Impl> {
  public:
-  Impl(asio::io_context& io, ClientOptions options) : io_(io), options_(std::move(options)) {}
+  Impl(asio::io_context& io, ClientOptions options) : io_(io), options_(std::move(options)) {
+    if (options_.tls) {
+      auto context = make_client_tls_context(*options_.tls);
+      if (context) {
+        context_ = std::move(context).value();
+      } else {
+        setup_error_ = Error{ErrorCode::kBadRequest, "etcd over TLS: " + context.error().message};
+      }
+    }
+    if (!context_) context_ = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+  }
 
   // One try on one endpoint: the answer, or an error saying whether another try may help.
   struct Attempt {
@@ -62,17 +95,31 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     auto [resolve_error, found] = co_await resolver.async_resolve(
         ep.host, std::to_string(ep.port), asio::as_tuple(asio::use_awaitable));
     if (resolve_error) co_return connection_error(ep, resolve_error.message());
-    auto c = std::make_unique<Connection>(io_, index);
-    c->stream.expires_at(until);
+    auto c = std::make_unique<Connection>(io_, *context_, options_.tls.has_value(), index);
+    c->tcp().expires_at(until);
     auto [connect_error, at] =
-        co_await c->stream.async_connect(found, asio::as_tuple(asio::use_awaitable));
+        co_await c->tcp().async_connect(found, asio::as_tuple(asio::use_awaitable));
     (void)at;
     if (connect_error) {
       co_return connection_error(ep, connect_error == beast::error::timeout
                                          ? std::string("connect timed out")
                                          : connect_error.message());
     }
-    c->stream.socket().set_option(tcp::no_delay(true));
+    c->tcp().socket().set_option(tcp::no_delay(true));
+    if (c->tls) {
+      expect_server_name(c->stream.native_handle(), ep.host);
+      auto [handshake_error] = co_await c->stream.async_handshake(
+          asio::ssl::stream_base::client, asio::as_tuple(asio::use_awaitable));
+      if (handshake_error) {
+        // A certificate that does not verify will not on another try: said at once.
+        const bool timed_out = handshake_error == beast::error::timeout;
+        co_return Error{
+            timed_out ? ErrorCode::kConnection : ErrorCode::kAuthFailed,
+            "etcd at " + where(ep) + ": " +
+                (timed_out ? std::string("TLS handshake timed out")
+                           : handshake_failure(c->stream.native_handle(), handshake_error))};
+      }
+    }
     co_return std::move(c);
   }
 
@@ -85,34 +132,51 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       const bool reused = c != nullptr;
       if (!c) {
         auto opened = co_await open(index, until);
-        if (!opened) co_return Attempt{true, opened.error()};
+        if (!opened) {
+          co_return Attempt{opened.error().code != ErrorCode::kAuthFailed, opened.error()};
+        }
         c = std::move(opened).value();
       }
-      auto req = post(ep, path, body);
-      c->stream.expires_at(until);
-      auto [write_error, written] =
-          co_await http::async_write(c->stream, req, asio::as_tuple(asio::use_awaitable));
+      auto req = post(ep, path, body, path == kAuthenticatePath ? std::string() : token_);
+      c->tcp().expires_at(until);
+      auto [write_error, written] = co_await on_stream(*c, [&](auto& stream) {
+        return http::async_write(stream, req, asio::as_tuple(asio::use_awaitable));
+      });
       (void)written;
       http::response_parser<http::string_body> parser;
       parser.body_limit(kMaxAnswerBytes);
       boost::system::error_code read_error = write_error;
       if (!write_error) {
-        auto [e, n] = co_await http::async_read(c->stream, c->buffer, parser,
-                                                asio::as_tuple(asio::use_awaitable));
+        auto [e, n] = co_await on_stream(*c, [&](auto& stream) {
+          return http::async_read(stream, c->buffer, parser, asio::as_tuple(asio::use_awaitable));
+        });
         (void)n;
         read_error = e;
       }
       if (read_error) {
         if (reused && read_error != beast::error::timeout && pass == 0) continue;
-        co_return Attempt{true, connection_error(ep, read_error == beast::error::timeout
-                                                         ? std::string("no answer in time")
-                                                         : read_error.message())};
+        if (c->tls && read_error.category() == asio::error::get_ssl_category()) {
+          // Under TLS 1.3 the server judges the client's certificate after the handshake:
+          // its refusal comes with the first answer.
+          co_return Attempt{false,
+                            Error{ErrorCode::kAuthFailed,
+                                  "etcd at " + where(ep) + ": " +
+                                      handshake_failure(c->stream.native_handle(), read_error)}};
+        }
+        std::string what = read_error == beast::error::timeout ? std::string("no answer in time")
+                                                               : read_error.message();
+        if (!c->tls && !reused && read_error == http::error::end_of_stream) {
+          what +=
+              " (closed at the first request: if it serves TLS, give https:// endpoints or "
+              "--rdzv_conf protocol=https)";
+        }
+        co_return Attempt{true, connection_error(ep, what)};
       }
       auto res = parser.release();
       if (res.keep_alive()) give_back(std::move(c));
       const int status = res.result_int();
       if (status == 503) co_return Attempt{true, error_from_answer(status, res.body())};
-      if (status != 200) co_return Attempt{false, error_from_answer(status, res.body())};
+      if (status != 200) co_return Attempt{false, answer_error(ep, status, res.body())};
       // Streaming endpoints (lease keepalive) wrap their one message in a line of its own.
       Json answer = Json::parse(res.body(), nullptr, false);
       if (answer.is_discarded()) {
@@ -132,6 +196,11 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     if (options_.endpoints.empty()) {
       co_return Error{ErrorCode::kBadRequest, "etcd: no endpoint given"};
     }
+    if (setup_error_) co_return *setup_error_;
+    if (!options_.user.empty() && token_.empty() && path != kAuthenticatePath) {
+      if (auto s = co_await authenticate(within); !s) co_return s.error();
+    }
+    bool authenticated_again = false;
     const std::string text = body.dump();
     const auto deadline =
         std::chrono::steady_clock::now() + within.value_or(options_.request_timeout);
@@ -145,6 +214,15 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
         if (now >= deadline) co_return last;
         const auto until = std::min(deadline, now + options_.attempt_timeout);
         Attempt a = co_await attempt(index, path, text, until);
+        if (!a.retry && !a.answer && token_expired(a.answer.error()) && !authenticated_again &&
+            path != kAuthenticatePath) {
+          // The token ran out (etcd's --auth-token-ttl) or the member restarted: a new one, and
+          // the same request again.
+          authenticated_again = true;
+          token_.clear();
+          if (auto s = co_await authenticate(within); !s) co_return s.error();
+          continue;
+        }
         if (!a.retry) co_return std::move(a.answer);
         last = a.answer.error();
         if (on_retry) on_retry(last);
@@ -174,10 +252,14 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       if (closed_) co_return ok_status();
       std::shared_ptr<Connection> c = std::move(opened).value();
       watches_.insert(c);
-      auto req = post(ep, "/v3/watch", body);
-      c->stream.expires_at(std::chrono::steady_clock::now() + options_.attempt_timeout);
-      auto [write_error, written] =
-          co_await http::async_write(c->stream, req, asio::as_tuple(asio::use_awaitable));
+      if (!options_.user.empty() && token_.empty()) {
+        if (auto s = co_await authenticate(std::nullopt); !s) co_return s.error();
+      }
+      auto req = post(ep, "/v3/watch", body, token_);
+      c->tcp().expires_at(std::chrono::steady_clock::now() + options_.attempt_timeout);
+      auto [write_error, written] = co_await on_stream(*c, [&](auto& stream) {
+        return http::async_write(stream, req, asio::as_tuple(asio::use_awaitable));
+      });
       (void)written;
       if (write_error) {
         if (watches_.erase(c) == 0) co_return ok_status();  // cancelled meanwhile
@@ -225,14 +307,17 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       };
       parser.on_chunk_body(on_chunk);
       // The answer's header must come in time; after it, a quiet watch is a healthy one.
-      auto [header_error, h] = co_await http::async_read_header(
-          c->stream, c->buffer, parser, asio::as_tuple(asio::use_awaitable));
+      auto [header_error, h] = co_await on_stream(*c, [&](auto& stream) {
+        return http::async_read_header(stream, c->buffer, parser,
+                                       asio::as_tuple(asio::use_awaitable));
+      });
       (void)h;
       boost::system::error_code read_error = header_error;
       if (!header_error) {
-        c->stream.expires_never();
-        auto [e, n] = co_await http::async_read(c->stream, c->buffer, parser,
-                                                asio::as_tuple(asio::use_awaitable));
+        c->tcp().expires_never();
+        auto [e, n] = co_await on_stream(*c, [&](auto& stream) {
+          return http::async_read(stream, c->buffer, parser, asio::as_tuple(asio::use_awaitable));
+        });
         (void)n;
         read_error = e;
       }
@@ -240,7 +325,10 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       if (cancelled) co_return ok_status();
       if (stream_error) co_return *stream_error;
       if (parser.is_header_done() && parser.get().result_int() != 200) {
-        co_return error_from_answer(parser.get().result_int(), parser.get().body());
+        if (token_expired(error_from_answer(parser.get().result_int(), parser.get().body()))) {
+          token_.clear();  // the next watch asks for a new one
+        }
+        co_return answer_error(ep, parser.get().result_int(), parser.get().body());
       }
       co_return connection_error(
           ep, "watch stream ended" + (read_error ? ": " + read_error.message() : std::string()));
@@ -251,7 +339,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   void cancel_watches() {
     auto all = std::move(watches_);
     watches_.clear();
-    for (const auto& c : all) c->stream.close();
+    for (const auto& c : all) c->tcp().close();
   }
 
   void close_all() {
@@ -261,6 +349,58 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   }
 
  private:
+  // etcd's auth: a token for the user, kept in token_. Errors say the user, never the password.
+  Task<Status> authenticate(std::optional<Duration> within) {
+    auto answer = co_await call(kAuthenticatePath, authenticate_request(), within);
+    if (!answer) {
+      std::string message = answer.error().message;
+      co_return Error{answer.error().code == ErrorCode::kConnection ? ErrorCode::kConnection
+                                                                    : ErrorCode::kAuthFailed,
+                      "etcd: user '" + options_.user + "': " + strip_prefix(message)};
+    }
+    auto token = answer.value().find("token");
+    if (token == answer.value().end() || !token->is_string() || token->get<std::string>().empty()) {
+      co_return Error{ErrorCode::kAuthFailed,
+                      "etcd: user '" + options_.user + "': no token in etcd's answer"};
+    }
+    token_ = token->get<std::string>();
+    co_return ok_status();
+  }
+
+  // (Built outside the coroutine: g++ 12 miscompiles braced initializer lists inside one.)
+  Json authenticate_request() const {
+    return Json{{"name", options_.user}, {"password", options_.password}};
+  }
+
+  static bool token_expired(const Error& e) {
+    return e.message.find("invalid auth token") != std::string::npos;
+  }
+  static std::string strip_prefix(std::string message) {
+    if (message.rfind("etcd: ", 0) == 0) message.erase(0, 6);
+    return message;
+  }
+
+  // A non-200 answer as an error, with what to do where the cause is the client's setup.
+  Error answer_error(const Endpoint& ep, int status, const std::string& body) const {
+    Error e = error_from_answer(status, body);
+    if (body.find("Client sent an HTTP request to an HTTPS server") != std::string::npos) {
+      e.code = ErrorCode::kBadRequest;
+      e.message = "etcd at " + where(ep) +
+                  ": it speaks TLS: give https:// endpoints (or --rdzv_conf protocol=https)";
+    } else if (e.message.find("user name is empty") != std::string::npos) {
+      e.code = ErrorCode::kAuthFailed;
+      e.message = "etcd at " + where(ep) +
+                  ": auth is enabled there: give --rdzv_conf user=NAME,password_file=FILE (" +
+                  strip_prefix(e.message) + ")";
+    } else if (e.message.find("permission denied") != std::string::npos && !options_.user.empty()) {
+      e.code = ErrorCode::kAuthFailed;
+      e.message = "etcd: user '" + options_.user +
+                  "': permission denied (its roles must grant read and write on the job's "
+                  "keys)";
+    }
+    return e;
+  }
+
   std::unique_ptr<Connection> take_idle(std::size_t index) {
     for (auto it = idle_.begin(); it != idle_.end(); ++it) {
       if ((*it)->endpoint == index) {
@@ -277,11 +417,36 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
 
   asio::io_context& io_;
   ClientOptions options_;
+  std::shared_ptr<asio::ssl::context> context_;  // the TLS settings (unused for plain http)
+  std::optional<Error> setup_error_;             // the TLS files could not be used
+  std::string token_;                            // etcd auth's, for options_.user
   std::vector<std::unique_ptr<Connection>> idle_;
   std::set<std::shared_ptr<Connection>> watches_;
   std::size_t preferred_ = 0;  // the endpoint that answered last
   bool closed_ = false;        // the Client is gone: calls still in flight end at their next step
 };
+
+Result<ClientOptions> with_access(ClientOptions options, const EtcdAccess& access) {
+  options.tls = access.tls;
+  options.user = access.user;
+  if (access.user.empty()) return options;
+  if (access.password_file.empty()) {
+    return Error{ErrorCode::kBadRequest,
+                 "etcd: user '" + access.user + "' needs --rdzv_conf password_file=FILE"};
+  }
+  std::ifstream in(access.password_file);
+  if (!in) {
+    return Error{ErrorCode::kBadRequest,
+                 "etcd: password_file '" + access.password_file + "': " + std::strerror(errno)};
+  }
+  std::getline(in, options.password);
+  if (!options.password.empty() && options.password.back() == '\r') options.password.pop_back();
+  if (options.password.empty()) {
+    return Error{ErrorCode::kBadRequest,
+                 "etcd: password_file '" + access.password_file + "' holds no password"};
+  }
+  return options;
+}
 
 Client::Client(asio::io_context& io, ClientOptions options)
     : impl_(std::make_shared<Impl>(io, std::move(options))) {}

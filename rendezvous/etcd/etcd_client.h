@@ -1,7 +1,7 @@
 // A client of etcd's v3 HTTP/JSON gateway (Boost.Beast), on the caller's io_context: unary calls
 // over a small pool of kept-alive connections, tried against each endpoint in turn when one is
-// down or without quorum, and watch streams on connections of their own. TLS and auth are not
-// supported yet (docs/cluster.md).
+// down or without quorum, and watch streams on connections of their own; over TLS where asked
+// (https), as an etcd user where one is given (docs/etcd_gateway.md).
 #pragma once
 
 #include <chrono>
@@ -15,6 +15,8 @@
 #include <boost/asio/io_context.hpp>
 
 #include "ctrun/rendezvous/clock.h"
+#include "ctrun/rendezvous/store_address.h"
+#include "ctrun/rendezvous/tls.h"
 #include "rendezvous/etcd/etcd.h"
 #include "rendezvous/etcd/kv.h"
 
@@ -27,7 +29,20 @@ struct ClientOptions {
   // One try on one endpoint: a member that lost its leader holds a write ~7 s before it
   // answers 503, so a try is cut sooner and the next member asked.
   Duration attempt_timeout = std::chrono::seconds(4);
+  // Set: every member over TLS (https), its certificate checked against tls->ca_file and its
+  // host name, tls->cert_file presented when given. A certificate or file problem fails a call
+  // at once, in one line.
+  std::optional<TlsClientFiles> tls{};
+  // Set: etcd's auth, as this user. The client asks etcd for a token (/v3/auth/authenticate),
+  // sends it with every request and asks again when etcd says it is no longer valid. The
+  // password is never logged nor put in an error.
+  std::string user{};
+  std::string password{};
 };
+
+// `options` with `access` applied: TLS, the user, and the password read from its file (the first
+// line). An error names the file, never its contents.
+Result<ClientOptions> with_access(ClientOptions options, const EtcdAccess& access);
 
 class Client final : public Kv {
  public:

@@ -31,8 +31,11 @@ std::string url(std::uint16_t port) { return "http://127.0.0.1:" + std::to_strin
 
 bool EtcdCluster::installed() { return access(kEtcd, X_OK) == 0; }
 
-EtcdCluster::EtcdCluster(const ScratchDir& dir, int members, const std::string& name)
-    : token_(name + "-" + std::to_string(getpid())) {
+EtcdCluster::EtcdCluster(const ScratchDir& dir, int members, const std::string& name,
+                         std::optional<EtcdTls> tls, std::vector<std::string> extra)
+    : token_(name + "-" + std::to_string(getpid())),
+      tls_(std::move(tls)),
+      extra_(std::move(extra)) {
   members_.resize(members);
   for (int i = 0; i < members; ++i) {
     Member& m = members_[i];
@@ -62,15 +65,17 @@ EtcdCluster::~EtcdCluster() {
 void EtcdCluster::launch(Member& m, bool first_start) {
   // Short heartbeats and elections so a lost member is replaced quickly; no fsync: the tests'
   // data need not survive a power cut, and fsync on a shared CI disk costs seconds.
+  const std::string client_url =
+      tls_ ? "https://127.0.0.1:" + std::to_string(m.client_port) : url(m.client_port);
   std::vector<std::string> argv = {kEtcd,
                                    "--name",
                                    m.name,
                                    "--data-dir",
                                    m.data_dir,
                                    "--listen-client-urls",
-                                   url(m.client_port),
+                                   client_url,
                                    "--advertise-client-urls",
-                                   url(m.client_port),
+                                   client_url,
                                    "--listen-peer-urls",
                                    url(m.peer_port),
                                    "--initial-advertise-peer-urls",
@@ -86,6 +91,13 @@ void EtcdCluster::launch(Member& m, bool first_start) {
                                    "--unsafe-no-fsync",
                                    "--logger=zap",
                                    "--log-level=error"};
+  if (tls_) {
+    argv.insert(argv.end(), {"--cert-file", tls_->cert, "--key-file", tls_->key});
+    if (!tls_->client_ca.empty()) {
+      argv.insert(argv.end(), {"--client-cert-auth", "--trusted-ca-file", tls_->client_ca});
+    }
+  }
+  argv.insert(argv.end(), extra_.begin(), extra_.end());
   m.process = std::make_unique<ChildProcess>(argv, m.log);
 }
 
@@ -93,6 +105,15 @@ std::string EtcdCluster::endpoints() const {
   std::string out;
   for (const auto& m : members_)
     out += std::string(out.empty() ? "" : ",") + "127.0.0.1:" + std::to_string(m.client_port);
+  return out;
+}
+
+std::string EtcdCluster::urls() const {
+  std::string out;
+  for (const auto& m : members_) {
+    out += std::string(out.empty() ? "" : ",") + (tls_ ? "https" : "http") +
+           "://127.0.0.1:" + std::to_string(m.client_port);
+  }
   return out;
 }
 

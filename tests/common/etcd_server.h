@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,16 +20,28 @@
 
 namespace ctrun::testing {
 
+// Clients reach the members over TLS with this certificate and key; with `client_ca`, each
+// client must present a certificate that CA signed (etcd's --client-cert-auth).
+struct EtcdTls {
+  std::string cert;
+  std::string key;
+  std::string client_ca;
+};
+
 class EtcdCluster {
  public:
   // `members` etcd processes forming one cluster (1 for a single server). Returns once every
   // member accepts connections on its client port, or throws with the members' logs.
-  EtcdCluster(const ScratchDir& dir, int members, const std::string& name = "etcd");
+  // `extra`: more flags for every member (--auth-token-ttl=1).
+  EtcdCluster(const ScratchDir& dir, int members, const std::string& name = "etcd",
+              std::optional<EtcdTls> tls = std::nullopt, std::vector<std::string> extra = {});
   ~EtcdCluster();
 
   static bool installed();
   // "127.0.0.1:P1,127.0.0.1:P2,..." for --rdzv_endpoint.
   std::string endpoints() const;
+  // The same with each member's scheme: "https://127.0.0.1:P1,..." over TLS.
+  std::string urls() const;
   std::uint16_t client_port(int member) const { return members_[member].client_port; }
   void kill(int member);   // SIGKILL, reaped
   void start(int member);  // again, same data directory and ports
@@ -47,6 +60,8 @@ class EtcdCluster {
   std::vector<Member> members_;
   std::string initial_cluster_;
   std::string token_;
+  std::optional<EtcdTls> tls_;
+  std::vector<std::string> extra_;
 };
 
 }  // namespace ctrun::testing

@@ -77,7 +77,45 @@ TEST_CASE("rendezvous plan: a missing or bad endpoint is a clear error") {
   auto missing = plan({"--nnodes=2", "--rdzv_backend=c10d"});
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().message == "--rdzv_endpoint is required with --rdzv_backend=c10d");
-  auto bad = plan({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=https://a"});
+  auto bad = plan({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=https://a,http://b"});
   REQUIRE_FALSE(bad.ok());
-  CHECK(bad.error().message.find("https") != std::string::npos);
+  CHECK(bad.error().message.find("mixes http:// and https://") != std::string::npos);
+}
+
+TEST_CASE("rendezvous plan: etcd over TLS and as a user, from https:// or torch's keys") {
+  auto https = plan({"--rdzv_backend=etcd", "--rdzv_endpoint=https://e1:2379,https://e2:2379",
+                     "--rdzv_conf=cacert=/ca.pem,cert=/c.pem,key=/c.key"});
+  REQUIRE(https.ok());
+  const rdzv::EtcdAccess& a = https.value().backend.etcd_access;
+  REQUIRE(a.tls);
+  CHECK(a.tls->ca_file == "/ca.pem");
+  CHECK(a.tls->cert_file == "/c.pem");
+  CHECK(a.tls->key_file == "/c.key");
+  CHECK(https.value().backend.endpoints.size() == 2);
+  // torch's protocol=https with bare members, and etcd-v2's names for the files.
+  auto protocol = plan({"--rdzv_backend=etcd-v2", "--rdzv_endpoint=e1:2379",
+                        "--rdzv_conf=protocol=HTTPS,ca_cert=/ca.pem,user=u,password_file=/pw"});
+  REQUIRE(protocol.ok());
+  const rdzv::EtcdAccess& b = protocol.value().backend.etcd_access;
+  REQUIRE(b.tls);
+  CHECK(b.tls->ca_file == "/ca.pem");
+  CHECK(b.user == "u");
+  CHECK(b.password_file == "/pw");
+  auto plain = plan({"--rdzv_backend=etcd", "--rdzv_endpoint=e1:2379"});
+  REQUIRE(plain.ok());
+  CHECK_FALSE(plain.value().backend.etcd_access.tls);
+
+  auto error = [](std::vector<std::string> args) { return plan(std::move(args)).error().message; };
+  CHECK(error({"--rdzv_backend=etcd", "--rdzv_endpoint=e1", "--rdzv_conf=cacert=/ca.pem"}) ==
+        "--rdzv_conf: cacert, cert and key are TLS settings: give https:// endpoints or "
+        "protocol=https");
+  CHECK(error({"--rdzv_backend=etcd", "--rdzv_endpoint=https://e1", "--rdzv_conf=protocol=http"}) ==
+        "--rdzv_conf: protocol=http, but the endpoints are https:// ones");
+  CHECK(error({"--rdzv_backend=etcd", "--rdzv_endpoint=https://e1", "--rdzv_conf=cert=/c.pem"}) ==
+        "--rdzv_conf: a client certificate needs both cert and key");
+  CHECK(error({"--rdzv_backend=etcd", "--rdzv_endpoint=e1", "--rdzv_conf=user=u"}) ==
+        "--rdzv_conf: an etcd user needs both user and password_file");
+  CHECK(error({"--rdzv_backend=c10d", "--rdzv_endpoint=h:29400", "--rdzv_conf=cacert=/ca.pem"}) ==
+        "--rdzv_conf: protocol, cacert, cert, key, user and password_file are for "
+        "--rdzv_backend=etcd (TLS to ctrund is not built yet)");
 }

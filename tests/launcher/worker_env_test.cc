@@ -162,6 +162,21 @@ TEST_CASE("worker env: with etcd, the store is the etcd members, no port and no 
   CHECK(env["CTRUN_STORE_PREFIX"] == "rdzv/0/3/");
   CHECK(env.count("CTRUN_STORE_PORT") == 0);
   CHECK(env.count("CTRUN_RDZV_TOKEN") == 0);
+  CHECK(env.count("CTRUN_STORE_PROTOCOL") == 0);
+  CHECK(env.count("CTRUN_STORE_USER") == 0);
+
+  // Over TLS and as a user: the files' paths, never a password.
+  ctrun::rendezvous::EtcdAccess access;
+  access.tls = ctrun::rendezvous::TlsClientFiles{"/ca.pem", "", ""};
+  access.user = "alice";
+  access.password_file = "/run/pw";
+  in.store = ctrun::rendezvous::etcd_store_address({{"10.0.0.9", 2379}}, "rdzv/0/3/", access);
+  env = as_map(worker_environment({}, in));
+  CHECK(env["CTRUN_STORE_PROTOCOL"] == "https");
+  CHECK(env["CTRUN_STORE_CACERT"] == "/ca.pem");
+  CHECK(env.count("CTRUN_STORE_CERT") == 0);
+  CHECK(env["CTRUN_STORE_USER"] == "alice");
+  CHECK(env["CTRUN_STORE_PASSWORD_FILE"] == "/run/pw");
 }
 
 TEST_CASE("worker env: --virtual_local_rank gives LOCAL_RANK=0 and the worker's own device") {

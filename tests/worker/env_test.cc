@@ -128,4 +128,29 @@ TEST_CASE("worker env: the job's store on etcd (CTRUN_STORE_BACKEND=etcd)") {
         "CTRUN_STORE_BACKEND: expected ctrund or etcd, got 'redis'");
   CHECK(error_of({{"CTRUN_STORE_BACKEND", "etcd"}, {"CTRUN_STORE_ADDR", "h1:2379,"}}) ==
         "CTRUN_STORE_ADDR: expected etcd endpoints host:port[,host:port...], got 'h1:2379,'");
+
+  // Over TLS and as a user, as the agent got in: file paths only.
+  auto tls = read_worker_env(env_of({{"RANK", "0"},
+                                     {"WORLD_SIZE", "2"},
+                                     {"TORCHELASTIC_RUN_ID", "job"},
+                                     {"CTRUN_STORE_BACKEND", "etcd"},
+                                     {"CTRUN_STORE_ADDR", "10.0.0.7:2379"},
+                                     {"CTRUN_STORE_PROTOCOL", "https"},
+                                     {"CTRUN_STORE_CACERT", "/ca.pem"},
+                                     {"CTRUN_STORE_CERT", "/c.pem"},
+                                     {"CTRUN_STORE_KEY", "/c.key"},
+                                     {"CTRUN_STORE_USER", "alice"},
+                                     {"CTRUN_STORE_PASSWORD_FILE", "/pw"}}));
+  REQUIRE(tls);
+  const auto& access = tls.value().store->etcd_access;
+  REQUIRE(access.tls);
+  CHECK(access.tls->ca_file == "/ca.pem");
+  CHECK(access.tls->cert_file == "/c.pem");
+  CHECK(access.tls->key_file == "/c.key");
+  CHECK(access.user == "alice");
+  CHECK(access.password_file == "/pw");
+  CHECK(error_of({{"CTRUN_STORE_BACKEND", "etcd"},
+                  {"CTRUN_STORE_ADDR", "h1:2379"},
+                  {"CTRUN_STORE_PROTOCOL", "ftp"}}) ==
+        "CTRUN_STORE_PROTOCOL: expected http or https, got 'ftp'");
 }

@@ -103,8 +103,17 @@ Result<WorkerEnv> read_worker_env(const EnvLookup& env) {
     auto endpoints = rendezvous::etcd::parse_endpoints(*host);
     if (!endpoints)
       return bad("CTRUN_STORE_ADDR", "etcd endpoints host:port[,host:port...]", *host);
-    w.store = rendezvous::etcd_store_address(std::move(endpoints).value(),
-                                             env("CTRUN_STORE_PREFIX").value_or(""));
+    rendezvous::EtcdAccess access;
+    if (auto protocol = env("CTRUN_STORE_PROTOCOL"); protocol && *protocol != "http") {
+      if (*protocol != "https") return bad("CTRUN_STORE_PROTOCOL", "http or https", *protocol);
+      access.tls = rendezvous::TlsClientFiles{env("CTRUN_STORE_CACERT").value_or(""),
+                                              env("CTRUN_STORE_CERT").value_or(""),
+                                              env("CTRUN_STORE_KEY").value_or("")};
+    }
+    access.user = env("CTRUN_STORE_USER").value_or("");
+    access.password_file = env("CTRUN_STORE_PASSWORD_FILE").value_or("");
+    w.store = rendezvous::etcd_store_address(
+        std::move(endpoints).value(), env("CTRUN_STORE_PREFIX").value_or(""), std::move(access));
   } else if (host) {
     if (host->empty()) return bad("CTRUN_STORE_ADDR", "a host name or address", *host);
     auto store_port = int_var(env, "CTRUN_STORE_PORT", 1, 65535, std::nullopt);

@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 #include <catch2/catch.hpp>
 #include <optional>
+#include <thread>
 
 #include "etcd_server.h"
 #include "memory_etcd.h"
@@ -311,4 +312,49 @@ TEST_CASE("etcd client: members tried in turn, a killed member is skipped, none 
   REQUIRE_FALSE(none.ok());
   CHECK(none.error().code == ErrorCode::kConnection);
   CHECK(std::chrono::steady_clock::now() - start < 5s);
+}
+
+TEST_CASE("etcd client: as a user, a token that ran out is asked for again") {
+  CTRUN_SKIP_WITHOUT_ETCD();
+  ScratchDir s("etcd_client_auth");
+  // Tokens that expire after 1 s without use.
+  EtcdCluster etcd(s, 1, "auth", std::nullopt, {"--auth-token-ttl=1"});
+  auto etcdctl = [&](std::vector<std::string> args, const std::string& log) {
+    args.insert(args.begin(), {"/usr/bin/etcdctl", "--endpoints=" + etcd.urls()});
+    ChildProcess p(args, s.path(log));
+    return p.wait(20s);
+  };
+  REQUIRE(etcdctl({"user", "add", "root:rootpw"}, "root.log") == 0);
+  REQUIRE(etcdctl({"role", "add", "t"}, "role.log") == 0);
+  REQUIRE(etcdctl({"role", "grant-permission", "t", "--prefix=true", "readwrite", "/t/"},
+                  "grant.log") == 0);
+  REQUIRE(etcdctl({"user", "add", "bob:bobpw"}, "bob.log") == 0);
+  REQUIRE(etcdctl({"user", "grant-role", "bob", "t"}, "grant_role.log") == 0);
+  REQUIRE(etcdctl({"auth", "enable"}, "enable.log") == 0);
+
+  boost::asio::io_context io;
+  auto o = options_for(etcd.endpoints());
+  o.user = "bob";
+  o.password = "bobpw";
+  etcd::Client c(io, o);
+  REQUIRE(run(io, c.put("/t/x", "1")).ok());
+  std::this_thread::sleep_for(2500ms);  // the token is gone
+  REQUIRE(run(io, c.put("/t/x", "2")).ok());
+  auto r = run(io, c.range("/t/x"));
+  REQUIRE(r.ok());
+  REQUIRE(r.value().kvs.size() == 1);
+  CHECK(r.value().kvs[0].value == "2");
+  // Outside its role: one line, the user named.
+  auto denied = run(io, c.put("/elsewhere", "1"));
+  REQUIRE_FALSE(denied.ok());
+  CHECK(denied.error().message ==
+        "etcd: user 'bob': permission denied (its roles must grant read and write on the job's "
+        "keys)");
+  // A wrong password: etcd's reason, the user named, the password nowhere.
+  o.password = "nope";
+  etcd::Client wrong(io, o);
+  auto refused = run(io, wrong.put("/t/x", "3"));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message ==
+        "etcd: user 'bob': etcdserver: authentication failed, invalid user ID or password");
 }

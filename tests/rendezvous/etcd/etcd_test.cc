@@ -40,7 +40,15 @@ TEST_CASE("etcd codec: endpoints, several, with or without scheme and port") {
   CHECK(eps.value()[3].port == 4000);
   // Written back in the form read (defaults filled in), as the agent hands it to workers.
   CHECK(format_endpoints(eps.value()) == "h1:2379,h2:23790,h3:2379,[::1]:4000");
-  CHECK_THAT(parse_endpoints("https://h1:2379").error().message, Catch::Contains("TLS"));
+  // https:// members: the same addresses, and endpoints_https says TLS; one scheme for all.
+  auto tls = parse_endpoints("https://h1:2379,https://[::1]:4000/");
+  REQUIRE(tls.ok());
+  CHECK(format_endpoints(tls.value()) == "h1:2379,[::1]:4000");
+  CHECK(endpoints_https("https://h1:2379,h2").value());
+  CHECK_FALSE(endpoints_https("http://h1:2379,h2").value());
+  CHECK_FALSE(endpoints_https("h1").value());
+  CHECK(parse_endpoints("https://h1,http://h2").error().message ==
+        "--rdzv_endpoint: 'https://h1,http://h2' mixes http:// and https:// members");
   CHECK_THAT(parse_endpoints("h1:,h2").error().message,
              Catch::Contains("no port after ':' in 'h1:'"));
   CHECK_THAT(parse_endpoints("::1").error().message, Catch::Contains("in brackets, as [::1]:2379"));

@@ -47,6 +47,15 @@ struct RendezvousConf {
   int keep_alive_max_attempt = 3;
   std::optional<bool> is_host;
   std::string token_file;
+  // etcd over TLS and with users, with torch's etcd keys: protocol (http or https; https://
+  // endpoints say https too), cacert, cert, key (or etcd-v2's ca_cert, ssl_cert,
+  // ssl_cert_key); and ctrun's: user, password_file.
+  std::string protocol;
+  std::string cacert;
+  std::string cert;
+  std::string key;
+  std::string user;
+  std::string password_file;
   std::vector<std::string> ignored_keys;  // accepted for torchrun compatibility, not used
 };
 Result<RendezvousConf> parse_rdzv_conf(const std::string& text);

@@ -7,8 +7,16 @@
 #include <vector>
 
 #include "ctrun/rendezvous/endpoint.h"
+#include "ctrun/rendezvous/tls.h"
 
 namespace ctrun::rendezvous {
+
+// How to get into a secured etcd beyond its members' addresses: TLS (https) and a user.
+struct EtcdAccess {
+  std::optional<TlsClientFiles> tls;  // set: https
+  std::string user;                   // set: etcd's auth, as this user
+  std::string password_file;          // its password, read where a client is made; never logged
+};
 
 struct StoreAddress {
   std::string host;  // ctrund; with etcd the first member (where the worker's traffic goes)
@@ -18,16 +26,19 @@ struct StoreAddress {
   enum class Backend { kCtrund, kEtcd };
   Backend backend = Backend::kCtrund;
   std::vector<Endpoint> etcd_endpoints;  // kEtcd: every member, tried in turn
+  EtcdAccess etcd_access;                // kEtcd: TLS and the user, as the agent reaches it
 };
 
 // The job's store on etcd: `members` (at least one; the first is `host`:`port`), round `prefix`.
-inline StoreAddress etcd_store_address(std::vector<Endpoint> members, std::string prefix) {
+inline StoreAddress etcd_store_address(std::vector<Endpoint> members, std::string prefix,
+                                       EtcdAccess access = {}) {
   StoreAddress a;
   a.host = members.front().host;
   a.port = members.front().port;
   a.prefix = std::move(prefix);
   a.backend = StoreAddress::Backend::kEtcd;
   a.etcd_endpoints = std::move(members);
+  a.etcd_access = std::move(access);
   return a;
 }
 
