@@ -1,8 +1,9 @@
 // backend_rdzv_bench: one rendezvous round of N nodes through the agent's Backend interface, on
-// ctrund and on etcd, side by side. Each run starts a fresh ctrund or a fresh single-member etcd
-// (default settings, data on disk); one single-threaded process plays all N nodes, each with
-// its own Backend as an agent has (its own connection, lease, watch), as the agents would on N
-// hosts. The time is from the first join() to the last join() returning its assignment.
+// ctrund, on etcd and on etcd over TLS with client certificates (etcd-tls), side by side. Each run
+// starts a fresh ctrund or a fresh single-member etcd (default settings, data on disk); one
+// single-threaded process plays all N nodes, each with its own Backend as an agent has (its own
+// connection, lease, watch), as the agents would on N hosts. The time is from the first join() to
+// the last join() returning its assignment.
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -21,6 +22,7 @@
 #include "../common/process.h"
 #include "rendezvous/backend/backend.h"
 #include "rendezvous/etcd/etcd.h"
+#include "test_certs.h"
 
 namespace {
 
@@ -81,8 +83,21 @@ struct Service {
   int port = 0;
 };
 
+// etcd-tls's certificates, made once per bench run (EC P-256, as a cluster's would be).
+struct Pki {
+  ctrun::testing::CertFiles ca, server, client;
+};
+Pki make_pki(const std::string& dir) {
+  Pki p;
+  p.ca = ctrun::testing::make_ca(dir, "ca");
+  p.server = ctrun::testing::issue_cert(dir, p.ca, {"server", {"127.0.0.1"}});
+  p.client = ctrun::testing::issue_cert(dir, p.ca, {"client", {}, true});
+  return p;
+}
+
 std::optional<Service> start_service(const std::string& backend, const std::string& ctrund,
-                                     const std::string& etcd, const std::string& dir, int run) {
+                                     const std::string& etcd, const std::string& dir, int run,
+                                     const Pki& pki) {
   Service s;
   s.log = dir + "/" + backend + "-" + std::to_string(run) + ".log";
   Child::Options o;
@@ -99,7 +114,9 @@ std::optional<Service> start_service(const std::string& backend, const std::stri
   }
   s.port = free_port();
   const int peer = free_port();
-  const std::string client_url = "http://127.0.0.1:" + std::to_string(s.port);
+  const bool tls = backend == "etcd-tls";
+  const std::string client_url =
+      std::string(tls ? "https" : "http") + "://127.0.0.1:" + std::to_string(s.port);
   const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
   o.argv = {etcd,
             "--name=bench",
@@ -111,6 +128,10 @@ std::optional<Service> start_service(const std::string& backend, const std::stri
             "--initial-cluster=bench=" + peer_url,
             "--logger=zap",
             "--log-level=error"};
+  if (tls) {
+    o.argv.insert(o.argv.end(), {"--cert-file=" + pki.server.cert, "--key-file=" + pki.server.key,
+                                 "--client-cert-auth", "--trusted-ca-file=" + pki.ca.cert});
+  }
   s.process = Child::spawn(o);
   const auto deadline = Clock::now() + kStartTimeout;
   while (!accepts(s.port)) {
@@ -121,7 +142,7 @@ std::optional<Service> start_service(const std::string& backend, const std::stri
 }
 
 std::unique_ptr<rdzv::Backend> make_node(asio::io_context& io, const std::string& backend, int port,
-                                         const std::string& job) {
+                                         const std::string& job, const Pki& pki) {
   if (backend == "ctrund") {
     rdzv::ClientOptions o;
     o.host = "127.0.0.1";
@@ -135,6 +156,9 @@ std::unique_ptr<rdzv::Backend> make_node(asio::io_context& io, const std::string
   o.job = job;
   o.connect_timeout = kStartTimeout;
   o.lease_ttl = std::chrono::seconds(15);
+  if (backend == "etcd-tls") {
+    o.access.tls = rdzv::TlsClientFiles{pki.ca.cert, pki.client.cert, pki.client.key};
+  }
   return rdzv::make_etcd_backend(io, o);
 }
 
@@ -150,11 +174,11 @@ bool run_until(asio::io_context& io, const std::function<bool()>& done, Clock::t
 }
 
 std::optional<Row> run_once(const std::string& backend, int nodes, const Service& service, int run,
-                            std::string& error) {
+                            const Pki& pki, std::string& error) {
   asio::io_context io;
   const std::string job = "bench-" + std::to_string(run);
   std::vector<std::unique_ptr<rdzv::Backend>> all;
-  for (int i = 0; i < nodes; ++i) all.push_back(make_node(io, backend, service.port, job));
+  for (int i = 0; i < nodes; ++i) all.push_back(make_node(io, backend, service.port, job, pki));
 
   // Untimed: every node reaches the service and starts its keep-alives, as an agent does.
   int connected = 0;
@@ -246,31 +270,33 @@ double median_of(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"backend_rdzv_bench: one rendezvous round of N nodes, ctrund vs etcd"};
+  CLI::App app{"backend_rdzv_bench: one rendezvous round of N nodes, ctrund vs etcd (and TLS)"};
   std::string ctrund = CTRUND_PATH;
   std::string etcd = "/usr/bin/etcd";
   std::vector<int> node_counts = {16, 64, 256};
-  std::vector<std::string> backends = {"ctrund", "etcd"};
+  std::vector<std::string> backends = {"ctrund", "etcd", "etcd-tls"};
   int reps = 3;
   bool quick = false;
   std::string json_out;
   app.add_option("--ctrund", ctrund, "path of the ctrund binary");
   app.add_option("--etcd", etcd, "path of the etcd binary");
   app.add_option("--nodes", node_counts, "node counts")->delimiter(',');
-  app.add_option("--backends", backends, "ctrund, etcd")->delimiter(',');
+  app.add_option("--backends", backends, "ctrund, etcd, etcd-tls")->delimiter(',');
   app.add_option("--reps", reps, "repetitions (the median is reported)");
   app.add_flag("--quick", quick, "one repetition");
   app.add_option("--json_out", json_out, "also write the rows as JSON lines here");
   CLI11_PARSE(app, argc, argv);
   if (quick) reps = 1;
   for (const auto& b : backends) {
-    if (b != "ctrund" && b != "etcd") {
-      std::cerr << "backend_rdzv_bench: --backends: expected ctrund or etcd, got '" << b << "'\n";
+    if (b != "ctrund" && b != "etcd" && b != "etcd-tls") {
+      std::cerr << "backend_rdzv_bench: --backends: expected ctrund, etcd or etcd-tls, got '" << b
+                << "'\n";
       return 2;
     }
   }
-  if (std::find(backends.begin(), backends.end(), "etcd") != backends.end() &&
-      access(etcd.c_str(), X_OK) != 0) {
+  const bool any_etcd = std::any_of(backends.begin(), backends.end(),
+                                    [](const std::string& b) { return b != "ctrund"; });
+  if (any_etcd && access(etcd.c_str(), X_OK) != 0) {
     std::cerr << "backend_rdzv_bench: " << etcd
               << " is not installed (apt-get install etcd-server)\n";
     return 1;
@@ -279,6 +305,7 @@ int main(int argc, char** argv) {
   bench::install_cleanup_handlers();
   bench::raise_nofile_limit();  // each etcd node holds a few connections: 256 nodes, ~1000
   const std::string dir = bench::make_temp_dir("backend_rdzv_bench.");
+  const Pki pki = make_pki(dir);
   std::map<std::pair<std::string, int>, std::vector<Row>> runs;
   bool failed = false;
   int run = 0;
@@ -289,14 +316,14 @@ int main(int argc, char** argv) {
       std::rotate(order.begin(), order.begin() + (rep % order.size()), order.end());
       for (const auto& backend : order) {
         ++run;
-        auto service = start_service(backend, ctrund, etcd, dir, run);
+        auto service = start_service(backend, ctrund, etcd, dir, run, pki);
         if (!service) {
           std::cerr << "backend_rdzv_bench: " << backend << " did not start\n";
           failed = true;
           break;
         }
         std::string error;
-        auto row = run_once(backend, n, *service, run, error);
+        auto row = run_once(backend, n, *service, run, pki, error);
         if (row) {
           row->service_cpu_s = bench::read_cpu_seconds(service->process.pid());
           row->service_hwm_mib =
@@ -344,14 +371,22 @@ int main(int argc, char** argv) {
                   median(b, n, &Row::service_hwm_mib));
     }
   }
-  if (backends.size() == 2) {
-    std::printf("\n| nodes | etcd / ctrund (join wall) |\n|------:|--------------------------:|\n");
+  // Ratios of the join wall time, where both sides ran.
+  auto ratios = [&](const std::string& a, const std::string& b) {
+    bool header = false;
     for (int n : node_counts) {
-      const double c = median("ctrund", n, &Row::join_wall_s);
-      const double e = median("etcd", n, &Row::join_wall_s);
-      if (c > 0 && e > 0) std::printf("| %5d | %24.1fx |\n", n, e / c);
+      const double x = median(a, n, &Row::join_wall_s);
+      const double y = median(b, n, &Row::join_wall_s);
+      if (x <= 0 || y <= 0) continue;
+      if (!header) {
+        std::printf("\n| nodes | %s / %s (join wall) |\n|------:|---:|\n", a.c_str(), b.c_str());
+        header = true;
+      }
+      std::printf("| %5d | %.2fx |\n", n, x / y);
     }
-  }
+  };
+  ratios("etcd", "ctrund");
+  ratios("etcd-tls", "etcd");
   if (!json_out.empty()) {
     std::ofstream out(json_out);
     for (const auto& [key, rows] : runs) {
