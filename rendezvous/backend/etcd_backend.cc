@@ -327,6 +327,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
                                       if (job_.take_watch(m)) after_change();
                                     });
     }
+    // Closed (dropped connections, a cut-off): the next connect() watches again.
+    watching_ = false;
   }
 
   // What every change of the cache sets off: waiters wake, this node's notices go out, nodes

@@ -15,6 +15,7 @@
 
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/json.h"
+#include "etcd_server.h"
 #include "process.h"
 #include "skip.h"
 
@@ -543,6 +544,36 @@ TEST_CASE("faults: a node cut off from the rendezvous is dropped, refused, then 
   CHECK(f["running_again_ms"].get<int>() < 15000);
   daemon->signal(SIGTERM);
   CHECK(daemon->wait(10s) == 0);
+}
+
+TEST_CASE("faults: a node cut off from etcd loses its lease, then joins again") {
+  CTRUN_SKIP_WITHOUT_ETCD();
+  ScratchDir s("faults_cut_off_etcd");
+  EtcdCluster etcd(s, 1);
+  // As on ctrund, but the node goes when its lease runs out (2 s), not when its connection
+  // closes; the cut-off node then watches the job again and sees the round it joins form.
+  auto agent = [&](const std::string& name) {
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{
+            CTRUN_PATH, "--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=etcd",
+            "--rdzv_endpoint=" + etcd.endpoints(), "--rdzv_id=cut",
+            "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1",
+            "--faults", "cut_off:node=1,after=1,duration=4", TEST_WORKER_PATH, "sleep", "6"},
+        s.path(name + ".log"));
+  };
+  auto a = agent("a");
+  auto b = agent("b");
+  const auto rc_a = a->wait(60s);
+  const auto rc_b = b->wait(60s);
+  const std::string logs = read_file(s.path("a.log")) + read_file(s.path("b.log"));
+  INFO(logs);
+  REQUIRE(rc_a == std::optional<int>(0));
+  REQUIRE(rc_b == std::optional<int>(0));
+  CHECK(logs.find("its etcd lease expired") != std::string::npos);
+  CHECK(logs.find("connection refused: cut off from the rendezvous by fault 1") !=
+        std::string::npos);
+  // Both nodes in a round of 2 at the start, and again after the cut-off.
+  CHECK(count_of(logs, " of 2, ranks ") >= 4);
 }
 
 TEST_CASE("faults: the hosted rendezvous killed and restarted, the job goes on without a restart") {
