@@ -34,6 +34,8 @@ void FaultReport::fired(int fault_id, const std::string& what, int rank, int loc
   for (const auto& [local, reported] : steps_) {
     e.node_step_at_fault = std::max(e.node_step_at_fault.value_or(reported), reported);
   }
+  // A fault of the whole node was at the node's step.
+  if (local_rank < 0 && !e.step_at_fault) e.step_at_fault = e.node_step_at_fault;
   entries_.push_back(std::move(e));
 }
 
@@ -51,8 +53,16 @@ void FaultReport::worker_failed(int local_rank, Clock::time_point at) {
 }
 
 void FaultReport::workers_stopped(Clock::time_point at) {
-  for (auto& e : entries_) {
-    if (e.local_rank < 0 && !e.detected && !e.first_step) e.detected = at;
+  // The latest fault of the whole node not yet seen: its effect may come after the node went on
+  // for a while (a cut-off node keeps training until it reconnects and finds itself dropped),
+  // so what it did before the stop was not its recovery: measured again from the restart.
+  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+    if (it->local_rank >= 0 || it->detected) continue;
+    it->detected = at;
+    it->first_step.reset();
+    it->first_step_at.reset();
+    it->progress_at.reset();
+    break;
   }
 }
 

@@ -26,8 +26,9 @@ class FaultReport {
              std::optional<std::int64_t> step, Clock::time_point at);
   // A worker of this node failed (a non-zero exit or a signal): a fault's effect seen.
   void worker_failed(int local_rank, Clock::time_point at);
-  // The node's workers stopped by the agent (a new round, the job's end): the effect of a fault
-  // of the whole node (a cut-off that cost the node its place) when nothing was seen before.
+  // The node's workers stopped by the agent (a new round, the job's end): the effect of the
+  // latest fault of the whole node not yet seen (a cut-off that cost the node its place), even
+  // after the node went on for a while; its steps are then counted from the restart.
   void workers_stopped(Clock::time_point at);
   // Workers run again: every one (`local_rank` empty: a restart of the group, a new round) or
   // one replaced alone.

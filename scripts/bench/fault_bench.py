@@ -8,7 +8,9 @@ side by side, measured from ctrun's own fault reports (ctrun --faults --fault_re
             worker that ended is replaced alone and heals from a peer
 
 Each job: 3 workers train mlp on CPU for one epoch; one fault hits the last rank at step
---at_step (kill, term, segv, exception, a 1 s hang, a 2 s straggler at 25 %). From the report
+--at_step (kill, term, segv, exception, a 1 s hang, a 2 s straggler at 25 %, its node cut off
+from the rendezvous for 1 s), or the rendezvous is killed and restarted 1 s later at --after
+seconds. From the report
 (the agent's clock): the worker's exit seen, workers running again, the job past the step it
 was at (any worker reporting a step beyond the furthest one reported when the fault fired: the
 survivors under --fault_tolerance=step, the restarted workers once they caught up otherwise),
@@ -43,7 +45,12 @@ KINDS = {
     "exception": "exception",
     "hang 1 s": "hang:duration=1",
     "straggler 2 s at 25 %": "straggler:duration=2,speed=0.25",
+    "cut off 1 s": "cut_off:duration=1",
+    "rendezvous restart 1 s": "rendezvous_restart:duration=1",
 }
+# The rendezvous' own faults take a time, not a rank and a step: about when rank 2 reaches
+# --at_step in a clean run.
+TIMED = {"rendezvous_restart"}
 QUICK_KINDS = ["kill", "exception", "hang 1 s"]
 
 
@@ -51,10 +58,10 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def fault_spec(kind, rank, step):
-    """The inline plan of one fault of `kind` on `rank` at `step`."""
+def fault_spec(kind, rank, step, after):
+    """The inline plan of one fault of `kind` on `rank` at `step` (or at `after` seconds)."""
     name, _, fields = KINDS[kind].partition(":")
-    spec = f"{name}:rank={rank},at_step={step}"
+    spec = f"{name}:after={after}" if name in TIMED else f"{name}:rank={rank},at_step={step}"
     return spec + ("," + fields if fields else "")
 
 
@@ -75,7 +82,7 @@ def one_run(mode, kind, args, rep):
     """The fault report's figures for one job (kind None: a clean run), and its wall time."""
     with tempfile.TemporaryDirectory(prefix="fault_bench.") as tmp:
         report = os.path.join(tmp, "report.json")
-        fault = fault_spec(kind, 2, args.at_step) if kind else None
+        fault = fault_spec(kind, 2, args.at_step, args.after) if kind else None
         start = time.monotonic()
         rc, out = run_bounded(command(mode, args, tmp, fault, report), JOB_TIMEOUT_S)
         wall = time.monotonic() - start
@@ -117,10 +124,19 @@ def main():
     parser.add_argument("--samples", type=int, default=9600, help="one epoch: 100 steps")
     parser.add_argument("--at_step", type=int, default=46)
     parser.add_argument("--checkpoint_every", type=int, default=10)
+    parser.add_argument("--after", type=float, default=3.0,
+                        help="seconds into the job for the rendezvous' own faults")
+    parser.add_argument("--kinds", default="",
+                        help="comma-separated kinds to run (default: all; see KINDS)")
     parser.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     ensure_loopback_netns(__file__, sys.argv[1:])
     kinds = QUICK_KINDS if args.quick else list(KINDS)
+    if args.kinds:
+        kinds = [k.strip() for k in args.kinds.split(",")]
+        unknown = [k for k in kinds if k not in KINDS]
+        if unknown:
+            parser.error(f"--kinds: unknown {unknown}; known: {list(KINDS)}")
     reps = 1 if args.quick else args.reps
 
     results = {}  # (mode, kind or None) -> rows

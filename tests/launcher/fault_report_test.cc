@@ -124,3 +124,22 @@ TEST_CASE("fault report: a node's fault whose effect is its workers stopped by t
   CHECK(f["worker_exit_ms"] == 3000);
   CHECK(f["running_again_ms"] == 3100);
 }
+
+TEST_CASE("fault report: a node's fault felt later, after the node went on, counts from then") {
+  FaultReport report;
+  report.step_reported(0, 46, t0);
+  report.fired(1, "cut off", -1, -1, false, std::nullopt, t0);
+  report.step_reported(0, 47, t0 + 20ms);  // it trains on while cut off
+  report.workers_stopped(t0 + 1000ms);      // reconnected, found itself dropped: a new round
+  report.workers_started(std::nullopt, t0 + 1030ms);
+  report.step_reported(0, 41, t0 + 1800ms);  // resumed from its checkpoint
+  report.step_reported(0, 47, t0 + 2400ms);
+  const auto f = report.json("succeeded")["faults"][0];
+  CHECK(f["step_at_fault"] == 46);
+  CHECK(f["worker_exit_ms"] == 1000);
+  CHECK(f["running_again_ms"] == 1030);
+  CHECK(f["first_step"] == 41);
+  CHECK(f["first_step_ms"] == 1800);
+  CHECK(f["steps_redone"] == 6);
+  CHECK(f["progress_ms"] == 2400);
+}
