@@ -323,7 +323,10 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       }
       const bool cancelled = watches_.erase(c) == 0;
       if (cancelled) co_return ok_status();
-      if (stream_error) co_return *stream_error;
+      if (stream_error) {
+        if (token_expired(*stream_error)) token_.clear();  // the next watch asks for a new one
+        co_return *stream_error;
+      }
       if (parser.is_header_done() && parser.get().result_int() != 200) {
         if (token_expired(error_from_answer(parser.get().result_int(), parser.get().body()))) {
           token_.clear();  // the next watch asks for a new one
