@@ -37,27 +37,56 @@ class SeededDraws {
   std::uint64_t state_;
 };
 
-// "kill" and the other signal names a fault kind may be.
-std::optional<int> signal_kind(const std::string& kind) {
-  if (kind == "kill") return SIGKILL;
-  if (kind == "term") return SIGTERM;
-  if (kind == "int") return SIGINT;
-  if (kind == "segv") return SIGSEGV;
-  if (kind == "abrt") return SIGABRT;
-  return std::nullopt;
+// Every kind a fault may be, by name: the signals, then the others, in the order the errors list
+// them. One table for reading a plan and writing it back.
+struct KindName {
+  const char* name;
+  FaultKind kind;
+  int signo;  // kSignal's
+};
+constexpr KindName kKinds[] = {
+    {"kill", FaultKind::kSignal, SIGKILL},
+    {"term", FaultKind::kSignal, SIGTERM},
+    {"int", FaultKind::kSignal, SIGINT},
+    {"segv", FaultKind::kSignal, SIGSEGV},
+    {"abrt", FaultKind::kSignal, SIGABRT},
+    {"hang", FaultKind::kHang, 0},
+    {"straggler", FaultKind::kStraggler, 0},
+    {"node_lost", FaultKind::kNodeLost, 0},
+    {"exception", FaultKind::kException, 0},
+    {"store_latency", FaultKind::kStoreLatency, 0},
+    {"cut_off", FaultKind::kCutOff, 0},
+    {"link_lost", FaultKind::kLinkLost, 0},
+    {"disk_full", FaultKind::kDiskFull, 0},
+    {"rendezvous_restart", FaultKind::kRendezvousRestart, 0},
+};
+
+const KindName* find_kind(const std::string& name) {
+  for (const auto& k : kKinds) {
+    if (name == k.name) return &k;
+  }
+  return nullptr;
 }
 
-// Every kind a fault may be, for the errors that list them.
-constexpr const char* kKindList =
-    "kill, term, int, segv, abrt, hang, straggler, node_lost, exception, store_latency, cut_off, "
-    "link_lost, disk_full, rendezvous_restart";
+// "kill, term, ...": every kind, for the errors that list them.
+std::string kind_list() {
+  std::string out;
+  for (const auto& k : kKinds) {
+    if (!out.empty()) out += ", ";
+    out += k.name;
+  }
+  return out;
+}
+
 // What a random plan may draw: faults of a worker or its node, at a rank.
 constexpr const char* kRandomKindList =
     "kill, term, int, segv, abrt, hang, straggler, node_lost, exception, cut_off";
 
-bool random_kind(const std::string& kind) {
-  return signal_kind(kind) || kind == "hang" || kind == "straggler" || kind == "node_lost" ||
-         kind == "exception" || kind == "cut_off";
+bool random_kind(const std::string& name) {
+  const KindName* k = find_kind(name);
+  return k && (k->kind == FaultKind::kSignal || k->kind == FaultKind::kHang ||
+               k->kind == FaultKind::kStraggler || k->kind == FaultKind::kNodeLost ||
+               k->kind == FaultKind::kException || k->kind == FaultKind::kCutOff);
 }
 
 // The kinds that last `duration` seconds.
@@ -69,40 +98,10 @@ bool lasting(FaultKind kind) {
 }
 
 std::string kind_name(const Fault& f) {
-  switch (f.kind) {
-    case FaultKind::kException:
-      return "exception";
-    case FaultKind::kStoreLatency:
-      return "store_latency";
-    case FaultKind::kHang:
-      return "hang";
-    case FaultKind::kStraggler:
-      return "straggler";
-    case FaultKind::kNodeLost:
-      return "node_lost";
-    case FaultKind::kCutOff:
-      return "cut_off";
-    case FaultKind::kLinkLost:
-      return "link_lost";
-    case FaultKind::kDiskFull:
-      return "disk_full";
-    case FaultKind::kRendezvousRestart:
-      return "rendezvous_restart";
-    case FaultKind::kSignal:
-      break;
+  for (const auto& k : kKinds) {
+    if (k.kind == f.kind && (f.kind != FaultKind::kSignal || k.signo == f.signo)) return k.name;
   }
-  switch (f.signo) {
-    case SIGKILL:
-      return "kill";
-    case SIGTERM:
-      return "term";
-    case SIGINT:
-      return "int";
-    case SIGSEGV:
-      return "segv";
-    default:
-      return "abrt";
-  }
+  return "abrt";  // a signal no plan names (plans are read through kKinds)
 }
 
 // One fault's fields, from JSON or inline text alike (every value as JSON).
@@ -110,30 +109,10 @@ Result<Fault> make_fault(int id, const std::string& kind, const Json& fields, st
   const std::string where = "--faults: fault " + std::to_string(id) + ": ";
   Fault f;
   f.id = id;
-  if (auto signo = signal_kind(kind)) {
-    f.kind = FaultKind::kSignal;
-    f.signo = *signo;
-  } else if (kind == "hang") {
-    f.kind = FaultKind::kHang;
-  } else if (kind == "straggler") {
-    f.kind = FaultKind::kStraggler;
-  } else if (kind == "node_lost") {
-    f.kind = FaultKind::kNodeLost;
-  } else if (kind == "exception") {
-    f.kind = FaultKind::kException;
-  } else if (kind == "store_latency") {
-    f.kind = FaultKind::kStoreLatency;
-  } else if (kind == "cut_off") {
-    f.kind = FaultKind::kCutOff;
-  } else if (kind == "link_lost") {
-    f.kind = FaultKind::kLinkLost;
-  } else if (kind == "disk_full") {
-    f.kind = FaultKind::kDiskFull;
-  } else if (kind == "rendezvous_restart") {
-    f.kind = FaultKind::kRendezvousRestart;
-  } else {
-    return bad(where + "unknown kind '" + kind + "' (" + kKindList + ")");
-  }
+  const KindName* named = find_kind(kind);
+  if (!named) return bad(where + "unknown kind '" + kind + "' (" + kind_list() + ")");
+  f.kind = named->kind;
+  f.signo = named->signo;
   bool timed = false;
   for (const auto& [key, value] : fields.items()) {
     auto number = [&]() -> Result<double> {
