@@ -33,7 +33,8 @@ bool EtcdCluster::installed() { return access(kEtcd, X_OK) == 0; }
 
 EtcdCluster::EtcdCluster(const ScratchDir& dir, int members, const std::string& name,
                          std::optional<EtcdTls> tls, std::vector<std::string> extra)
-    : token_(name + "-" + std::to_string(getpid())),
+    : dir_(dir.path()),
+      token_(name + "-" + std::to_string(getpid())),
       tls_(std::move(tls)),
       extra_(std::move(extra)) {
   members_.resize(members);
@@ -139,5 +140,29 @@ void EtcdCluster::start(int member) {
 }
 
 std::string EtcdCluster::log(int member) const { return read_file(members_[member].log); }
+
+std::string EtcdCluster::enable_auth(const std::string& user, const std::string& password,
+                                     const std::string& prefix) const {
+  const std::string role = user + "-role";
+  const std::vector<std::vector<std::string>> steps = {
+      {"user", "add", "root:rootpw"},
+      {"role", "add", role},
+      {"role", "grant-permission", role, "--prefix=true", "readwrite", prefix},
+      {"user", "add", user + ":" + password},
+      {"user", "grant-role", user, role},
+      {"auth", "enable"},
+  };
+  int n = 0;
+  for (auto step : steps) {
+    const std::string log = dir_ + "/etcdctl" + std::to_string(n++) + ".log";
+    const std::string what = step[0] + " " + step[1];
+    step.insert(step.begin(), {"/usr/bin/etcdctl", "--endpoints=" + urls()});
+    ChildProcess etcdctl(step, log);
+    if (etcdctl.wait(std::chrono::seconds(20)) != 0) {
+      return "etcdctl " + what + " failed: " + read_file(log);
+    }
+  }
+  return "";
+}
 
 }  // namespace ctrun::testing

@@ -46,6 +46,11 @@ class EtcdCluster {
   void kill(int member);   // SIGKILL, reaped
   void start(int member);  // again, same data directory and ports
   std::string log(int member) const;
+  // etcd's auth turned on through etcdctl: root (etcd needs it first), and `user` with
+  // `password` in a role that may read and write the keys under `prefix`. Empty when every
+  // step worked, else the step that failed and what etcdctl said.
+  std::string enable_auth(const std::string& user, const std::string& password,
+                          const std::string& prefix) const;
 
  private:
   struct Member {
@@ -58,6 +63,7 @@ class EtcdCluster {
   };
   void launch(Member& m, bool first_start);
   std::vector<Member> members_;
+  std::string dir_;  // the scratch directory: data, logs
   std::string initial_cluster_;
   std::string token_;
   std::optional<EtcdTls> tls_;

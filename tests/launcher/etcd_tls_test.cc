@@ -141,18 +141,7 @@ TEST_CASE("etcd tls: a user with a role, its password in a file and nowhere else
   EtcdCluster etcd(s, 1, "auth");
   // root (etcd needs it to enable auth) and a user whose role may read and write ctrun's keys.
   const std::string password = "s3cret-Pa55word";
-  auto etcdctl = [&](std::vector<std::string> args, const std::string& log) {
-    args.insert(args.begin(), {"/usr/bin/etcdctl", "--endpoints=" + etcd.urls()});
-    ChildProcess p(args, s.path(log));
-    return p.wait(20s);
-  };
-  REQUIRE(etcdctl({"user", "add", "root:rootpw"}, "root.log") == 0);
-  REQUIRE(etcdctl({"role", "add", "trainer"}, "role.log") == 0);
-  REQUIRE(etcdctl({"role", "grant-permission", "trainer", "--prefix=true", "readwrite", "/ctrun/"},
-                  "grant.log") == 0);
-  REQUIRE(etcdctl({"user", "add", "alice:" + password}, "alice.log") == 0);
-  REQUIRE(etcdctl({"user", "grant-role", "alice", "trainer"}, "grant_role.log") == 0);
-  REQUIRE(etcdctl({"auth", "enable"}, "enable.log") == 0);
+  REQUIRE(etcd.enable_auth("alice", password, "/ctrun/") == "");
   write_file(s.path("password"), password + "\n");
   write_file(s.path("wrong"), "not-it\n");
 

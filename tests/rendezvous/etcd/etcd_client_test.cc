@@ -319,18 +319,7 @@ TEST_CASE("etcd client: as a user, a token that ran out is asked for again") {
   ScratchDir s("etcd_client_auth");
   // Tokens that expire after 1 s without use.
   EtcdCluster etcd(s, 1, "auth", std::nullopt, {"--auth-token-ttl=1"});
-  auto etcdctl = [&](std::vector<std::string> args, const std::string& log) {
-    args.insert(args.begin(), {"/usr/bin/etcdctl", "--endpoints=" + etcd.urls()});
-    ChildProcess p(args, s.path(log));
-    return p.wait(20s);
-  };
-  REQUIRE(etcdctl({"user", "add", "root:rootpw"}, "root.log") == 0);
-  REQUIRE(etcdctl({"role", "add", "t"}, "role.log") == 0);
-  REQUIRE(etcdctl({"role", "grant-permission", "t", "--prefix=true", "readwrite", "/t/"},
-                  "grant.log") == 0);
-  REQUIRE(etcdctl({"user", "add", "bob:bobpw"}, "bob.log") == 0);
-  REQUIRE(etcdctl({"user", "grant-role", "bob", "t"}, "grant_role.log") == 0);
-  REQUIRE(etcdctl({"auth", "enable"}, "enable.log") == 0);
+  REQUIRE(etcd.enable_auth("bob", "bobpw", "/t/") == "");
 
   boost::asio::io_context io;
   auto o = options_for(etcd.endpoints());
