@@ -42,7 +42,6 @@
 #include "rendezvous/base/log.h"
 #include "rendezvous/base/token.h"
 #include "rendezvous/daemon/server.h"
-#include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/protocol/auth.h"
 #include "rendezvous/protocol/message.h"
 #include "rendezvous_plan.h"
@@ -454,12 +453,8 @@ rdzv::Status Agent::Impl::setup() {
   auto plan = plan_rendezvous(o, is_local_host);
   if (!plan) return plan.error();
   rdzv::BackendSpec& backend = plan.value().backend;
-  if (!backend.etcd_access.user.empty()) {
-    // Read once here: a missing file is one line before anything starts.
-    auto access = rdzv::etcd::with_access({}, backend.etcd_access);
-    if (!access) return access.error();
-    backend.etcd_password = access.value().password;
-  }
+  // Read once here: a missing password file is one line before anything starts.
+  if (auto s = rdzv::read_backend_secrets(backend); !s) return s;
   endpoint_host_ = backend.endpoints.front().host;
   endpoint_port_ = backend.endpoints.front().port;
   requested_rank_ = plan.value().requested_rank;

@@ -1,7 +1,16 @@
 // make_backend: the service a BackendSpec names, built.
 #include "rendezvous/backend/backend.h"
+#include "rendezvous/etcd/etcd_client.h"
 
 namespace ctrun::rendezvous {
+
+Status read_backend_secrets(BackendSpec& spec) {
+  if (spec.etcd_access.user.empty()) return ok_status();
+  auto options = etcd::with_access({}, spec.etcd_access);
+  if (!options) return options.error();
+  spec.etcd_password = options.value().password;
+  return ok_status();
+}
 
 std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, BackendSpec spec) {
   if (spec.service == BackendSpec::Service::kEtcd) {

@@ -113,6 +113,10 @@ struct EtcdBackendOptions {
 // etcd, through its HTTP gateway (docs/etcd_gateway.md); the keys it uses: etcd_jobs.h.
 std::unique_ptr<Backend> make_etcd_backend(boost::asio::io_context& io, EtcdBackendOptions options);
 
+// Reads the secrets `spec` names from their files into it (etcd's password, from
+// etcd_access.password_file): an error names the file, never its contents.
+Status read_backend_secrets(BackendSpec& spec);
+
 // The Backend `spec` names: the agent's one way in, so that it never branches on the service.
 // A ctrund backend asks for the job's worker-store port (TORCHELASTIC_USE_AGENT_STORE).
 std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, BackendSpec spec);
