@@ -56,14 +56,17 @@ int run_fault_command(const std::vector<std::string>& args, const EnvLookup& env
   if (target.etcd()) {
     auto members = rdzv::etcd::parse_endpoints(endpoint);
     if (!members) return fail(members.error().message, 2);
-    auto access = target_etcd_access(target);
+    auto access = target_store_access(target);
     if (!access) return fail(access.error().message, 2);
     address = rdzv::etcd_store_address(members.value(), "", access.value());
   } else {
     auto ep = rdzv::parse_endpoint(endpoint, rdzv::kDefaultPort);
     if (!ep) return fail(ep.error().message, 2);
+    auto access = target_store_access(target);
+    if (!access) return fail(access.error().message, 2);
     address.host = ep.value().host;
     address.port = ep.value().port;
+    address.access = access.value();
     auto token = rdzv::resolve_token(target.token_file, env(rdzv::kTokenVariable));
     if (!token) return fail(token.error().message, 2);
     address.token = token.value();

@@ -178,8 +178,10 @@ Result<RendezvousConf> parse_rdzv_conf(const std::string& text) {
       // torch's etcd-v2 handler lowercases it; its etcd handler does not (ours does).
       std::string v = value;
       std::transform(v.begin(), v.end(), v.begin(), ::tolower);
-      if (v != "http" && v != "https") {
-        return bad("--rdzv_conf: protocol must be http or https, got '" + value + "'");
+      if (v != "http" && v != "https" && v != "tcp" && v != "tls") {
+        return bad(
+            "--rdzv_conf: protocol must be http or https (etcd), tcp or tls (ctrund), got '" +
+            value + "'");
       }
       conf.protocol = v;
     } else if (key == "cacert" || key == "cert" || key == "key" || key == "ca_cert" ||
@@ -252,8 +254,8 @@ const std::vector<ArgSpec>& launch_option_table() {
       value_option({"--rdzv-id", "--rdzv_id"}, "rdzv_id", "Job id shared by every node"),
       value_option({"--rdzv-conf", "--rdzv_conf"}, "rdzv_conf",
                    "key=value,... (join_timeout, last_call_timeout, close_timeout, "
-                   "keep_alive_interval, keep_alive_max_attempt, is_host, token_file; etcd: "
-                   "protocol, cacert, cert, key, user, password_file)"),
+                   "keep_alive_interval, keep_alive_max_attempt, is_host, token_file; TLS: "
+                   "protocol, cacert, cert, key; etcd's user: user, password_file)"),
       flag_option({"--standalone"}, "standalone",
                   "Host a rendezvous on a free local port; random run id"),
       value_option({"--max-restarts", "--max_restarts"}, "max_restarts",

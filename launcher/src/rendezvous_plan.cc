@@ -6,21 +6,21 @@ namespace ctrun::launcher {
 
 namespace rdzv = ctrun::rendezvous;
 
-rdzv::Result<rdzv::EtcdAccess> etcd_access(const std::string& endpoint,
-                                           const RendezvousConf& conf) {
+namespace {
+
+bool tls_protocol(const std::string& protocol) { return protocol == "https" || protocol == "tls"; }
+
+rdzv::Result<rdzv::StoreAccess> etcd_access(const std::string& endpoint,
+                                            const RendezvousConf& conf) {
   auto https = rdzv::etcd::endpoints_https(endpoint);
   if (!https) return https.error();
-  if (https.value() && conf.protocol == "http") {
-    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
-                       "--rdzv_conf: protocol=http, but the endpoints are https:// ones"};
+  if (https.value() && !conf.protocol.empty() && !tls_protocol(conf.protocol)) {
+    return rdzv::Error{rdzv::ErrorCode::kBadRequest, "--rdzv_conf: protocol=" + conf.protocol +
+                                                         ", but the endpoints are https:// ones"};
   }
-  rdzv::EtcdAccess access;
-  if (https.value() || conf.protocol == "https") {
+  rdzv::StoreAccess access;
+  if (https.value() || tls_protocol(conf.protocol)) {
     access.tls = rdzv::TlsClientFiles{conf.cacert, conf.cert, conf.key};
-    if (conf.cert.empty() != conf.key.empty()) {
-      return rdzv::Error{rdzv::ErrorCode::kBadRequest,
-                         "--rdzv_conf: a client certificate needs both cert and key"};
-    }
   } else if (!conf.cacert.empty() || !conf.cert.empty() || !conf.key.empty()) {
     return rdzv::Error{rdzv::ErrorCode::kBadRequest,
                        "--rdzv_conf: cacert, cert and key are TLS settings: give https:// "
@@ -32,6 +32,42 @@ rdzv::Result<rdzv::EtcdAccess> etcd_access(const std::string& endpoint,
   }
   access.user = conf.user;
   access.password_file = conf.password_file;
+  return access;
+}
+
+// ctrund: TLS when protocol=tls (or https) or a TLS file is named; no user (the token proves
+// the agent).
+rdzv::Result<rdzv::StoreAccess> ctrund_access(const RendezvousConf& conf) {
+  if (!conf.user.empty() || !conf.password_file.empty()) {
+    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                       "--rdzv_conf: user and password_file are etcd's; ctrund takes the job's "
+                       "token (token_file, --token_file or CTRUN_RDZV_TOKEN)"};
+  }
+  const bool files = !conf.cacert.empty() || !conf.cert.empty() || !conf.key.empty();
+  rdzv::StoreAccess access;
+  if (tls_protocol(conf.protocol) || files) {
+    if (!conf.protocol.empty() && !tls_protocol(conf.protocol)) {
+      return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                         "--rdzv_conf: protocol=" + conf.protocol +
+                             " with cacert, cert or key: TLS needs protocol=tls (or none)"};
+    }
+    access.tls = rdzv::TlsClientFiles{conf.cacert, conf.cert, conf.key};
+  }
+  return access;
+}
+
+}  // namespace
+
+rdzv::Result<rdzv::StoreAccess> store_access(bool etcd, const std::string& endpoint,
+                                             const RendezvousConf& conf) {
+  auto access = etcd ? etcd_access(endpoint, conf) : ctrund_access(conf);
+  if (access && access.value().tls) {
+    const rdzv::TlsClientFiles& tls = *access.value().tls;
+    if (tls.cert_file.empty() != tls.key_file.empty()) {
+      return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                         "--rdzv_conf: a client certificate needs both cert and key"};
+    }
+  }
   return access;
 }
 
@@ -59,23 +95,29 @@ rdzv::Result<RendezvousPlan> plan_rendezvous(
   if (etcd) {
     auto endpoints = rdzv::etcd::parse_endpoints(o.rdzv_endpoint);
     if (!endpoints) return endpoints.error();
-    auto access = etcd_access(o.rdzv_endpoint, o.rdzv_conf);
+    auto access = store_access(true, o.rdzv_endpoint, o.rdzv_conf);
     if (!access) return access.error();
     plan.backend.service = rdzv::BackendSpec::Service::kEtcd;
     plan.backend.endpoints = std::move(endpoints).value();
-    plan.backend.etcd_access = std::move(access).value();
+    plan.backend.access = std::move(access).value();
     return plan;
   }
-  const RendezvousConf& c = o.rdzv_conf;
-  if (!c.protocol.empty() || !c.cacert.empty() || !c.cert.empty() || !c.key.empty() ||
-      !c.user.empty() || !c.password_file.empty()) {
-    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
-                       "--rdzv_conf: protocol, cacert, cert, key, user and password_file are "
-                       "for --rdzv_backend=etcd (TLS to ctrund is not built yet)"};
-  }
+  auto access = store_access(false, o.rdzv_endpoint, o.rdzv_conf);
+  if (!access) return access.error();
   auto endpoint = parse_rdzv_endpoint(o.rdzv_endpoint, rdzv::kDefaultPort);
   if (!endpoint) return endpoint.error();
   plan.backend.endpoints = {endpoint.value()};
+  plan.backend.access = std::move(access).value();
+  if (plan.backend.access.tls) {
+    // An agent hosts its rendezvous in plain TCP (it has no server certificate): TLS means a
+    // ctrund --tls_cert of its own, which every agent reaches as a client.
+    if (o.rdzv_conf.is_host.value_or(false)) {
+      return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                         "--rdzv_conf: is_host=true with TLS: an agent hosts its rendezvous "
+                         "without TLS; run ctrund --tls_cert at the endpoint instead"};
+    }
+    return plan;
+  }
   plan.must_host = o.rdzv_conf.is_host.value_or(false);
   plan.try_host = o.rdzv_conf.is_host.value_or(is_local_host(endpoint.value().host));
   return plan;

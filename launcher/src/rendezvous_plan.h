@@ -22,11 +22,12 @@ struct RendezvousPlan {
   int requested_rank = -1;  // a static or given --node_rank, or -1 for any
 };
 
-// How to get into the etcd at `endpoint` (--rdzv_endpoint) with `conf`'s keys: TLS when its
-// members are https:// ones or protocol=https (then cacert, cert and key), and a user. An
-// error says what does not fit (a CA without TLS, a user without a password file).
-rendezvous::Result<rendezvous::EtcdAccess> etcd_access(const std::string& endpoint,
-                                                       const RendezvousConf& conf);
+// How to get into the rendezvous at `endpoint` (--rdzv_endpoint) with `conf`'s keys. etcd:
+// TLS when its members are https:// ones or protocol=https (then cacert, cert and key), and a
+// user. ctrund (`etcd` false): TLS when protocol=tls or cacert, cert or key is given. An error
+// says what does not fit (a CA without TLS, a user without a password file, a user on ctrund).
+rendezvous::Result<rendezvous::StoreAccess> store_access(bool etcd, const std::string& endpoint,
+                                                         const RendezvousConf& conf);
 
 rendezvous::Result<RendezvousPlan> plan_rendezvous(
     const LaunchOptions& options, const std::function<bool(const std::string&)>& is_local_host);

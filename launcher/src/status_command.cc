@@ -44,7 +44,7 @@ int etcd_status(const RendezvousTarget& target, rdzv::Duration limit, bool json)
   const std::string& id = target.id;
   auto endpoints = rdzv::etcd::parse_endpoints(endpoint);
   if (!endpoints) return fail(endpoints.error().message, 2);
-  auto access = target_etcd_access(target);
+  auto access = target_store_access(target);
   if (!access) return fail(access.error().message, 2);
   boost::asio::io_context io;
   rdzv::etcd::ClientOptions plain;
@@ -94,8 +94,11 @@ int run_status_command(const std::vector<std::string>& args, const EnvLookup& en
   if (target.etcd()) return etcd_status(target, limit, json);
   auto ep = parse_endpoint(endpoint, rdzv::kDefaultPort);
   if (!ep) return fail(ep.error().message, 2);
+  auto access = target_store_access(target);
+  if (!access) return fail(access.error().message, 2);
 
   rdzv::ClientOptions options;
+  options.tls = access.value().tls;
   options.host = ep.value().host;
   options.port = ep.value().port;
   options.job = id.empty() ? kObserverJob : id;

@@ -15,15 +15,16 @@ void add_rendezvous_options(CLI::App& app, RendezvousTarget& target, const std::
   app.add_option("--token_file", target.token_file,
                  "the daemon's shared token (else $CTRUN_RDZV_TOKEN)");
   app.add_option("--rdzv_conf,--rdzv-conf", target.rdzv_conf,
-                 "etcd: protocol, cacert, cert, key, user, password_file, as the job's agents");
+                 "TLS (protocol, cacert, cert, key) and etcd's user (user, password_file), as "
+                 "the job's agents");
   app.add_option("--timeout", target.timeout, "seconds to keep trying to reach the rendezvous (5)")
       ->check(CLI::PositiveNumber);
 }
 
-rendezvous::Result<rendezvous::EtcdAccess> target_etcd_access(const RendezvousTarget& target) {
+rendezvous::Result<rendezvous::StoreAccess> target_store_access(const RendezvousTarget& target) {
   auto conf = parse_rdzv_conf(target.rdzv_conf);
   if (!conf) return conf.error();
-  return etcd_access(target.endpoint, conf.value());
+  return store_access(target.etcd(), target.endpoint, conf.value());
 }
 
 std::optional<int> parse_subcommand(

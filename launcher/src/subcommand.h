@@ -20,7 +20,7 @@ struct RendezvousTarget {
   std::string id;
   std::string backend = "c10d";
   std::string token_file;
-  std::string rdzv_conf;  // etcd: TLS and the user (protocol, cacert, cert, key, user, ...)
+  std::string rdzv_conf;  // TLS (protocol, cacert, cert, key) and etcd's user
   double timeout = 5;     // seconds to keep trying to reach the rendezvous
   bool etcd() const { return backend == "etcd" || backend == "etcd-v2"; }
 };
@@ -31,9 +31,8 @@ void add_rendezvous_options(CLI::App& app, RendezvousTarget& target, const std::
 // Parses `args` (argv after the subcommand's name) and checks the target's backend and endpoint.
 // Returns the exit code when the command ends here (0 after printing --help; 2 after a bad
 // flag, reported through `fail`), or nothing to go on.
-// With etcd: how to get in (TLS, the user) from --rdzv_endpoint and --rdzv_conf, as the agents
-// do.
-rendezvous::Result<rendezvous::EtcdAccess> target_etcd_access(const RendezvousTarget& target);
+// How to get in (TLS; etcd's user) from --rdzv_endpoint and --rdzv_conf, as the agents do.
+rendezvous::Result<rendezvous::StoreAccess> target_store_access(const RendezvousTarget& target);
 
 std::optional<int> parse_subcommand(
     CLI::App& app, const std::vector<std::string>& args, const RendezvousTarget& target,

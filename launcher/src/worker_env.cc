@@ -80,18 +80,13 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
       {"NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
   };
-  if (in.store.backend == rendezvous::StoreAddress::Backend::kEtcd) {
+  // How the workers get in where the agent did: file paths only, never a secret itself.
+  const rendezvous::StoreAccess& access = in.store.access;
+  const bool etcd = in.store.backend == rendezvous::StoreAddress::Backend::kEtcd;
+  if (etcd) {
     vars["CTRUN_STORE_BACKEND"] = "etcd";
     vars["CTRUN_STORE_ADDR"] = rendezvous::etcd::format_endpoints(in.store.etcd_endpoints);
     vars["CTRUN_STORE_PREFIX"] = in.store.prefix;
-    // How the workers get in where the agent did: file paths only, never a secret itself.
-    const rendezvous::EtcdAccess& access = in.store.etcd_access;
-    if (access.tls) {
-      vars["CTRUN_STORE_PROTOCOL"] = "https";
-      if (!access.tls->ca_file.empty()) vars["CTRUN_STORE_CACERT"] = access.tls->ca_file;
-      if (!access.tls->cert_file.empty()) vars["CTRUN_STORE_CERT"] = access.tls->cert_file;
-      if (!access.tls->key_file.empty()) vars["CTRUN_STORE_KEY"] = access.tls->key_file;
-    }
     if (!access.user.empty()) {
       vars["CTRUN_STORE_USER"] = access.user;
       vars["CTRUN_STORE_PASSWORD_FILE"] = access.password_file;
@@ -101,6 +96,12 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
     vars["CTRUN_STORE_ADDR"] = in.store.host;
     vars["CTRUN_STORE_PORT"] = std::to_string(in.store.port);
     vars["CTRUN_STORE_PREFIX"] = in.store.prefix;
+  }
+  if (access.tls && (etcd || !in.store.host.empty())) {
+    vars["CTRUN_STORE_PROTOCOL"] = etcd ? "https" : "tls";
+    if (!access.tls->ca_file.empty()) vars["CTRUN_STORE_CACERT"] = access.tls->ca_file;
+    if (!access.tls->cert_file.empty()) vars["CTRUN_STORE_CERT"] = access.tls->cert_file;
+    if (!access.tls->key_file.empty()) vars["CTRUN_STORE_KEY"] = access.tls->key_file;
   }
   if (in.store.token) vars["CTRUN_RDZV_TOKEN"] = *in.store.token;
   if (o.virtual_local_rank) {

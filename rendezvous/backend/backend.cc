@@ -5,8 +5,8 @@
 namespace ctrun::rendezvous {
 
 Status read_backend_secrets(BackendSpec& spec) {
-  if (spec.etcd_access.user.empty()) return ok_status();
-  auto options = etcd::with_access({}, spec.etcd_access);
+  if (spec.access.user.empty()) return ok_status();
+  auto options = etcd::with_access({}, spec.access);
   if (!options) return options.error();
   spec.etcd_password = options.value().password;
   return ok_status();
@@ -16,7 +16,7 @@ std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, BackendSpec s
   if (spec.service == BackendSpec::Service::kEtcd) {
     EtcdBackendOptions options;
     options.endpoints = std::move(spec.endpoints);
-    options.access = std::move(spec.etcd_access);
+    options.access = std::move(spec.access);
     options.password = std::move(spec.etcd_password);
     options.job = std::move(spec.job);
     options.connect_timeout = spec.connect_timeout;
@@ -33,6 +33,7 @@ std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, BackendSpec s
   options.token = std::move(spec.token);
   options.connect_timeout = spec.connect_timeout;
   options.want_worker_store = true;
+  options.tls = std::move(spec.access.tls);
   return make_ctrund_backend(io, std::move(options));
 }
 

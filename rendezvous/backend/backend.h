@@ -96,7 +96,7 @@ std::optional<BackendEvent> backend_event_from_frame(const Json& frame);
 
 struct EtcdBackendOptions {
   std::vector<Endpoint> endpoints;
-  EtcdAccess access;     // TLS and the user, passed on to the workers' store
+  StoreAccess access;    // TLS and the user, passed on to the workers' store
   std::string password;  // the user's, read by the caller from access.password_file
   std::string job = "default";
   Duration connect_timeout = std::chrono::seconds(60);
@@ -114,7 +114,7 @@ struct EtcdBackendOptions {
 std::unique_ptr<Backend> make_etcd_backend(boost::asio::io_context& io, EtcdBackendOptions options);
 
 // Reads the secrets `spec` names from their files into it (etcd's password, from
-// etcd_access.password_file): an error names the file, never its contents.
+// access.password_file): an error names the file, never its contents.
 Status read_backend_secrets(BackendSpec& spec);
 
 // The Backend `spec` names: the agent's one way in, so that it never branches on the service.

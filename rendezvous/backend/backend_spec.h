@@ -28,8 +28,8 @@ struct BackendSpec {
   std::vector<Endpoint> endpoints;
   std::string job = "default";
   std::optional<std::string> token;  // ctrund's shared token
-  EtcdAccess etcd_access;            // etcd: TLS and the user
-  std::string etcd_password;         // etcd: the user's, read from etcd_access.password_file
+  StoreAccess access;                // TLS; etcd: the user
+  std::string etcd_password;         // etcd: the user's, read from access.password_file
   Duration connect_timeout = std::chrono::seconds(60);
   // etcd: the node's lease (keep-alive interval x attempts).
   Duration lease_ttl = std::chrono::seconds(15);

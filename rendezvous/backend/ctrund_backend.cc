@@ -51,6 +51,7 @@ class CtrundBackend final : public Backend {
     a.port = options_.port;
     a.prefix = prefix;
     a.token = options_.token;
+    a.access.tls = options_.tls;
     return a;
   }
   void set_event_handler(EventHandler handler) override {

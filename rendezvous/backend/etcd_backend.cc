@@ -90,7 +90,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   bool connected() const { return lease_ != 0 && !lost_ && !closed_; }
   const std::string& local_address() const { return local_address_; }
   const std::vector<Endpoint>& endpoints() const { return options_.endpoints; }
-  const EtcdAccess& access() const { return options_.access; }
+  const StoreAccess& access() const { return options_.access; }
 
   Task<Status> connect() {
     closed_ = false;

@@ -57,7 +57,7 @@ Result<etcd::ClientOptions> worker_etcd_options(const StoreAddress& address, Dur
   options.endpoints = address.etcd_endpoints;
   // A call keeps trying the members (one restarting, a leader election) this long.
   options.request_timeout = std::min(options.request_timeout, timeout);
-  return etcd::with_access(std::move(options), address.etcd_access);
+  return etcd::with_access(std::move(options), address.access);
 }
 
 ClientOptions ctrund_options(const StoreAddress& address, const std::string& job,
@@ -67,6 +67,7 @@ ClientOptions ctrund_options(const StoreAddress& address, const std::string& job
   options.port = static_cast<std::uint16_t>(address.port);
   options.job = job;
   options.token = address.token;
+  options.tls = address.access.tls;
   options.connect_timeout = timeout;
   return options;
 }

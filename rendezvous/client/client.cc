@@ -17,6 +17,9 @@
 
 #include "rendezvous/client/client_protocol.h"
 #include "rendezvous/protocol/message.h"
+#include "rendezvous/tls/blocking_tls.h"
+#include "rendezvous/tls/tls_context.h"
+#include "rendezvous/tls/tls_stream.h"
 
 namespace ctrun::rendezvous {
 
@@ -24,12 +27,40 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using namespace asio::experimental::awaitable_operators;
 
+namespace {
+
+// What a TLS client asks of a server that does not speak TLS.
+constexpr const char* kPlainServerHint = "is it a ctrund without --tls_cert?";
+
+// The context for options.tls, made once per client: a file's error is kBadRequest, which
+// connect() does not retry.
+Result<std::shared_ptr<asio::ssl::context>> client_tls_context(const ClientOptions& options) {
+  if (!options.tls) return std::shared_ptr<asio::ssl::context>();
+  auto context = make_client_tls_context(*options.tls);
+  if (!context) {
+    return Error{context.error().code, "--rdzv_conf TLS: " + context.error().message};
+  }
+  return context;
+}
+
+// A read or write on a TLS connection that failed in TLS itself (an alert: under TLS 1.3 the
+// server's refusal of this client's certificate arrives on the first read) is said as a
+// handshake failure.
+Error stream_error(SSL* ssl, const boost::system::error_code& ec, const std::string& what) {
+  if (ssl != nullptr && ec.category() == asio::error::get_ssl_category()) {
+    return Error{ErrorCode::kAuthFailed, handshake_failure(ssl, ec, kPlainServerHint)};
+  }
+  return Error{ErrorCode::kConnection, what + ": " + ec.message()};
+}
+
+}  // namespace
+
 class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
  public:
   Impl(asio::io_context& io, ClientOptions options)
       : io_(io),
         options_(std::move(options)),
-        socket_(io),
+        stream_(std::make_shared<TlsStream>(tcp::socket(io), nullptr)),
         decoder_(options_.max_frame_bytes),
         keep_alive_timer_(io) {}
 
@@ -40,7 +71,7 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
 
   std::string local_address() const {
     boost::system::error_code ec;
-    auto ep = socket_.local_endpoint(ec);
+    auto ep = stream_->socket().local_endpoint(ec);
     if (ec) return {};
     auto addr = ep.address();
     if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
@@ -70,7 +101,9 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
 
   asio::io_context& io_;
   ClientOptions options_;
-  tcp::socket socket_;
+  std::shared_ptr<asio::ssl::context> tls_context_;  // set: options_.tls, made at connect()
+  // This connection; its handlers hold it, so a reconnect never frees a stream under them.
+  std::shared_ptr<TlsStream> stream_;
   FrameDecoder decoder_;
   std::array<char, 64 * 1024> buffer_;
   std::string out_pending_;
@@ -92,21 +125,27 @@ Task<Status> AsyncClient::Impl::connect_once(const std::string& target) {
   if (rec)
     co_return Error{ErrorCode::kConnection, "cannot resolve " + target + ": " + rec.message()};
   boost::system::error_code ec;
-  socket_ = tcp::socket(io_);
+  tcp::socket socket(io_);
   asio::steady_timer timer(io_, options_.handshake_timeout);
   auto outcome = co_await (
-      asio::async_connect(socket_, endpoints, asio::redirect_error(asio::use_awaitable, ec)) ||
+      asio::async_connect(socket, endpoints, asio::redirect_error(asio::use_awaitable, ec)) ||
       timer.async_wait(asio::as_tuple(asio::use_awaitable)));
   if (outcome.index() == 1)
     co_return Error{ErrorCode::kConnection, "connect to " + target + " timed out"};
   if (ec) co_return Error{ErrorCode::kConnection, "connect to " + target + ": " + ec.message()};
-  socket_.set_option(tcp::no_delay(true), ec);
+  socket.set_option(tcp::no_delay(true), ec);
+  stream_ = std::make_shared<TlsStream>(std::move(socket), tls_context_.get());
   co_return ok_status();
 }
 
 Task<Status> AsyncClient::Impl::connect() {
   if (connected_) co_return ok_status();
   const std::string target = endpoint_text();
+  if (options_.tls && !tls_context_) {
+    auto context = client_tls_context(options_);
+    if (!context) co_return context.error();
+    tls_context_ = std::move(context).value();
+  }
   client_protocol::ConnectRetry retry(options_);
   while (true) {
     Status s = co_await connect_once(target);
@@ -127,12 +166,9 @@ Task<Status> AsyncClient::Impl::connect() {
     // Told as it happens, so that a caller waiting on connect() can say what it waits for.
     if (on_event_)
       on_event_(Json{{"event", "connect_attempt_failed"}, {"reason", s.error().message}});
+    stream_->close();
     auto pause = retry.next(s.error(), target);
-    if (!pause) {
-      boost::system::error_code ignored;
-      socket_.close(ignored);
-      co_return pause.error();
-    }
+    if (!pause) co_return pause.error();
     asio::steady_timer timer(io_, pause.value());
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
   }
@@ -147,33 +183,43 @@ Task<Status> AsyncClient::Impl::connect() {
 }
 
 Task<Result<Json>> AsyncClient::Impl::read_frame() {
+  auto stream = stream_;
   while (true) {
     auto frame = decoder_.next();
     if (!frame) co_return frame.error();
     if (frame.value()) co_return std::move(*frame.value());
-    auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buffer_),
+    auto [ec, n] = co_await stream->async_read_some(asio::buffer(buffer_),
                                                     asio::as_tuple(asio::use_awaitable));
-    if (ec)
-      co_return Error{ErrorCode::kConnection,
-                      "connection to " + endpoint_text() + ": " + ec.message()};
+    if (ec) co_return stream_error(stream->ssl(), ec, "connection to " + endpoint_text());
     decoder_.feed(buffer_.data(), n);
   }
 }
 
 Task<Status> AsyncClient::Impl::handshake() {
+  auto stream = stream_;  // kept alive here should a timeout abandon this coroutine
+  if (stream->tls()) {
+    expect_server_name(stream->ssl(), options_.host);
+    auto [ec] = co_await stream->async_handshake(asio::ssl::stream_base::client,
+                                                 asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      co_return Error{
+          handshake_may_pass_later(ec) ? ErrorCode::kConnection : ErrorCode::kAuthFailed,
+          handshake_failure(stream->ssl(), ec, kPlainServerHint)};
+    }
+  }
   // Said first, so that a listener that also serves torch's TCPStore knows who we are.
-  auto [pec, pwritten] = co_await asio::async_write(
-      socket_, asio::buffer(kClientPreamble.data(), kClientPreamble.size()),
-      asio::as_tuple(asio::use_awaitable));
-  if (pec) co_return Error{ErrorCode::kConnection, "sending preamble: " + pec.message()};
+  auto [pec, pwritten] =
+      co_await stream->async_write(asio::buffer(kClientPreamble.data(), kClientPreamble.size()),
+                                   asio::as_tuple(asio::use_awaitable));
+  if (pec) co_return stream_error(stream->ssl(), pec, "sending preamble");
   auto challenge = co_await read_frame();
   if (!challenge) co_return challenge.error();
   auto hello = client_protocol::answer_challenge(challenge.value(), options_, endpoint_text());
   if (!hello) co_return hello.error();
   std::string bytes = encode_frame(hello.value().request);
   auto [wec, written] =
-      co_await asio::async_write(socket_, asio::buffer(bytes), asio::as_tuple(asio::use_awaitable));
-  if (wec) co_return Error{ErrorCode::kConnection, "sending hello: " + wec.message()};
+      co_await stream->async_write(asio::buffer(bytes), asio::as_tuple(asio::use_awaitable));
+  if (wec) co_return stream_error(stream->ssl(), wec, "sending hello");
   auto answer = co_await read_frame();
   if (!answer) co_return answer.error();
   auto welcome = client_protocol::check_welcome(std::move(answer).value(), options_, hello.value(),
@@ -188,6 +234,7 @@ Task<Status> AsyncClient::Impl::handshake() {
 
 Task<void> AsyncClient::Impl::read_loop() {
   auto self = shared_from_this();
+  auto stream = stream_;
   const std::uint64_t mine = connection_;
   // Frames that arrived together with the handshake answer are already buffered.
   while (true) {
@@ -207,11 +254,13 @@ Task<void> AsyncClient::Impl::read_loop() {
       }
       continue;
     }
-    auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buffer_),
+    auto [ec, n] = co_await stream->async_read_some(asio::buffer(buffer_),
                                                     asio::as_tuple(asio::use_awaitable));
     if (mine != connection_) co_return;  // closed, and connected again since
     if (ec) {
-      close(closed_ ? "closed" : "connection to " + endpoint_text() + " lost: " + ec.message());
+      close(closed_ ? "closed"
+                    : stream_error(stream->ssl(), ec, "connection to " + endpoint_text() + " lost")
+                          .message);
       co_return;
     }
     decoder_.feed(buffer_.data(), n);
@@ -237,9 +286,10 @@ void AsyncClient::Impl::flush() {
   writing_ = true;
   out_in_flight_.swap(out_pending_);
   out_pending_.clear();
-  asio::async_write(
-      socket_, asio::buffer(out_in_flight_),
-      [self = shared_from_this(), mine = connection_](boost::system::error_code ec, std::size_t) {
+  stream_->async_write(
+      asio::buffer(out_in_flight_),
+      [self = shared_from_this(), stream = stream_, mine = connection_](
+          boost::system::error_code ec, std::size_t) {
         if (mine != self->connection_) return;
         self->writing_ = false;
         if (ec) {
@@ -287,8 +337,7 @@ void AsyncClient::Impl::close(const std::string& reason) {
   const bool by_us = closed_ || reason == "closed by client";
   connected_ = false;
   closed_ = true;
-  boost::system::error_code ignored;
-  socket_.close(ignored);
+  stream_->close();
   keep_alive_timer_.cancel();
   fail_pending(Error{ErrorCode::kConnection, reason});
   if (was_connected && !by_us && on_event_) {
@@ -435,6 +484,9 @@ class Client::Impl {
       : options_(std::move(options)), socket_(io_), decoder_(options_.max_frame_bytes) {}
 
   Status connect() {
+    auto context = client_tls_context(options_);
+    if (!context) return context.error();
+    tls_context_ = std::move(context).value();
     client_protocol::ConnectRetry retry(options_);
     while (true) {
       Status s = connect_once();
@@ -512,6 +564,7 @@ class Client::Impl {
 
   void disconnect() {
     connected_ = false;
+    tls_.reset();
     boost::system::error_code ignored;
     socket_.close(ignored);
     if (!posted_.empty() && !posted_error_) {
@@ -559,6 +612,10 @@ class Client::Impl {
 
   Error fail(const std::string& what) {
     disconnect();
+    return fail_quietly(what);
+  }
+  // fail() for a connection already dropped.
+  Error fail_quietly(const std::string& what) const {
     return Error{ErrorCode::kConnection, "connection to " + endpoint() + ": " + what};
   }
 
@@ -580,6 +637,15 @@ class Client::Impl {
   }
 
   Status write_all(const std::string& bytes, Clock::time_point deadline) {
+    if (tls_) {
+      auto s = tls_->write_all(bytes.data(), bytes.size(), deadline);
+      if (!s && s.error().code != ErrorCode::kTimeout) {
+        const Error e = s.error();
+        disconnect();
+        return e.code == ErrorCode::kAuthFailed ? e : fail_quietly(e.message);
+      }
+      return s;
+    }
     std::size_t sent = 0;
     while (sent < bytes.size()) {
       const ssize_t n =
@@ -603,6 +669,18 @@ class Client::Impl {
         return frame.error();
       }
       if (frame.value()) return std::move(*frame.value());
+      if (tls_) {
+        auto n = tls_->read_some(buffer_.data(), buffer_.size(), deadline);
+        if (!n) {
+          if (n.error().code == ErrorCode::kTimeout) return n.error();
+          const Error e = n.error();
+          disconnect();
+          return e.code == ErrorCode::kAuthFailed ? e : fail_quietly(e.message);
+        }
+        if (n.value() == 0) return fail("closed by the daemon");
+        decoder_.feed(buffer_.data(), n.value());
+        continue;
+      }
       // Read first and poll only when nothing is there: an answer usually is by now.
       const ssize_t n = ::recv(socket_.native_handle(), buffer_.data(), buffer_.size(), 0);
       if (n > 0) {
@@ -654,6 +732,15 @@ class Client::Impl {
         }
       }
       socket_.set_option(tcp::no_delay(true), ec);
+      if (tls_context_) {
+        auto tls = BlockingTls::connect(*tls_context_, socket_.native_handle(), options_.host,
+                                        deadline, kPlainServerHint);
+        if (!tls) {
+          disconnect();
+          return tls.error();
+        }
+        tls_ = std::move(tls).value();
+      }
       connected_ = true;
       return handshake(deadline);
     }
@@ -689,6 +776,8 @@ class Client::Impl {
   ClientOptions options_;
   asio::io_context io_;  // only to own the socket and resolve names
   tcp::socket socket_;
+  std::shared_ptr<asio::ssl::context> tls_context_;  // set: options_.tls
+  std::unique_ptr<BlockingTls> tls_;                 // this connection's TLS, over socket_
   FrameDecoder decoder_;
   std::array<char, 64 * 1024> buffer_;
   std::uint64_t next_id_ = 1;

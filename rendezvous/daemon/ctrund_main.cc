@@ -20,6 +20,7 @@
 #include "rendezvous/core/metrics.h"
 #include "rendezvous/daemon/metrics_server.h"
 #include "rendezvous/daemon/server.h"
+#include "rendezvous/tls/tls_context.h"
 
 namespace rdzv = ctrun::rendezvous;
 
@@ -87,6 +88,16 @@ int main(int argc, char** argv) {
                  "serve each job's store to torch's TCPStore clients (its workers, "
                  "TORCHELASTIC_USE_AGENT_STORE=True) on a port of its own: auto, PORT or "
                  "FIRST-LAST; such ports take no token");
+  rdzv::TlsServerFiles tls_files;
+  app.add_option("--tls_cert", tls_files.cert_file,
+                 "serve TLS only, with this certificate chain (PEM); needs --tls_key. The "
+                 "worker-store ports stay plain (torch's TCPStore clients have no TLS)");
+  app.add_option("--tls_key", tls_files.key_file, "the private key of --tls_cert (PEM)");
+  app.add_option("--tls_client_ca", tls_files.client_ca_file,
+                 "mutual TLS: a client must present a certificate this CA file signed");
+  bool metrics_tls = false;
+  app.add_flag("--metrics_tls", metrics_tls,
+               "serve the metrics over HTTPS with --tls_cert (and --tls_client_ca's check)");
   app.set_version_flag("--version", "ctrund " + ctrun::version_text());
   try {
     app.parse(argc, argv);
@@ -111,6 +122,23 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.worker_store_ports = range.value();
+  }
+  const bool tls = !tls_files.cert_file.empty() || !tls_files.key_file.empty();
+  if (!tls && !tls_files.client_ca_file.empty()) {
+    std::cerr << "ctrund: error: --tls_client_ca needs --tls_cert and --tls_key\n";
+    return 2;
+  }
+  if (metrics_tls && !tls) {
+    std::cerr << "ctrund: error: --metrics_tls needs --tls_cert and --tls_key\n";
+    return 2;
+  }
+  if (tls) {
+    auto context = rdzv::make_server_tls_context(tls_files);
+    if (!context) {
+      std::cerr << "ctrund: error: " << context.error().message << "\n";
+      return 2;
+    }
+    options.tls = std::move(context).value();
   }
   options.service.max_frame_bytes = max_frame_bytes;
   // A value must fit in a frame with its key and the request around it.
@@ -142,20 +170,26 @@ int main(int argc, char** argv) {
   std::unique_ptr<rdzv::MetricsServer> metrics;
   if (metrics_port >= 0) {
     rdzv::Server& daemon = *server.value();
-    auto created =
-        rdzv::MetricsServer::create(io, options.host, static_cast<std::uint16_t>(metrics_port),
-                                    [&daemon] { return rdzv::prometheus_text(daemon.metrics()); });
+    auto created = rdzv::MetricsServer::create(
+        io, options.host, static_cast<std::uint16_t>(metrics_port),
+        [&daemon] { return rdzv::prometheus_text(daemon.metrics()); },
+        metrics_tls ? options.tls : nullptr);
     if (!created) {
       std::cerr << "ctrund: error: " << created.error().message << "\n";
       return 1;
     }
     metrics = std::move(created).value();
     metrics->start();
-    rdzv::log_line("ctrund", "metrics on http://" + metrics->endpoint() + "/metrics");
+    rdzv::log_line("ctrund", std::string("metrics on ") + (metrics_tls ? "https://" : "http://") +
+                                 metrics->endpoint() + "/metrics");
   }
   if (event_log) event_log->write("daemon_start", {{"endpoint", server.value()->endpoint()}});
-  rdzv::log_line("ctrund", "listening on " + server.value()->endpoint() + " (token " +
-                               (options.service.token ? "required" : "not required") + ")");
+  const std::string security =
+      !tls ? "plain TCP"
+           : (tls_files.client_ca_file.empty() ? "TLS" : "TLS, client certificates required");
+  rdzv::log_line("ctrund", "listening on " + server.value()->endpoint() + " (" + security +
+                               "; token " + (options.service.token ? "required" : "not required") +
+                               ")");
   if (!write_port_file(port_file, server.value()->port())) return 1;
   if (metrics && !write_port_file(metrics_port_file, metrics->port())) return 1;
 

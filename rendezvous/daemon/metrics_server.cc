@@ -3,6 +3,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include <chrono>
 #include <map>
@@ -56,7 +57,8 @@ http::response<http::string_body> answer(const http::request<http::empty_body>& 
 
 class MetricsServer::Impl : public std::enable_shared_from_this<Impl> {
  public:
-  Impl(asio::io_context& io, Render render) : io_(io), acceptor_(io), render_(std::move(render)) {}
+  Impl(asio::io_context& io, Render render, std::shared_ptr<asio::ssl::context> tls)
+      : io_(io), acceptor_(io), render_(std::move(render)), tls_(std::move(tls)) {}
 
   Status bind(const std::string& host, std::uint16_t port) {
     if (auto s = listen_on(acceptor_, host, port); !s) return s;
@@ -90,32 +92,52 @@ class MetricsServer::Impl : public std::enable_shared_from_this<Impl> {
     const std::uint64_t id = next_id_++;
     auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
     sessions_.emplace(id, stream);
-    asio::co_spawn(io_, session(stream), [self = shared_from_this(), id](std::exception_ptr) {
-      self->sessions_.erase(id);
-    });
+    auto done = [self = shared_from_this(), id](std::exception_ptr) { self->sessions_.erase(id); };
+    if (tls_) {
+      asio::co_spawn(io_, tls_session(stream), std::move(done));
+    } else {
+      asio::co_spawn(io_, session(stream), std::move(done));
+    }
+  }
+
+  // The TLS layer over `stream`, which stays in sessions_ so that stop() can close it.
+  asio::awaitable<void> tls_session(std::shared_ptr<beast::tcp_stream> stream) {
+    beast::ssl_stream<beast::tcp_stream&> tls(*stream, *tls_);
+    stream->expires_after(kSessionTimeout);
+    auto [ec] = co_await tls.async_handshake(asio::ssl::stream_base::server,
+                                             asio::as_tuple(asio::use_awaitable));
+    if (!ec) co_await serve_requests(tls, *stream);
+    stream->close();
   }
 
   asio::awaitable<void> session(std::shared_ptr<beast::tcp_stream> stream) {
+    co_await serve_requests(*stream, *stream);
+    boost::system::error_code ignored;
+    stream->socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream->close();
+  }
+
+  // Requests until the client is done, times out or is not speaking HTTP; `tcp` under
+  // `stream` carries the timeout.
+  template <typename Stream>
+  asio::awaitable<void> serve_requests(Stream& stream, beast::tcp_stream& tcp) {
     beast::flat_buffer buffer;
     while (!stopped_) {
       http::request_parser<http::empty_body> parser;
       parser.header_limit(kMaxHeaderBytes);
-      stream->expires_after(kSessionTimeout);
+      tcp.expires_after(kSessionTimeout);
       auto [read_error, n] =
-          co_await http::async_read(*stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+          co_await http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
       (void)n;
       if (read_error) break;  // closed, timed out or not HTTP: nothing to answer
       const auto& req = parser.get();
       auto res = answer(req, render_);
       const bool keep = res.keep_alive();
       auto [write_error, m] =
-          co_await http::async_write(*stream, res, asio::as_tuple(asio::use_awaitable));
+          co_await http::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
       (void)m;
       if (write_error || !keep) break;
     }
-    boost::system::error_code ignored;
-    stream->socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream->close();
   }
 
   void stop() {
@@ -129,6 +151,7 @@ class MetricsServer::Impl : public std::enable_shared_from_this<Impl> {
   asio::io_context& io_;
   tcp::acceptor acceptor_;
   Render render_;
+  std::shared_ptr<asio::ssl::context> tls_;  // set: HTTPS
   std::uint16_t port_ = 0;
   std::string endpoint_;
   std::map<std::uint64_t, std::shared_ptr<beast::tcp_stream>> sessions_;
@@ -136,10 +159,10 @@ class MetricsServer::Impl : public std::enable_shared_from_this<Impl> {
   bool stopped_ = false;
 };
 
-Result<std::unique_ptr<MetricsServer>> MetricsServer::create(asio::io_context& io,
-                                                             const std::string& host,
-                                                             std::uint16_t port, Render render) {
-  auto impl = std::make_shared<Impl>(io, std::move(render));
+Result<std::unique_ptr<MetricsServer>> MetricsServer::create(
+    asio::io_context& io, const std::string& host, std::uint16_t port, Render render,
+    std::shared_ptr<asio::ssl::context> tls) {
+  auto impl = std::make_shared<Impl>(io, std::move(render), std::move(tls));
   if (auto s = impl->bind(host, port); !s) {
     return Error{s.error().code, "--metrics_port: " + s.error().message};
   }

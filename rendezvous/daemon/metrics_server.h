@@ -1,4 +1,5 @@
-// ctrund --metrics_port: a small HTTP/1.1 server (Boost.Beast) answering GET /metrics with the
+// ctrund --metrics_port: a small HTTP/1.1 server (Boost.Beast; HTTPS with --metrics_tls)
+// answering GET /metrics with the
 // Prometheus text that `render` produces. Runs on the daemon's io_context; bounded in sessions,
 // request size and time, so a scraper cannot hold the daemon up.
 #pragma once
@@ -12,7 +13,10 @@
 
 namespace boost::asio {
 class io_context;
+namespace ssl {
+class context;
 }
+}  // namespace boost::asio
 
 namespace ctrun::rendezvous {
 
@@ -20,10 +24,11 @@ class MetricsServer {
  public:
   using Render = std::function<std::string()>;
 
-  // Binds and listens at once (an empty host: every interface; port 0: a free one).
-  static Result<std::unique_ptr<MetricsServer>> create(boost::asio::io_context& io,
-                                                       const std::string& host, std::uint16_t port,
-                                                       Render render);
+  // Binds and listens at once (an empty host: every interface; port 0: a free one). `tls` set:
+  // HTTPS only (ctrund --metrics_tls, with the daemon's own certificate and client CA).
+  static Result<std::unique_ptr<MetricsServer>> create(
+      boost::asio::io_context& io, const std::string& host, std::uint16_t port, Render render,
+      std::shared_ptr<boost::asio::ssl::context> tls = nullptr);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;

@@ -1,34 +1,54 @@
 #include "rendezvous/daemon/server.h"
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+
+#include <sys/socket.h>
 
 #include <array>
 #include <unordered_map>
 
 #include "rendezvous/daemon/file_state_log.h"
 #include "rendezvous/daemon/listen.h"
+#include "rendezvous/protocol/message.h"
+#include "rendezvous/tls/tls_context.h"
+#include "rendezvous/tls/tls_stream.h"
 
 namespace ctrun::rendezvous {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-// One TCP connection. Reads go straight into the Service; writes queue in `pending_` and go out
-// in one async_write per batch: the answers to every request one read brought (a client that
-// pipelines, e.g. Client::post_set then get) leave together, in one send, after that read is
-// handled. Owned by Server::Impl's map; handlers hold a shared_ptr.
+// One TCP connection, plain or TLS. Reads go straight into the Service; writes queue in
+// `pending_` and go out in one async_write per batch: the answers to every request one read
+// brought (a client that pipelines, e.g. Client::post_set then get) leave together, in one send,
+// after that read is handled. On a TLS port nothing is read or written before the handshake,
+// and a connection the service closes before then is dropped without one: a flood of
+// handshakes costs no more than the connection limits let in. Owned by Server::Impl's map;
+// handlers hold a shared_ptr.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, ConnectionId id, Service& service, std::size_t max_pending,
-          std::function<void(ConnectionId)> on_gone, std::weak_ptr<int> server_alive)
-      : socket_(std::move(socket)),
+  struct Hooks {
+    std::function<void(ConnectionId)> on_gone;
+    std::function<void(const std::string& peer, const std::string& why)> on_tls_failure;
+  };
+
+  Session(TlsStream stream, ConnectionId id, Service& service, std::size_t max_pending, Hooks hooks,
+          std::weak_ptr<int> server_alive)
+      : stream_(std::move(stream)),
         id_(id),
         server_alive_(std::move(server_alive)),
         service_(service),
         max_pending_(max_pending),
-        on_gone_(std::move(on_gone)) {}
+        hooks_(std::move(hooks)),
+        ready_(!stream_.tls()) {}
 
-  void start() { read(); }
+  void start() {
+    if (ready_) return read();
+    stream_.socket().async_wait(
+        tcp::socket::wait_read,
+        [self = shared_from_this()](boost::system::error_code ec) { self->on_first_bytes(ec); });
+  }
   const std::string& peer() const { return peer_; }
   void set_peer(std::string peer) { peer_ = std::move(peer); }
 
@@ -46,27 +66,75 @@ class Session : public std::enable_shared_from_this<Session> {
     } else {
       pending_ += bytes;
     }
-    if (!writing_ && !handling_read_) write();
+    if (ready_ && !writing_ && !handling_read_) write();
     return true;
   }
 
-  // Closes after what is queued has been written (the service asked for it).
+  // Closes after what is queued has been written (the service asked for it); before a TLS
+  // handshake, at once.
   void close_after_flush() {
     closing_ = true;
+    if (!ready_) return abort();
     if (!writing_ && !handling_read_) shutdown();
   }
 
   // Closes now; the service hears of it as a disconnect.
   void abort() {
     if (closed_) return;
-    boost::system::error_code ignored;
-    socket_.cancel(ignored);
-    socket_.close(ignored);
+    stream_.close();
   }
 
  private:
+  // A TLS client opens with a handshake record (content type 22); ctrun's plain client opens
+  // with its preamble and is told, in its own framing, that this port wants TLS.
+  void on_first_bytes(boost::system::error_code ec) {
+    if (closed_ || server_alive_.expired()) return;
+    char first = 0;
+    if (ec || ::recv(stream_.socket().native_handle(), &first, 1, MSG_PEEK) != 1) return lost();
+    if (first != 22) return refuse_plain();
+    stream_.async_handshake(
+        asio::ssl::stream_base::server,
+        [self = shared_from_this()](boost::system::error_code ec) { self->on_handshake(ec); });
+  }
+
+  void on_handshake(boost::system::error_code ec) {
+    if (closed_ || server_alive_.expired()) return;
+    if (ec) {
+      if (ec != asio::error::operation_aborted) {
+        hooks_.on_tls_failure(peer_, server_handshake_failure(stream_.ssl(), ec));
+      }
+      return lost();
+    }
+    ready_ = true;
+    if (closing_) return shutdown();
+    if (!pending_.empty()) write();
+    read();
+  }
+
+  void refuse_plain() {
+    in_flight_ = encode_frame(error_response(
+        0, Error{ErrorCode::kAuthFailed,
+                 "this rendezvous speaks TLS only (ctrund --tls_cert): give --rdzv_conf "
+                 "cacert=FILE (with cert and key where it asks for a client certificate)"}));
+    hooks_.on_tls_failure(peer_, "a plain client on the TLS port (told to use TLS)");
+    writing_ = true;
+    asio::async_write(stream_.socket(), asio::buffer(in_flight_),
+                      [self = shared_from_this()](boost::system::error_code, std::size_t) {
+                        self->writing_ = false;
+                        if (self->closed_ || self->server_alive_.expired()) return;
+                        self->shutdown();
+                        self->service_.on_disconnect(self->id_);
+                      });
+  }
+
+  void lost() {
+    stream_.close();
+    gone();
+    service_.on_disconnect(id_);
+  }
+
   void read() {
-    socket_.async_read_some(asio::buffer(buffer_),
+    stream_.async_read_some(asio::buffer(buffer_),
                             [self = shared_from_this()](boost::system::error_code ec,
                                                         std::size_t n) { self->on_read(ec, n); });
   }
@@ -97,10 +165,10 @@ class Session : public std::enable_shared_from_this<Session> {
     writing_ = true;
     in_flight_ = std::move(pending_);
     pending_.clear();
-    asio::async_write(socket_, asio::buffer(in_flight_),
-                      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                        self->on_written(ec);
-                      });
+    stream_.async_write(asio::buffer(in_flight_),
+                        [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                          self->on_written(ec);
+                        });
   }
 
   void on_written(boost::system::error_code ec) {
@@ -112,30 +180,29 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void shutdown() {
-    boost::system::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    stream_.close();
     gone();
   }
 
   void gone() {
     if (closed_) return;
     closed_ = true;
-    on_gone_(id_);
+    hooks_.on_gone(id_);
   }
 
-  tcp::socket socket_;
+  TlsStream stream_;
   ConnectionId id_;
   // Handlers may run after the server is gone (stop() then destruction while the loop still
   // runs): they touch nothing of it then.
   std::weak_ptr<int> server_alive_;
   Service& service_;
   std::size_t max_pending_;
-  std::function<void(ConnectionId)> on_gone_;
+  Hooks hooks_;
   std::string peer_;
   std::array<char, 64 * 1024> buffer_;
   std::string pending_;
   std::string in_flight_;
+  bool ready_;  // plain, or TLS after its handshake: bytes may flow
   bool writing_ = false;
   bool handling_read_ = false;  // answers wait for the end of this read's requests
   bool closing_ = false;
@@ -249,9 +316,15 @@ class Server::Impl final : public Transport {
           socket.set_option(tcp::no_delay(true), ignored);
           std::string peer = endpoint_text(socket.remote_endpoint(ignored));
           const ConnectionId id = next_id_++;
+          // torch's TCPStore clients have no TLS: a worker-store port stays plain.
+          asio::ssl::context* tls = worker_store_job ? nullptr : options_.tls.get();
           auto session = std::make_shared<Session>(
-              std::move(socket), id, service_, options_.max_pending_write_bytes,
-              [this](ConnectionId gone) { sessions_.erase(gone); }, alive_);
+              TlsStream(std::move(socket), tls), id, service_, options_.max_pending_write_bytes,
+              Session::Hooks{[this](ConnectionId gone) { sessions_.erase(gone); },
+                             [this](const std::string& peer, const std::string& why) {
+                               tls_failed(peer, why);
+                             }},
+              alive_);
           session->set_peer(peer);
           sessions_.emplace(id, session);
           service_.on_connect(id, std::move(peer), worker_store_job);
@@ -273,6 +346,22 @@ class Server::Impl final : public Transport {
     if (options_.service.log) options_.service.log(line);
   }
 
+  // One line a second at most: a flood of bad handshakes must not flood the log too.
+  void tls_failed(const std::string& peer, const std::string& why) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_tls_failure_logged_ < std::chrono::seconds(1)) {
+      ++tls_failures_unlogged_;
+      return;
+    }
+    std::string line = "TLS handshake from " + peer + " failed: " + why;
+    if (tls_failures_unlogged_ > 0) {
+      line += " (and " + std::to_string(tls_failures_unlogged_) + " more since the last said)";
+    }
+    log(line);
+    last_tls_failure_logged_ = now;
+    tls_failures_unlogged_ = 0;
+  }
+
   asio::io_context& io_;
   ServerOptions options_;
   std::unique_ptr<StateLog> state_;  // before service_, which records into it
@@ -283,6 +372,8 @@ class Server::Impl final : public Transport {
   std::unordered_map<ConnectionId, std::shared_ptr<Session>> sessions_;
   std::unordered_map<std::string, std::shared_ptr<tcp::acceptor>> worker_store_acceptors_;
   ConnectionId next_id_ = 1;
+  std::chrono::steady_clock::time_point last_tls_failure_logged_{};
+  std::size_t tls_failures_unlogged_ = 0;
   bool stopped_ = false;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
 };

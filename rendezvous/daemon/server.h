@@ -14,7 +14,10 @@
 
 namespace boost::asio {
 class io_context;
+namespace ssl {
+class context;
 }
+}  // namespace boost::asio
 
 namespace ctrun::rendezvous {
 
@@ -40,6 +43,9 @@ struct ServerOptions {
   // this range, on `host` (ServiceOptions::worker_store_per_job). Such a port asks for no
   // token: torch's clients have none to give.
   std::optional<PortRange> worker_store_ports;
+  // Set: the port speaks TLS only (ctrund --tls_cert; make_server_tls_context). A client that
+  // starts in plain is told so in a plain error frame; the worker-store ports stay plain.
+  std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
 class Server {

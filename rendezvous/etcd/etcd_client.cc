@@ -429,7 +429,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   bool closed_ = false;        // the Client is gone: calls still in flight end at their next step
 };
 
-Result<ClientOptions> with_access(ClientOptions options, const EtcdAccess& access) {
+Result<ClientOptions> with_access(ClientOptions options, const StoreAccess& access) {
   options.tls = access.tls;
   options.user = access.user;
   if (access.user.empty()) return options;

@@ -42,7 +42,7 @@ struct ClientOptions {
 
 // `options` with `access` applied: TLS, the user, and the password read from its file (the first
 // line). An error names the file, never its contents.
-Result<ClientOptions> with_access(ClientOptions options, const EtcdAccess& access);
+Result<ClientOptions> with_access(ClientOptions options, const StoreAccess& access);
 
 class Client final : public Kv {
  public:

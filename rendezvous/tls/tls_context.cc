@@ -76,6 +76,41 @@ Result<std::shared_ptr<asio::ssl::context>> make_client_tls_context(const TlsCli
   return context;
 }
 
+Result<std::shared_ptr<asio::ssl::context>> make_server_tls_context(const TlsServerFiles& files) {
+  auto context = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+  SSL_CTX* native = context->native_handle();
+  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+  auto fail = [](const std::string& what, const std::string& path) {
+    return Error{ErrorCode::kBadRequest, what + " '" + path + "': " + openssl_reason()};
+  };
+  if (files.cert_file.empty() || files.key_file.empty()) {
+    return Error{ErrorCode::kBadRequest, "TLS needs both --tls_cert and --tls_key"};
+  }
+  if (auto s = readable("--tls_cert", files.cert_file); !s) return s.error();
+  if (auto s = readable("--tls_key", files.key_file); !s) return s.error();
+  if (SSL_CTX_use_certificate_chain_file(native, files.cert_file.c_str()) != 1) {
+    return fail("--tls_cert", files.cert_file);
+  }
+  if (SSL_CTX_use_PrivateKey_file(native, files.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+    return fail("--tls_key", files.key_file);
+  }
+  if (SSL_CTX_check_private_key(native) != 1) {
+    return fail("--tls_key", files.key_file + "' (for '" + files.cert_file + "')");
+  }
+  if (!files.client_ca_file.empty()) {
+    if (auto s = readable("--tls_client_ca", files.client_ca_file); !s) return s.error();
+    if (SSL_CTX_load_verify_locations(native, files.client_ca_file.c_str(), nullptr) != 1) {
+      return fail("--tls_client_ca", files.client_ca_file);
+    }
+    // The CA's name goes in the certificate request: a client with several picks the right one.
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(files.client_ca_file.c_str());
+    if (names != nullptr) SSL_CTX_set_client_CA_list(native, names);
+    SSL_CTX_set_verify(native, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  ERR_clear_error();
+  return context;
+}
+
 void expect_server_name(SSL* ssl, const std::string& host) {
   boost::system::error_code ec;
   asio::ip::make_address(host, ec);
@@ -89,7 +124,13 @@ void expect_server_name(SSL* ssl, const std::string& host) {
   }
 }
 
-std::string handshake_failure(SSL* ssl, const boost::system::error_code& ec) {
+bool handshake_may_pass_later(const boost::system::error_code& ec) {
+  return ec == asio::ssl::error::stream_truncated || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+}
+
+std::string handshake_failure(SSL* ssl, const boost::system::error_code& ec,
+                              const std::string& plain_hint) {
   const long verified = SSL_get_verify_result(ssl);
   ERR_clear_error();
   if (verified != X509_V_OK) {
@@ -117,13 +158,12 @@ std::string handshake_failure(SSL* ssl, const boost::system::error_code& ec) {
   const std::string message = ec.message();
   if (message.find("wrong version number") != std::string::npos ||
       message.find("packet length too long") != std::string::npos) {
-    return "TLS handshake failed: the server does not speak TLS (" + message +
-           "): is it a plain http:// endpoint?";
+    return "TLS handshake failed: the server does not speak TLS (" + message + "): " + plain_hint;
   }
   if (ec == asio::ssl::error::stream_truncated || ec == asio::error::eof ||
       ec == asio::error::connection_reset) {
     return "TLS handshake failed: the server closed the connection in the handshake (" + message +
-           "): is it a plain http:// endpoint?";
+           "): " + plain_hint;
   }
   if (message.find("alert certificate required") != std::string::npos ||
       message.find("alert handshake failure") != std::string::npos ||
@@ -134,6 +174,23 @@ std::string handshake_failure(SSL* ssl, const boost::system::error_code& ec) {
            "): check cert and key";
   }
   return "TLS handshake failed: " + message;
+}
+
+std::string server_handshake_failure(SSL* ssl, const boost::system::error_code& ec) {
+  const long verified = SSL_get_verify_result(ssl);
+  ERR_clear_error();
+  if (verified != X509_V_OK) {
+    return std::string("client certificate: ") + X509_verify_cert_error_string(verified);
+  }
+  const std::string message = ec.message();
+  if (message.find("peer did not return a certificate") != std::string::npos) {
+    return "the client presented no certificate (--tls_client_ca asks for one)";
+  }
+  if (message.find("wrong version number") != std::string::npos ||
+      message.find("http request") != std::string::npos) {
+    return "the client does not speak TLS (" + message + ")";
+  }
+  return message;
 }
 
 }  // namespace ctrun::rendezvous

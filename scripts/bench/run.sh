@@ -5,7 +5,8 @@
 #                     worker store vs PyTorch's TCPStore server
 #   rdzv_bench        ctrund rendezvous of 16..4096 nodes: formation time, daemon peak memory
 #   c10d_rdzv_bench   torch's c10d dynamic rendezvous vs ctrund at 16 and 64 nodes
-#   backend_rdzv_bench  one round of 16/64/256 agents through the agent's Backend: etcd vs ctrund, etcd over TLS vs plain
+#   backend_rdzv_bench  one round of 16..1024 agents through the agent's Backend: etcd vs ctrund, and
+#                     each over mutual TLS vs plain (ctrund to 1024 nodes, etcd to 256)
 #   etcd_rdzv_bench   torch's etcd-v2 rendezvous vs ctrun's etcd backend (and ctrund), 16 and 64
 #   launch_bench      the ctrun launcher vs torchrun: launch time and memory, worker restart,
 #                     node failure

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 
 namespace ctrun::testing {
@@ -110,6 +111,24 @@ CertFiles issue_cert(const std::string& dir, const CertFiles& ca, const CertSpec
   EVP_PKEY_free(key);
   EVP_PKEY_free(ca_key);
   return files;
+}
+
+TestPki::TestPki(const std::string& d) : dir(d) {
+  std::filesystem::create_directories(dir);
+  ca = make_ca(dir, "ca");
+  other_ca = make_ca(dir, "other-ca");
+  server = issue_cert(dir, ca, {"server", {"127.0.0.1", "localhost"}});
+  expired = issue_cert(dir, ca, {"expired", {"127.0.0.1"}, false, -7200, -3600});
+  future = issue_cert(dir, ca, {"future", {"127.0.0.1"}, false, 3600, 7200});
+  elsewhere = issue_cert(dir, ca, {"elsewhere", {"10.1.2.3", "elsewhere.example"}});
+  client = issue_cert(dir, ca, {"client", {}, true});
+  stranger = issue_cert(dir, other_ca, {"stranger", {}, true});
+}
+
+std::string TestPki::rdzv_conf(const CertFiles& trusted, bool with_client_cert) const {
+  std::string c = "cacert=" + trusted.cert;
+  if (with_client_cert) c += ",cert=" + client.cert + ",key=" + client.key;
+  return c;
 }
 
 }  // namespace ctrun::testing

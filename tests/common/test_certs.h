@@ -26,4 +26,16 @@ struct CertSpec {
 // A certificate `spec` describes, signed by `ca`: DIR/<name>.pem and DIR/<name>.key.
 CertFiles issue_cert(const std::string& dir, const CertFiles& ca, const CertSpec& spec);
 
+// The TLS tests' certificates, under DIR: a CA; a server certificate for 127.0.0.1 and
+// localhost, and one variant per bad case (expired, not yet valid, naming another host); a
+// client certificate; a second CA and a client certificate it signed (one no server trusts).
+struct TestPki {
+  explicit TestPki(const std::string& dir);
+  // --rdzv_conf's TLS keys for a client trusting `trusted`, presenting `client` unless told
+  // not to.
+  std::string rdzv_conf(const CertFiles& trusted, bool with_client_cert = true) const;
+  std::string dir;
+  CertFiles ca, other_ca, server, expired, future, elsewhere, client, stranger;
+};
+
 }  // namespace ctrun::testing

@@ -21,29 +21,6 @@ namespace {
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-// The test's certificates, under DIR/pki: a CA, a server certificate for 127.0.0.1 and one
-// variant per bad case, a client certificate, and a CA that signed none of them.
-struct Pki {
-  explicit Pki(const ScratchDir& s) : dir(s.path("pki")) {
-    std::filesystem::create_directories(dir);
-    ca = make_ca(dir, "ca");
-    other_ca = make_ca(dir, "other-ca");
-    server = issue_cert(dir, ca, {"server", {"127.0.0.1", "localhost"}});
-    expired = issue_cert(dir, ca, {"expired", {"127.0.0.1"}, false, -7200, -3600});
-    future = issue_cert(dir, ca, {"future", {"127.0.0.1"}, false, 3600, 7200});
-    elsewhere = issue_cert(dir, ca, {"elsewhere", {"10.1.2.3", "elsewhere.example"}});
-    client = issue_cert(dir, ca, {"client", {}, true});
-  }
-  std::string dir;
-  CertFiles ca, other_ca, server, expired, future, elsewhere, client;
-  // --rdzv_conf's TLS keys for a client trusting `trusted`, with the client certificate.
-  std::string conf(const CertFiles& trusted, bool with_client_cert = true) const {
-    std::string c = "cacert=" + trusted.cert;
-    if (with_client_cert) c += ",cert=" + client.cert + ",key=" + client.key;
-    return c;
-  }
-};
-
 // `ctrun status` against `endpoint` with `conf` (a quick one-shot client, as the agents'):
 // its exit code and its output.
 std::pair<std::optional<int>, std::string> status(const ScratchDir& s, const std::string& name,
@@ -64,7 +41,7 @@ TEST_CASE("etcd tls: a two-node mlp job over TLS with client certificates") {
   CTRUN_SKIP("built without LibTorch: no mlp trainer");
 #else
   ScratchDir s("etcd_tls_job");
-  Pki pki(s);
+  TestPki pki(s.path("pki"));
   EtcdCluster etcd(s, 1, "etcd", EtcdTls{pki.server.cert, pki.server.key, pki.ca.cert});
   // The agents and their C++ workers (whose store is etcd too) all over TLS.
   std::vector<std::unique_ptr<ChildProcess>> agents;
@@ -72,7 +49,7 @@ TEST_CASE("etcd tls: a two-node mlp job over TLS with client certificates") {
     agents.push_back(std::make_unique<ChildProcess>(
         std::vector<std::string>{CTRUN_PATH, "--nnodes=2", "--nproc_per_node=1",
                                  "--rdzv_backend=etcd", "--rdzv_endpoint=" + etcd.urls(),
-                                 "--rdzv_id=tls", "--rdzv_conf=" + pki.conf(pki.ca), MLP_PATH,
+                                 "--rdzv_id=tls", "--rdzv_conf=" + pki.rdzv_conf(pki.ca), MLP_PATH,
                                  "--epochs", "1", "--samples", "256", "--seed", "3"},
         s.path("node" + std::to_string(i) + ".log")));
   }
@@ -83,7 +60,7 @@ TEST_CASE("etcd tls: a two-node mlp job over TLS with client certificates") {
   const std::string logs = read_file(s.path("node0.log")) + read_file(s.path("node1.log"));
   CHECK(logs.find("parameters identical on all 2 rank(s)") != std::string::npos);
   // ctrun status reads the finished job over TLS too.
-  const auto [code, out] = status(s, "status.log", etcd.urls(), pki.conf(pki.ca));
+  const auto [code, out] = status(s, "status.log", etcd.urls(), pki.rdzv_conf(pki.ca));
   INFO(out);
   CHECK(code == 0);
   CHECK(out.find("tls") != std::string::npos);
@@ -93,7 +70,7 @@ TEST_CASE("etcd tls: a two-node mlp job over TLS with client certificates") {
 TEST_CASE("etcd tls: each bad setup is one line that names its cause") {
   CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir s("etcd_tls_bad");
-  Pki pki(s);
+  TestPki pki(s.path("pki"));
   EtcdCluster good(s, 1, "good", EtcdTls{pki.server.cert, pki.server.key, pki.ca.cert});
   EtcdCluster expired(s, 1, "expired", EtcdTls{pki.expired.cert, pki.expired.key, ""});
   EtcdCluster future(s, 1, "future", EtcdTls{pki.future.cert, pki.future.key, ""});
@@ -103,23 +80,23 @@ TEST_CASE("etcd tls: each bad setup is one line that names its cause") {
     std::string name, endpoint, conf, line;
   };
   const std::vector<Case> cases = {
-      {"unknown CA", good.urls(), pki.conf(pki.other_ca),
+      {"unknown CA", good.urls(), pki.rdzv_conf(pki.other_ca),
        "certificate verify failed: unable to get local issuer certificate (the server's "
        "certificate is not signed by a CA given: check cacert)"},
-      {"expired", expired.urls(), pki.conf(pki.ca, false),
+      {"expired", expired.urls(), pki.rdzv_conf(pki.ca, false),
        "certificate verify failed: certificate has expired (the server's certificate)"},
-      {"not yet valid", future.urls(), pki.conf(pki.ca, false),
+      {"not yet valid", future.urls(), pki.rdzv_conf(pki.ca, false),
        "certificate verify failed: certificate is not yet valid (the server's certificate)"},
-      {"host name", elsewhere.urls(), pki.conf(pki.ca, false),
+      {"host name", elsewhere.urls(), pki.rdzv_conf(pki.ca, false),
        "certificate verify failed: IP address mismatch (the server's certificate names another "
        "host)"},
-      {"no client certificate", good.urls(), pki.conf(pki.ca, false),
+      {"no client certificate", good.urls(), pki.rdzv_conf(pki.ca, false),
        "the server refused this client's certificate"},
       {"plain endpoint for TLS", "http://127.0.0.1:" + std::to_string(good.client_port(0)), "",
        "end of stream (closed at the first request: if it serves TLS, give https:// endpoints "
        "or --rdzv_conf protocol=https)"},
       {"TLS to a plain server", "https://127.0.0.1:" + std::to_string(plain.client_port(0)),
-       pki.conf(pki.ca, false), "is it a plain http:// endpoint?"},
+       pki.rdzv_conf(pki.ca, false), "is it a plain http:// endpoint?"},
       {"missing CA file", good.urls(), "cacert=" + s.path("nowhere.pem"),
        "CA file '" + s.path("nowhere.pem") + "': No such file or directory"},
   };

@@ -86,7 +86,7 @@ TEST_CASE("rendezvous plan: etcd over TLS and as a user, from https:// or torch'
   auto https = plan({"--rdzv_backend=etcd", "--rdzv_endpoint=https://e1:2379,https://e2:2379",
                      "--rdzv_conf=cacert=/ca.pem,cert=/c.pem,key=/c.key"});
   REQUIRE(https.ok());
-  const rdzv::EtcdAccess& a = https.value().backend.etcd_access;
+  const rdzv::StoreAccess& a = https.value().backend.access;
   REQUIRE(a.tls);
   CHECK(a.tls->ca_file == "/ca.pem");
   CHECK(a.tls->cert_file == "/c.pem");
@@ -96,14 +96,14 @@ TEST_CASE("rendezvous plan: etcd over TLS and as a user, from https:// or torch'
   auto protocol = plan({"--rdzv_backend=etcd-v2", "--rdzv_endpoint=e1:2379",
                         "--rdzv_conf=protocol=HTTPS,ca_cert=/ca.pem,user=u,password_file=/pw"});
   REQUIRE(protocol.ok());
-  const rdzv::EtcdAccess& b = protocol.value().backend.etcd_access;
+  const rdzv::StoreAccess& b = protocol.value().backend.access;
   REQUIRE(b.tls);
   CHECK(b.tls->ca_file == "/ca.pem");
   CHECK(b.user == "u");
   CHECK(b.password_file == "/pw");
   auto plain = plan({"--rdzv_backend=etcd", "--rdzv_endpoint=e1:2379"});
   REQUIRE(plain.ok());
-  CHECK_FALSE(plain.value().backend.etcd_access.tls);
+  CHECK_FALSE(plain.value().backend.access.tls);
 
   auto error = [](std::vector<std::string> args) { return plan(std::move(args)).error().message; };
   CHECK(error({"--rdzv_backend=etcd", "--rdzv_endpoint=e1", "--rdzv_conf=cacert=/ca.pem"}) ==
@@ -115,7 +115,43 @@ TEST_CASE("rendezvous plan: etcd over TLS and as a user, from https:// or torch'
         "--rdzv_conf: a client certificate needs both cert and key");
   CHECK(error({"--rdzv_backend=etcd", "--rdzv_endpoint=e1", "--rdzv_conf=user=u"}) ==
         "--rdzv_conf: an etcd user needs both user and password_file");
-  CHECK(error({"--rdzv_backend=c10d", "--rdzv_endpoint=h:29400", "--rdzv_conf=cacert=/ca.pem"}) ==
-        "--rdzv_conf: protocol, cacert, cert, key, user and password_file are for "
-        "--rdzv_backend=etcd (TLS to ctrund is not built yet)");
+}
+
+TEST_CASE("rendezvous plan: ctrund over TLS, reached as a client, never hosted by an agent") {
+  auto files = plan({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29400",
+                     "--rdzv_conf=cacert=/ca.pem,cert=/c.pem,key=/c.key"},
+                    /*local=*/true);
+  REQUIRE(files.ok());
+  const rdzv::StoreAccess& a = files.value().backend.access;
+  REQUIRE(a.tls);
+  CHECK(a.tls->ca_file == "/ca.pem");
+  CHECK(a.tls->cert_file == "/c.pem");
+  CHECK(a.tls->key_file == "/c.key");
+  // A local endpoint would be hosted in plain TCP; with TLS it is a ctrund of its own.
+  CHECK_FALSE(files.value().try_host);
+  CHECK_FALSE(files.value().must_host);
+  // protocol=tls alone trusts the system's CAs.
+  auto system_cas = plan(
+      {"--rdzv_backend=ctrund", "--rdzv_endpoint=rdzv.example:29400", "--rdzv_conf=protocol=tls"});
+  REQUIRE(system_cas.ok());
+  REQUIRE(system_cas.value().backend.access.tls);
+  CHECK(system_cas.value().backend.access.tls->ca_file.empty());
+  auto plain = plan({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29400"}, /*local=*/true);
+  REQUIRE(plain.ok());
+  CHECK_FALSE(plain.value().backend.access.tls);
+  CHECK(plain.value().try_host);
+
+  auto error = [](std::vector<std::string> args) { return plan(std::move(args)).error().message; };
+  CHECK(error({"--rdzv_backend=c10d", "--rdzv_endpoint=h:29400", "--rdzv_conf=user=u"}) ==
+        "--rdzv_conf: user and password_file are etcd's; ctrund takes the job's token "
+        "(token_file, --token_file or CTRUN_RDZV_TOKEN)");
+  CHECK(error({"--rdzv_backend=c10d", "--rdzv_endpoint=h:29400",
+               "--rdzv_conf=protocol=tcp,cacert=/ca.pem"}) ==
+        "--rdzv_conf: protocol=tcp with cacert, cert or key: TLS needs protocol=tls (or none)");
+  CHECK(error({"--rdzv_backend=c10d", "--rdzv_endpoint=h:29400", "--rdzv_conf=key=/c.key"}) ==
+        "--rdzv_conf: a client certificate needs both cert and key");
+  CHECK(error({"--rdzv_backend=c10d", "--rdzv_endpoint=h:29400",
+               "--rdzv_conf=cacert=/ca.pem,is_host=true"}) ==
+        "--rdzv_conf: is_host=true with TLS: an agent hosts its rendezvous without TLS; run "
+        "ctrund --tls_cert at the endpoint instead");
 }

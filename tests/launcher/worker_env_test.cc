@@ -166,7 +166,7 @@ TEST_CASE("worker env: with etcd, the store is the etcd members, no port and no 
   CHECK(env.count("CTRUN_STORE_USER") == 0);
 
   // Over TLS and as a user: the files' paths, never a password.
-  ctrun::rendezvous::EtcdAccess access;
+  ctrun::rendezvous::StoreAccess access;
   access.tls = ctrun::rendezvous::TlsClientFiles{"/ca.pem", "", ""};
   access.user = "alice";
   access.password_file = "/run/pw";
@@ -177,6 +177,21 @@ TEST_CASE("worker env: with etcd, the store is the etcd members, no port and no 
   CHECK(env.count("CTRUN_STORE_CERT") == 0);
   CHECK(env["CTRUN_STORE_USER"] == "alice");
   CHECK(env["CTRUN_STORE_PASSWORD_FILE"] == "/run/pw");
+
+  // A ctrund over TLS: protocol tls and the same files.
+  ctrun::rendezvous::StoreAddress ctrund;
+  ctrund.host = "10.0.0.1";
+  ctrund.port = 29400;
+  ctrund.prefix = "rdzv/0/1/";
+  ctrund.access.tls = ctrun::rendezvous::TlsClientFiles{"/ca.pem", "/c.pem", "/c.key"};
+  in.store = ctrund;
+  env = as_map(worker_environment({}, in));
+  CHECK(env["CTRUN_STORE_BACKEND"] == "ctrund");
+  CHECK(env["CTRUN_STORE_PROTOCOL"] == "tls");
+  CHECK(env["CTRUN_STORE_CACERT"] == "/ca.pem");
+  CHECK(env["CTRUN_STORE_CERT"] == "/c.pem");
+  CHECK(env["CTRUN_STORE_KEY"] == "/c.key");
+  CHECK(env.count("CTRUN_STORE_USER") == 0);
 }
 
 TEST_CASE("worker env: --virtual_local_rank gives LOCAL_RANK=0 and the worker's own device") {

@@ -142,7 +142,7 @@ TEST_CASE("worker env: the job's store on etcd (CTRUN_STORE_BACKEND=etcd)") {
                                      {"CTRUN_STORE_USER", "alice"},
                                      {"CTRUN_STORE_PASSWORD_FILE", "/pw"}}));
   REQUIRE(tls);
-  const auto& access = tls.value().store->etcd_access;
+  const auto& access = tls.value().store->access;
   REQUIRE(access.tls);
   CHECK(access.tls->ca_file == "/ca.pem");
   CHECK(access.tls->cert_file == "/c.pem");
@@ -153,4 +153,22 @@ TEST_CASE("worker env: the job's store on etcd (CTRUN_STORE_BACKEND=etcd)") {
                   {"CTRUN_STORE_ADDR", "h1:2379"},
                   {"CTRUN_STORE_PROTOCOL", "ftp"}}) ==
         "CTRUN_STORE_PROTOCOL: expected http or https, got 'ftp'");
+
+  // A ctrund over TLS.
+  auto ctrund = read_worker_env(env_of({{"RANK", "0"},
+                                        {"WORLD_SIZE", "2"},
+                                        {"TORCHELASTIC_RUN_ID", "job"},
+                                        {"CTRUN_STORE_ADDR", "10.0.0.7"},
+                                        {"CTRUN_STORE_PORT", "29400"},
+                                        {"CTRUN_STORE_PROTOCOL", "tls"},
+                                        {"CTRUN_STORE_CACERT", "/ca.pem"}}));
+  REQUIRE(ctrund);
+  const auto& ctrund_tls = ctrund.value().store->access.tls;
+  REQUIRE(ctrund_tls);
+  CHECK(ctrund_tls->ca_file == "/ca.pem");
+  CHECK(ctrund_tls->cert_file.empty());
+  CHECK(error_of({{"CTRUN_STORE_ADDR", "h1"},
+                  {"CTRUN_STORE_PORT", "29400"},
+                  {"CTRUN_STORE_PROTOCOL", "https"}}) ==
+        "CTRUN_STORE_PROTOCOL: expected tcp or tls, got 'https'");
 }

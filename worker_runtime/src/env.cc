@@ -95,6 +95,11 @@ Result<WorkerEnv> read_worker_env(const EnvLookup& env) {
   }
 
   const std::string store_backend = env("CTRUN_STORE_BACKEND").value_or("ctrund");
+  auto tls_files = [&env] {
+    return rendezvous::TlsClientFiles{env("CTRUN_STORE_CACERT").value_or(""),
+                                      env("CTRUN_STORE_CERT").value_or(""),
+                                      env("CTRUN_STORE_KEY").value_or("")};
+  };
   if (store_backend != "ctrund" && store_backend != "etcd") {
     return bad("CTRUN_STORE_BACKEND", "ctrund or etcd", store_backend);
   }
@@ -103,12 +108,10 @@ Result<WorkerEnv> read_worker_env(const EnvLookup& env) {
     auto endpoints = rendezvous::etcd::parse_endpoints(*host);
     if (!endpoints)
       return bad("CTRUN_STORE_ADDR", "etcd endpoints host:port[,host:port...]", *host);
-    rendezvous::EtcdAccess access;
+    rendezvous::StoreAccess access;
     if (auto protocol = env("CTRUN_STORE_PROTOCOL"); protocol && *protocol != "http") {
       if (*protocol != "https") return bad("CTRUN_STORE_PROTOCOL", "http or https", *protocol);
-      access.tls = rendezvous::TlsClientFiles{env("CTRUN_STORE_CACERT").value_or(""),
-                                              env("CTRUN_STORE_CERT").value_or(""),
-                                              env("CTRUN_STORE_KEY").value_or("")};
+      access.tls = tls_files();
     }
     access.user = env("CTRUN_STORE_USER").value_or("");
     access.password_file = env("CTRUN_STORE_PASSWORD_FILE").value_or("");
@@ -123,6 +126,10 @@ Result<WorkerEnv> read_worker_env(const EnvLookup& env) {
     store.port = store_port.value();
     store.prefix = env("CTRUN_STORE_PREFIX").value_or("");
     store.token = env("CTRUN_RDZV_TOKEN");
+    if (auto protocol = env("CTRUN_STORE_PROTOCOL"); protocol && *protocol != "tcp") {
+      if (*protocol != "tls") return bad("CTRUN_STORE_PROTOCOL", "tcp or tls", *protocol);
+      store.access.tls = tls_files();
+    }
   }
   if (auto mode = env("CTRUN_FAULT_TOLERANCE")) {
     if (*mode != "step" && *mode != "none")

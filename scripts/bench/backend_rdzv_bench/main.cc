@@ -1,6 +1,7 @@
 // backend_rdzv_bench: one rendezvous round of N nodes through the agent's Backend interface, on
-// ctrund, on etcd and on etcd over TLS with client certificates (etcd-tls), side by side. Each run
-// starts a fresh ctrund or a fresh single-member etcd (default settings, data on disk); one
+// ctrund, on ctrund over mutual TLS (ctrund-tls), on etcd and on etcd over TLS with client
+// certificates (etcd-tls), side by side. Each run starts a fresh ctrund or a fresh single-member
+// etcd (default settings, data on disk); one
 // single-threaded process plays all N nodes, each with its own Backend as an agent has (its own
 // connection, lease, watch), as the agents would on N hosts. The time is from the first join() to
 // the last join() returning its assignment.
@@ -83,7 +84,7 @@ struct Service {
   int port = 0;
 };
 
-// etcd-tls's certificates, made once per bench run (EC P-256, as a cluster's would be).
+// The TLS sides' certificates, made once per bench run (EC P-256, as a cluster's would be).
 struct Pki {
   ctrun::testing::CertFiles ca, server, client;
 };
@@ -102,10 +103,17 @@ std::optional<Service> start_service(const std::string& backend, const std::stri
   s.log = dir + "/" + backend + "-" + std::to_string(run) + ".log";
   Child::Options o;
   o.stderr_path = s.log;
-  if (backend == "ctrund") {
+  if (backend == "ctrund" || backend == "ctrund-tls") {
     const std::string port_file = dir + "/ctrund.port";
     std::remove(port_file.c_str());
-    o.argv = {ctrund, "--host", "127.0.0.1", "--port", "0", "--port_file", port_file};
+    // Every node connects from 127.0.0.1: the per-host limit must fit them all.
+    o.argv = {ctrund,   "--host",      "127.0.0.1", "--port",
+              "0",      "--port_file", port_file,   "--max_connections_per_host",
+              "1048576"};
+    if (backend == "ctrund-tls") {
+      o.argv.insert(o.argv.end(), {"--tls_cert", pki.server.cert, "--tls_key", pki.server.key,
+                                   "--tls_client_ca", pki.ca.cert});
+    }
     s.process = Child::spawn(o);
     auto port = bench::wait_for_port_file(port_file, Clock::now() + kStartTimeout);
     if (!port) return std::nullopt;
@@ -143,12 +151,15 @@ std::optional<Service> start_service(const std::string& backend, const std::stri
 
 std::unique_ptr<rdzv::Backend> make_node(asio::io_context& io, const std::string& backend, int port,
                                          const std::string& job, const Pki& pki) {
-  if (backend == "ctrund") {
+  if (backend == "ctrund" || backend == "ctrund-tls") {
     rdzv::ClientOptions o;
     o.host = "127.0.0.1";
     o.port = static_cast<std::uint16_t>(port);
     o.job = job;
     o.connect_timeout = kStartTimeout;
+    if (backend == "ctrund-tls") {
+      o.tls = rdzv::TlsClientFiles{pki.ca.cert, pki.client.cert, pki.client.key};
+    }
     return rdzv::make_ctrund_backend(io, o);
   }
   rdzv::EtcdBackendOptions o;
@@ -273,29 +284,34 @@ int main(int argc, char** argv) {
   CLI::App app{"backend_rdzv_bench: one rendezvous round of N nodes, ctrund vs etcd (and TLS)"};
   std::string ctrund = CTRUND_PATH;
   std::string etcd = "/usr/bin/etcd";
-  std::vector<int> node_counts = {16, 64, 256};
-  std::vector<std::string> backends = {"ctrund", "etcd", "etcd-tls"};
+  std::vector<int> node_counts = {16, 64, 256, 1024};
+  std::vector<std::string> backends = {"ctrund", "ctrund-tls", "etcd", "etcd-tls"};
+  int etcd_max_nodes = 256;
   int reps = 3;
   bool quick = false;
   std::string json_out;
   app.add_option("--ctrund", ctrund, "path of the ctrund binary");
   app.add_option("--etcd", etcd, "path of the etcd binary");
   app.add_option("--nodes", node_counts, "node counts")->delimiter(',');
-  app.add_option("--backends", backends, "ctrund, etcd, etcd-tls")->delimiter(',');
+  app.add_option("--backends", backends, "ctrund, ctrund-tls, etcd, etcd-tls")->delimiter(',');
+  app.add_option("--etcd_max_nodes", etcd_max_nodes,
+                 "run the etcd sides up to this many nodes (256: a round of 1024 on one etcd "
+                 "takes minutes)");
   app.add_option("--reps", reps, "repetitions (the median is reported)");
   app.add_flag("--quick", quick, "one repetition");
   app.add_option("--json_out", json_out, "also write the rows as JSON lines here");
   CLI11_PARSE(app, argc, argv);
   if (quick) reps = 1;
   for (const auto& b : backends) {
-    if (b != "ctrund" && b != "etcd" && b != "etcd-tls") {
-      std::cerr << "backend_rdzv_bench: --backends: expected ctrund, etcd or etcd-tls, got '" << b
-                << "'\n";
+    if (b != "ctrund" && b != "ctrund-tls" && b != "etcd" && b != "etcd-tls") {
+      std::cerr << "backend_rdzv_bench: --backends: expected ctrund, ctrund-tls, etcd or "
+                   "etcd-tls, got '"
+                << b << "'\n";
       return 2;
     }
   }
   const bool any_etcd = std::any_of(backends.begin(), backends.end(),
-                                    [](const std::string& b) { return b != "ctrund"; });
+                                    [](const std::string& b) { return b.starts_with("etcd"); });
   if (any_etcd && access(etcd.c_str(), X_OK) != 0) {
     std::cerr << "backend_rdzv_bench: " << etcd
               << " is not installed (apt-get install etcd-server)\n";
@@ -315,6 +331,7 @@ int main(int argc, char** argv) {
       std::vector<std::string> order = backends;
       std::rotate(order.begin(), order.begin() + (rep % order.size()), order.end());
       for (const auto& backend : order) {
+        if (backend.starts_with("etcd") && n > etcd_max_nodes) continue;
         ++run;
         auto service = start_service(backend, ctrund, etcd, dir, run, pki);
         if (!service) {
@@ -337,7 +354,7 @@ int main(int argc, char** argv) {
           break;
         }
         std::fprintf(stderr,
-                     "rep %d %-6s %4d nodes: join %9.1f ms, nodes cpu %.2f s, %s cpu %.2f s\n",
+                     "rep %d %-10s %4d nodes: join %9.1f ms, nodes cpu %.2f s, %s cpu %.2f s\n",
                      rep + 1, backend.c_str(), n, row->join_wall_s * 1e3, row->nodes_cpu_s,
                      backend.c_str(), row->service_cpu_s);
         runs[{backend, n}].push_back(*row);
@@ -357,15 +374,15 @@ int main(int argc, char** argv) {
       "Backend, fresh service per run, median of %d\n\n",
       reps);
   std::printf(
-      "| nodes | backend | join wall (ms) | first answer (ms) | nodes' CPU (s) | service "
+      "| nodes | backend    | join wall (ms) | first answer (ms) | nodes' CPU (s) | service "
       "CPU (s) | service VmHWM (MiB) |\n");
   std::printf(
-      "|------:|---------|---------------:|------------------:|---------------:|--------"
+      "|------:|------------|---------------:|------------------:|---------------:|--------"
       "--------:|--------------------:|\n");
   for (int n : node_counts) {
     for (const auto& b : backends) {
       if (runs[{b, n}].empty()) continue;
-      std::printf("| %5d | %-7s | %14.1f | %17.1f | %14.2f | %15.2f | %19.1f |\n", n, b.c_str(),
+      std::printf("| %5d | %-10s | %14.1f | %17.1f | %14.2f | %15.2f | %19.1f |\n", n, b.c_str(),
                   median(b, n, &Row::join_wall_s) * 1e3, median(b, n, &Row::first_s) * 1e3,
                   median(b, n, &Row::nodes_cpu_s), median(b, n, &Row::service_cpu_s),
                   median(b, n, &Row::service_hwm_mib));
@@ -386,6 +403,7 @@ int main(int argc, char** argv) {
     }
   };
   ratios("etcd", "ctrund");
+  ratios("ctrund-tls", "ctrund");
   ratios("etcd-tls", "etcd");
   if (!json_out.empty()) {
     std::ofstream out(json_out);

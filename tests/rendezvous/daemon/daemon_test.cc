@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "ctrun/rendezvous/client.h"
+#include "ctrund_daemon.h"
 #include "process.h"
 #include "rendezvous/core/metrics.h"
 #include "rendezvous/daemon/server.h"
@@ -27,51 +28,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
+using Daemon = CtrundDaemon;
+
 // PREFIX followed by the number. (Not "k" + std::to_string(i): g++ 12 at -O3 warns falsely on a
 // literal plus a temporary string, -Wrestrict, GCC bug 105651.)
 std::string numbered(const char* prefix, int n) {
   return std::string(prefix).append(std::to_string(n));
 }
-
-// A ctrund on 127.0.0.1 and an ephemeral port (or `port`), killed by PID when the test ends.
-class Daemon {
- public:
-  explicit Daemon(std::vector<std::string> extra = {}, std::string host = "127.0.0.1",
-                  std::uint16_t port = 0)
-      : port_file_(temp_path("port_" + std::to_string(counter_++))), log_(port_file_ + ".log") {
-    std::remove(port_file_.c_str());
-    std::vector<std::string> argv = {CTRUND_PATH,          "--host",      host,      "--port",
-                                     std::to_string(port), "--port_file", port_file_};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    process_ = std::make_unique<ChildProcess>(argv, log_);
-    auto bound = wait_for_file(port_file_, 10s);
-    if (!bound) throw std::runtime_error("ctrund did not start: " + read_file(log_));
-    port_ = static_cast<std::uint16_t>(std::stoi(*bound));
-  }
-  ~Daemon() {
-    process_.reset();
-    std::remove(port_file_.c_str());
-    std::remove(log_.c_str());
-  }
-  std::uint16_t port() const { return port_; }
-  ChildProcess& process() { return *process_; }
-  std::string log() const { return read_file(log_); }
-  ClientOptions options(const std::string& job = "job") const {
-    ClientOptions o;
-    o.host = "127.0.0.1";
-    o.port = port_;
-    o.job = job;
-    o.connect_timeout = 5s;
-    return o;
-  }
-
- private:
-  static inline int counter_ = 0;
-  std::string port_file_;
-  std::string log_;
-  std::unique_ptr<ChildProcess> process_;
-  std::uint16_t port_ = 0;
-};
 
 std::unique_ptr<Client> connect(const ClientOptions& options) {
   auto c = Client::connect(options);

@@ -47,9 +47,9 @@ struct RendezvousConf {
   int keep_alive_max_attempt = 3;
   std::optional<bool> is_host;
   std::string token_file;
-  // etcd over TLS and with users, with torch's etcd keys: protocol (http or https; https://
-  // endpoints say https too), cacert, cert, key (or etcd-v2's ca_cert, ssl_cert,
-  // ssl_cert_key); and ctrun's: user, password_file.
+  // TLS, with torch's etcd keys: protocol (http or https; https:// endpoints say https too;
+  // tcp and tls mean the same), cacert, cert, key (or etcd-v2's ca_cert, ssl_cert,
+  // ssl_cert_key), for etcd and ctrund alike; and etcd's user: user, password_file (ours).
   std::string protocol;
   std::string cacert;
   std::string cert;

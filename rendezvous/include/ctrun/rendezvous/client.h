@@ -26,6 +26,7 @@
 #include "ctrun/rendezvous/quorum_client.h"
 #include "ctrun/rendezvous/round.h"
 #include "ctrun/rendezvous/store_client.h"
+#include "ctrun/rendezvous/tls.h"
 
 namespace ctrun::rendezvous {
 
@@ -45,6 +46,10 @@ struct ClientOptions {
   // Asks a daemon that serves each job's store on a port of its own (ctrund
   // --worker_store_ports) for this job's: the agent's workers will use it.
   bool want_worker_store = false;
+  // Set: TLS to a ctrund --tls_cert, its certificate checked against tls->ca_file (the
+  // system's CAs when empty) and to name `host`; tls->cert_file and key_file presented when
+  // given (ctrund --tls_client_ca).
+  std::optional<TlsClientFiles> tls{};
 };
 
 class AsyncClient {

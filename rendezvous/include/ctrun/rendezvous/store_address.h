@@ -11,10 +11,11 @@
 
 namespace ctrun::rendezvous {
 
-// How to get into a secured etcd beyond its members' addresses: TLS (https) and a user.
-struct EtcdAccess {
-  std::optional<TlsClientFiles> tls;  // set: https
-  std::string user;                   // set: etcd's auth, as this user
+// How to get into a secured rendezvous beyond its address: TLS (etcd's https, or ctrund
+// --tls_cert) and, on etcd, a user. ctrund proves the job's token instead of a user.
+struct StoreAccess {
+  std::optional<TlsClientFiles> tls;  // set: TLS
+  std::string user;                   // etcd: its auth, as this user
   std::string password_file;          // its password, read where a client is made; never logged
 };
 
@@ -26,19 +27,19 @@ struct StoreAddress {
   enum class Backend { kCtrund, kEtcd };
   Backend backend = Backend::kCtrund;
   std::vector<Endpoint> etcd_endpoints;  // kEtcd: every member, tried in turn
-  EtcdAccess etcd_access;                // kEtcd: TLS and the user, as the agent reaches it
+  StoreAccess access;                    // TLS (and etcd's user), as the agent reaches it
 };
 
 // The job's store on etcd: `members` (at least one; the first is `host`:`port`), round `prefix`.
 inline StoreAddress etcd_store_address(std::vector<Endpoint> members, std::string prefix,
-                                       EtcdAccess access = {}) {
+                                       StoreAccess access = {}) {
   StoreAddress a;
   a.host = members.front().host;
   a.port = members.front().port;
   a.prefix = std::move(prefix);
   a.backend = StoreAddress::Backend::kEtcd;
   a.etcd_endpoints = std::move(members);
-  a.etcd_access = std::move(access);
+  a.access = std::move(access);
   return a;
 }
 
