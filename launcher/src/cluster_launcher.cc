@@ -25,6 +25,7 @@
 #include "rendezvous/base/log.h"
 #include "rendezvous/base/token.h"
 #include "rendezvous/daemon/server.h"
+#include "rendezvous_plan.h"
 #include "ssh_session.h"
 
 namespace ctrun::launcher {
@@ -223,6 +224,16 @@ int run_cluster(asio::io_context& io, const LaunchOptions& o, const EnvLookup& e
       host_here = true;
       bind_host = ep.value().host;
       port = ep.value().port;
+    }
+  }
+  if (host_here) {
+    // The hosted rendezvous is plain: agents told to use TLS could not reach it.
+    auto access = store_access(false, o.rdzv_endpoint, o.rdzv_conf);
+    if (!access) return fail(access.error().message);
+    if (access.value().tls) {
+      return fail(
+          "--rdzv_conf's TLS settings need a ctrund --tls_cert of its own: give its "
+          "--rdzv_endpoint (this launcher hosts its rendezvous without TLS)");
     }
   }
   std::string advertised;

@@ -44,8 +44,8 @@ TEST_CASE("ctrund tls: a two-node mlp job through worker, node and daemon faults
   TestPki pki(s.path("pki"));
   std::ofstream(s.path("token")) << "the-job-token\n";
   // 4 epochs of 96 steps per rank (about 2 s each here), a checkpoint every 8 steps.
-  const std::vector<std::string> mlp = {MLP_PATH, "--epochs", "4", "--samples", "12288", "--seed",
-                                        "3", "--checkpoint_every", "8"};
+  const std::vector<std::string> mlp = {
+      MLP_PATH, "--epochs", "4", "--samples", "12288", "--seed", "3", "--checkpoint_every", "8"};
   auto job = [&](std::vector<std::string> ctrun_flags, const std::string& name) {
     std::vector<std::string> argv = {CTRUN_PATH};
     argv.insert(argv.end(), ctrun_flags.begin(), ctrun_flags.end());
@@ -139,4 +139,19 @@ TEST_CASE("ctrund tls: an agent without TLS settings stops at once with one line
   CHECK(std::chrono::steady_clock::now() - start < 10s);
   CHECK(log.find("this rendezvous speaks TLS only (ctrund --tls_cert): give --rdzv_conf "
                  "cacert=FILE") != std::string::npos);
+}
+
+TEST_CASE("ctrund tls: --hosts with TLS settings and no ctrund of its own is one line") {
+  // The launcher would host a plain rendezvous its agents could not reach over TLS.
+  ScratchDir s("ctrund_tls_hosts");
+  ChildProcess launcher({CTRUN_PATH, "--hosts", "localhost", "--nproc_per_node=1",
+                         "--rdzv_conf=cacert=" + s.path("ca.pem"), TEST_WORKER_PATH, "exit", "0"},
+                        s.path("launcher.log"));
+  const auto code = launcher.wait(30s);
+  const std::string log = read_file(s.path("launcher.log"));
+  INFO(log);
+  CHECK(code == 2);
+  CHECK(log.find("--rdzv_conf's TLS settings need a ctrund --tls_cert of its own") !=
+        std::string::npos);
+  CHECK(count_of(log, "\n") == 1);
 }
