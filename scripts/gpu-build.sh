@@ -11,7 +11,8 @@
 #                                       everything, or only the TARGETs named
 #   scripts/gpu-build.sh test [DIR]     runs the test suite of DIR (ctest)
 #
-# What travels: Boost 1.81 (Process v2 + filesystem, as on Debian 12), Catch2 2, CLI11, nlohmann
+# What travels: Boost 1.81 (Process v2 + filesystem, as on Debian 12; a system Boost of 1.81 or
+# newer with its CMake package is taken instead, e.g. Ubuntu 24.04's 1.83), Catch2 2, CLI11, nlohmann
 # json, Gloo's headers (a pip torch has Gloo inside but ships no gloo/ headers) and hwloc (for
 # --numa-binding; its library needs only libudev1, which Ubuntu has). LibTorch,
 # CUDA and NCCL come from the machine: torch.utils.cmake_prefix_path, /usr/local/cuda, and
@@ -35,6 +36,27 @@ tool() {
   else
     echo "$(dirname "$(command -v "${PYTHON:-python3}")")/$1"
   fi
+}
+
+# The CMake package directory of a system Boost of 1.81 or newer that has Boost.Filesystem's
+# too (Ubuntu 24.04's libboost1.83-dev: /usr/lib/x86_64-linux-gnu/cmake/Boost-1.83.0), the
+# newest if several; nothing (status 1) without one. The build then takes it instead of the
+# carried 1.81.
+system_boost_dir() {
+  local found="" cfg dir version
+  for cfg in /usr/lib/*/cmake/Boost-*/BoostConfig.cmake /usr/lib/cmake/Boost-*/BoostConfig.cmake \
+             /usr/local/lib/cmake/Boost-*/BoostConfig.cmake; do
+    [ -f "$cfg" ] || continue
+    dir=$(dirname "$cfg")
+    version=${dir##*/Boost-}
+    [ -d "$(dirname "$dir")/boost_filesystem-$version" ] || continue
+    # At least 1.81.0, and newer than one found before.
+    [ "$(printf '%s\n%s\n' 1.81.0 "$version" | sort -V | head -1)" = 1.81.0 ] || continue
+    if [ -z "$found" ] || [ "$(printf '%s\n%s\n' "${found##*/Boost-}" "$version" | sort -V | tail -1)" = "$version" ]; then
+      found=$dir
+    fi
+  done
+  [ -n "$found" ] && echo "$found"
 }
 
 fetch() {
@@ -74,6 +96,12 @@ build() {
     nccl_args+=(-DCTRUN_NCCL_INCLUDE_DIR="$nccl_home/include"
                 -DCTRUN_NCCL_LIBRARY="$(ls "$nccl_home"/lib/libnccl.so* | head -1)")
   fi
+  local boost_args=()
+  local boost_dir
+  if boost_dir=$(system_boost_dir); then
+    boost_args=(-DBoost_DIR="$boost_dir")
+    echo "gpu-build: Boost ${boost_dir##*/Boost-} from the system ($boost_dir), not the carried 1.81"
+  fi
   local cmake
   cmake=$(tool cmake)
   # A precaution for CMake 4 (pip's cmake is 4.x): it refuses any config file that asks for
@@ -84,7 +112,7 @@ build() {
     -DCTRUN_GLOO_INCLUDE_DIR="$root/usr/include" \
     -DCUDAToolkit_ROOT="${CUDA_HOME:-/usr/local/cuda}" \
     -DCMAKE_CUDA_COMPILER="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" \
-    "${nccl_args[@]}"
+    "${nccl_args[@]}" "${boost_args[@]}"
   "$cmake" --build "$dir" -j "${JOBS:-$(nproc)}" "${targets[@]}"
 }
 

@@ -219,7 +219,9 @@ class Agent::Impl {
   void end_node_faults();
   // What an injected fault was, in the job's store (kFaultsInjectedKey): `ctrun status`, the
   // daemon's metrics and `ctrun fault` read it there, apart from real failures.
-  void record_injected_fault(const FaultInjector::Fired& fired, int pid);
+  // Writes the fault into the job's store (ctrun status), then runs `then`.
+  void record_injected_fault(const FaultInjector::Fired& fired, int pid,
+                             std::function<void()> then = nullptr);
   // `ctrun fault`: the faults asked for while the job runs, read from the job's store in turn
   // (with --faults only: nothing fires without a plan).
   Task<void> watch_fault_requests();
@@ -1129,6 +1131,12 @@ void Agent::Impl::arm_fault_timer() {
       fault_timeline_.step(static_cast<int>(i), *step, wall);
     }
     auto due = faults_->poll(std::chrono::steady_clock::now());
+    // A cut-off drops the rendezvous' connections: its fault is recorded there first.
+    auto recorded_first = [&due](const FaultInjector::Action& a) {
+      return a.kind == FaultInjector::Action::Kind::kCutOff &&
+             std::any_of(due.fired.begin(), due.fired.end(),
+                         [&a](const auto& f) { return f.fault_id == a.fault_id; });
+    };
     for (const auto& fired : due.fired) {
       fault_report_.fired(fired.fault_id, fired.line, fired.rank, fired.local_rank,
                           fired.ends_worker,
@@ -1144,7 +1152,13 @@ void Agent::Impl::arm_fault_timer() {
                                {"local_rank", fired.local_rank},
                                {"pid", pid},
                                {"what", fired.line}});
-      record_injected_fault(fired, pid);
+      std::vector<FaultInjector::Action> after;
+      for (const auto& a : due.actions) {
+        if (recorded_first(a) && a.fault_id == fired.fault_id) after.push_back(a);
+      }
+      record_injected_fault(fired, pid, [this, after, due] {
+        for (const auto& a : after) carry_out(a, due);
+      });
       fault_timeline_.fired(fired.fault_id, fired.local_rank, fired.line,
                             fired.kind == FaultKind::kHang        ? FaultTimeline::State::kHung
                             : fired.kind == FaultKind::kStraggler ? FaultTimeline::State::kSlowed
@@ -1153,7 +1167,7 @@ void Agent::Impl::arm_fault_timer() {
     }
     for (const auto& a : due.actions) {
       if (a.ends_effect) fault_timeline_.effect_ended(a.local_rank, wall);
-      carry_out(a, due);
+      if (!recorded_first(a)) carry_out(a, due);
     }
     arm_fault_timer();
   });
@@ -1320,7 +1334,8 @@ void Agent::Impl::end_node_faults() {
   }
 }
 
-void Agent::Impl::record_injected_fault(const FaultInjector::Fired& fired, int pid) {
+void Agent::Impl::record_injected_fault(const FaultInjector::Fired& fired, int pid,
+                                        std::function<void()> then) {
   rdzv::Json record{{"time", rdzv::utc_stamp(std::chrono::system_clock::now())},
                     {"node", node_id_},
                     {"host", host_},
@@ -1335,7 +1350,8 @@ void Agent::Impl::record_injected_fault(const FaultInjector::Fired& fired, int p
     request = fired.fault_id - faults_->planned();
     record["request"] = *request;
   }
-  spawn([this, text = record.dump(), request, id = fired.fault_id]() -> Task<void> {
+  spawn([this, text = record.dump(), request, id = fired.fault_id,
+         then = std::move(then)]() -> Task<void> {
     auto number = co_await client_->add(rdzv::kFaultsInjectedKey, 1);
     // (No co_await inside a conditional expression: g++ 12 destroys the other branch's
     // temporary twice.)
@@ -1354,6 +1370,7 @@ void Agent::Impl::record_injected_fault(const FaultInjector::Fired& fired, int p
       log("warning: fault " + std::to_string(id) +
           ": not recorded in the job's store (ctrun status): " + s.error().message);
     }
+    if (then) then();
   });
 }
 

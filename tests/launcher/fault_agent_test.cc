@@ -531,6 +531,8 @@ TEST_CASE("faults: a node cut off from the rendezvous is dropped, refused, then 
   CHECK(logs.find("connection refused: cut off from the rendezvous by fault 1") !=
         std::string::npos);
   CHECK(logs.find("round 1: group rank 0 of 1") != std::string::npos);  // node 0 alone
+  // Recorded in the job's store (ctrun status) before its connection was cut.
+  CHECK(logs.find("not recorded in the job's store") == std::string::npos);
   // The cut-off node's report: its worker ran again only after the 3 s (it rejoined then).
   const std::string cut = read_file(s.path("a.log")).find("injecting fault 1") != std::string::npos
                               ? "a.json"

@@ -10,15 +10,9 @@
 namespace ctrun::worker {
 namespace {
 
-// LibTorch 1.x keys the state by the address as text, 2.x by the address.
 template <typename State>
 auto state_key(State&, const at::Tensor& param) {
-  using Key = typename std::decay_t<State>::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(param.unsafeGetTensorImpl());
-  } else {
-    return static_cast<Key>(param.unsafeGetTensorImpl());
-  }
+  return optimizer_state_key<std::decay_t<State>>(param);
 }
 
 [[noreturn]] void unsupported() {

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,21 @@ struct ParamState {
   std::int64_t step = 0;                                   // Adam and AdamW; SGD has none
   std::vector<std::pair<std::string, at::Tensor>> fields;  // e.g. exp_avg, exp_avg_sq
 };
+
+// The key a torch optimizer's state map (`StateMap`, its state() type) keeps `param`'s state
+// under: the parameter's TensorImpl address, as text in torch 1.13 (what its
+// c10::guts::to_string printed; that function is gone in 2.x) and the pointer itself in 2.x.
+template <typename StateMap>
+typename StateMap::key_type optimizer_state_key(const at::Tensor& param) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << static_cast<const void*>(param.unsafeGetTensorImpl());
+    return text.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
 
 // nullopt before the optimizer's first step for `param`. Throws std::invalid_argument for an
 // optimizer other than torch::optim::Adam, AdamW or SGD.

@@ -1,5 +1,7 @@
 #include "ctrun/worker/optimizers.h"
 
+#include "optimizer_state.h"
+
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
@@ -38,13 +40,7 @@ AdamGroup collect(torch::optim::OptimizerParamGroup& group, StateMap& states, bo
   for (auto& p : group.params()) {
     if (!p.grad().defined()) continue;
     if (p.grad().is_sparse()) throw std::invalid_argument("Adam: sparse gradients");
-    using Key = typename std::decay_t<StateMap>::key_type;
-    Key key;
-    if constexpr (std::is_same_v<Key, std::string>) {
-      key = c10::guts::to_string(p.unsafeGetTensorImpl());
-    } else {
-      key = p.unsafeGetTensorImpl();
-    }
+    const auto key = optimizer_state_key<std::decay_t<StateMap>>(p);
     auto found = states.find(key);
     if (found == states.end()) {
       auto state = std::make_unique<State>();

@@ -253,9 +253,14 @@ TEST_CASE("ctrund tls: a flood of handshakes that never finish stays within the 
     if (i % 2 == 1) (void)send(fd, "\x16\x03\x01\x02\x00", 5, MSG_NOSIGNAL);  // a record's head
     flood.push_back(fd);
   }
-  std::this_thread::sleep_for(500ms);  // the daemon accepts them from its queue
+  // The daemon takes them from its accept queue as it can (bounded: 10 s).
   int dropped = 0;
-  for (int fd : flood) dropped += closed_by_peer(fd, 0ms) ? 1 : 0;
+  const auto settled = std::chrono::steady_clock::now() + 10s;
+  while (dropped < 200 && std::chrono::steady_clock::now() < settled) {
+    std::this_thread::sleep_for(100ms);
+    dropped = 0;
+    for (int fd : flood) dropped += closed_by_peer(fd, 0ms) ? 1 : 0;
+  }
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> errors(2, "did not run");
   std::vector<std::thread> nodes;
@@ -282,7 +287,7 @@ TEST_CASE("ctrund tls: a flood of handshakes that never finish stays within the 
   INFO(daemon.log());
   for (const auto& e : errors) CHECK(e.empty());
   CHECK(took < 3s);
-  CHECK(dropped >= 190);
+  CHECK(dropped >= 200);
   CHECK(daemon.log().find("100 connections already open from 127.0.0.2") != std::string::npos);
 }
 
