@@ -218,8 +218,8 @@ class Agent::Impl {
   // At the agent's end: nothing of the node's faults outlives it.
   void end_node_faults();
   // What an injected fault was, in the job's store (kFaultsInjectedKey): `ctrun status`, the
-  // daemon's metrics and `ctrun fault` read it there, apart from real failures.
-  // Writes the fault into the job's store (ctrun status), then runs `then`.
+  // daemon's metrics and `ctrun fault` read it there, apart from real failures. `then` runs
+  // once it is written (or failed to be).
   void record_injected_fault(const FaultInjector::Fired& fired, int pid,
                              std::function<void()> then = nullptr);
   // `ctrun fault`: the faults asked for while the job runs, read from the job's store in turn
