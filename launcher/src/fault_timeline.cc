@@ -188,9 +188,10 @@ std::string FaultTimeline::html(const Json& report, Clock::time_point end) const
          number(width) + "\" height=\"" + number(lanes_height) + "\">\n";
   double y = kMarkerRoom;
   for (const auto& [local, lane] : lanes_) {
-    // Faults of the rendezvous (store latency) have a lane of their own, with no states.
+    // Faults of the node or the rendezvous (a cut-off, a lost link, a full disk, store latency,
+    // a restarted rendezvous) have a lane of their own, with no states.
     const std::string label =
-        local < 0 ? std::string("rendezvous")
+        local < 0 ? std::string("node, rendezvous")
                   : "rank " + std::to_string(lane.rank) + " (local " + std::to_string(local) + ")";
     out += "<text class=\"label\" x=\"4\" y=\"" + number(y + kLaneHeight * 0.65) + "\">" + label +
            "</text>\n";

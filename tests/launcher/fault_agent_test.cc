@@ -495,9 +495,9 @@ TEST_CASE("faults: store latency makes the rendezvous answer the job late, for i
   REQUIRE(agent.wait(60s) == std::optional<int>(0));
   CHECK(read_file(s.path("ctrund.log")).find("job 'lat': answering 300 ms late for") !=
         std::string::npos);
-  // Its marker is on the page's rendezvous lane.
+  // Its marker is on the page's lane of node and rendezvous faults.
   const std::string page = read_file(s.path("report.html"));
-  CHECK(page.find(">rendezvous</text>") != std::string::npos);
+  CHECK(page.find(">node, rendezvous</text>") != std::string::npos);
   CHECK(count_of(page, "class=\"fault-marker\"") == 1);
 }
 
