@@ -619,21 +619,12 @@ class Client::Impl {
     return Error{ErrorCode::kConnection, "connection to " + endpoint() + ": " + what};
   }
 
-  // Waits until the socket is ready for `events`, or the deadline passes.
+  // Waits until the socket is ready for `events`, or the deadline passes; a failed poll drops
+  // the connection.
   Status wait_ready(short events, Clock::time_point deadline) {
-    while (true) {
-      int wait_ms = -1;
-      if (deadline != Clock::time_point::max()) {
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        if (left.count() <= 0) return Error{ErrorCode::kTimeout, "timed out"};
-        wait_ms = static_cast<int>(std::min<std::int64_t>(left.count() + 1, 1 << 30));
-      }
-      pollfd p{socket_.native_handle(), events, 0};
-      const int n = ::poll(&p, 1, wait_ms);
-      if (n > 0) return ok_status();
-      if (n < 0 && errno != EINTR) return fail(std::strerror(errno));
-    }
+    auto s = wait_until_ready(socket_.native_handle(), events, deadline);
+    if (!s && s.error().code == ErrorCode::kConnection) return fail(s.error().message);
+    return s;
   }
 
   Status write_all(const std::string& bytes, Clock::time_point deadline) {

@@ -55,6 +55,23 @@ class SigpipeBlocked {
 
 }  // namespace
 
+Status wait_until_ready(int fd, short events, std::chrono::steady_clock::time_point deadline) {
+  using Clock = std::chrono::steady_clock;
+  while (true) {
+    int wait_ms = -1;
+    if (deadline != Clock::time_point::max()) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return Error{ErrorCode::kTimeout, "timed out"};
+      wait_ms = static_cast<int>(std::min<std::int64_t>(left.count() + 1, 1 << 30));
+    }
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, wait_ms);
+    if (n > 0) return ok_status();
+    if (n < 0 && errno != EINTR) return Error{ErrorCode::kConnection, std::strerror(errno)};
+  }
+}
+
 Result<std::unique_ptr<BlockingTls>> BlockingTls::connect(asio::ssl::context& context, int fd,
                                                           const std::string& host,
                                                           Clock::time_point deadline,
@@ -110,21 +127,7 @@ Status BlockingTls::wait_or_fail(int ret, Clock::time_point deadline, bool in_ha
   short events = 0;
   if (error == SSL_ERROR_WANT_READ) events = POLLIN;
   if (error == SSL_ERROR_WANT_WRITE) events = POLLOUT;
-  if (events != 0) {
-    while (true) {
-      int wait_ms = -1;
-      if (deadline != Clock::time_point::max()) {
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        if (left.count() <= 0) return Error{ErrorCode::kTimeout, "timed out"};
-        wait_ms = static_cast<int>(std::min<std::int64_t>(left.count() + 1, 1 << 30));
-      }
-      pollfd p{fd_, events, 0};
-      const int n = ::poll(&p, 1, wait_ms);
-      if (n > 0) return ok_status();
-      if (n < 0 && errno != EINTR) return Error{ErrorCode::kConnection, std::strerror(errno)};
-    }
-  }
+  if (events != 0) return wait_until_ready(fd_, events, deadline);
   // As Asio says it, so that handshake_failure reads one kind of error code either way.
   boost::system::error_code ec;
   if (error == SSL_ERROR_SSL) {

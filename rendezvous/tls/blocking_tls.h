@@ -18,6 +18,10 @@ class context;
 
 namespace ctrun::rendezvous {
 
+// Waits (poll(), again after EINTR) until `fd` is ready for `events`: ok; kTimeout once
+// `deadline` passes (time_point::max(): no deadline); kConnection with errno's words.
+Status wait_until_ready(int fd, short events, std::chrono::steady_clock::time_point deadline);
+
 class BlockingTls {
  public:
   using Clock = std::chrono::steady_clock;

@@ -36,6 +36,25 @@ Status readable(const std::string& what, const std::string& path) {
   return ok_status();
 }
 
+// Loads a certificate chain and its private key into `native`, each file named by its label in
+// an error ("--tls_cert '/x': No such file or directory", "key file '/k' (for '/c')").
+Status use_certificate(SSL_CTX* native, const std::string& cert_label, const std::string& cert,
+                       const std::string& key_label, const std::string& key) {
+  auto fail = [](const std::string& what, const std::string& path) {
+    return Error{ErrorCode::kBadRequest, what + " '" + path + "': " + openssl_reason()};
+  };
+  if (auto s = readable(cert_label, cert); !s) return s;
+  if (auto s = readable(key_label, key); !s) return s;
+  if (SSL_CTX_use_certificate_chain_file(native, cert.c_str()) != 1) return fail(cert_label, cert);
+  if (SSL_CTX_use_PrivateKey_file(native, key.c_str(), SSL_FILETYPE_PEM) != 1) {
+    return fail(key_label, key);
+  }
+  if (SSL_CTX_check_private_key(native) != 1) {
+    return fail(key_label, key + "' (for '" + cert + "')");
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Result<std::shared_ptr<asio::ssl::context>> make_client_tls_context(const TlsClientFiles& files) {
@@ -61,16 +80,10 @@ Result<std::shared_ptr<asio::ssl::context>> make_client_tls_context(const TlsCli
                  "a client certificate needs both its certificate file and its key file"};
   }
   if (!files.cert_file.empty()) {
-    if (auto s = readable("certificate file", files.cert_file); !s) return s.error();
-    if (auto s = readable("key file", files.key_file); !s) return s.error();
-    if (SSL_CTX_use_certificate_chain_file(native, files.cert_file.c_str()) != 1) {
-      return fail("certificate file", files.cert_file);
-    }
-    if (SSL_CTX_use_PrivateKey_file(native, files.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-      return fail("key file", files.key_file);
-    }
-    if (SSL_CTX_check_private_key(native) != 1) {
-      return fail("key file", files.key_file + "' (for '" + files.cert_file + "')");
+    if (auto s = use_certificate(native, "certificate file", files.cert_file, "key file",
+                                 files.key_file);
+        !s) {
+      return s.error();
     }
   }
   return context;
@@ -86,16 +99,9 @@ Result<std::shared_ptr<asio::ssl::context>> make_server_tls_context(const TlsSer
   if (files.cert_file.empty() || files.key_file.empty()) {
     return Error{ErrorCode::kBadRequest, "TLS needs both --tls_cert and --tls_key"};
   }
-  if (auto s = readable("--tls_cert", files.cert_file); !s) return s.error();
-  if (auto s = readable("--tls_key", files.key_file); !s) return s.error();
-  if (SSL_CTX_use_certificate_chain_file(native, files.cert_file.c_str()) != 1) {
-    return fail("--tls_cert", files.cert_file);
-  }
-  if (SSL_CTX_use_PrivateKey_file(native, files.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-    return fail("--tls_key", files.key_file);
-  }
-  if (SSL_CTX_check_private_key(native) != 1) {
-    return fail("--tls_key", files.key_file + "' (for '" + files.cert_file + "')");
+  if (auto s = use_certificate(native, "--tls_cert", files.cert_file, "--tls_key", files.key_file);
+      !s) {
+    return s.error();
   }
   if (!files.client_ca_file.empty()) {
     if (auto s = readable("--tls_client_ca", files.client_ca_file); !s) return s.error();
