@@ -628,57 +628,17 @@ TEST_CASE("daemon: under a connection flood from one host, agents elsewhere stil
   // hold every slot until the hello timeout (10 s).
   std::vector<int> flood;
   for (int i = 0; i < 300; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in from{};
-    from.sin_family = AF_INET;
-    inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(daemon.port());
-    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+    const int fd = connect_from("127.0.0.2", daemon.port());
+    REQUIRE(fd >= 0);
     flood.push_back(fd);
   }
   // Two nodes from 127.0.0.1 form a round, each on its own connection.
-  // (Outcomes as plain strings and Json: g++ 12 warns falsely on a Result<Json> assigned here.)
-  std::vector<std::string> errors(2, "did not run");
-  std::vector<Json> answers(2);
-  std::vector<std::thread> nodes;
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < 2; ++i) {
-    nodes.emplace_back([&, i] {
-      auto options = daemon.options("flooded");
-      options.connect_timeout = 5s;
-      auto client = Client::connect(options);
-      if (!client) {
-        errors[i] = client.error().message;
-        return;
-      }
-      auto answer = client.value()->call(Json{{"op", "join"},
-                                              {"node", "n" + std::to_string(i)},
-                                              {"host", "127.0.0.1"},
-                                              {"local_world_size", 1},
-                                              {"min_nodes", 2},
-                                              {"max_nodes", 2}},
-                                         5s);
-      if (!answer) {
-        errors[i] = answer.error().message;
-        return;
-      }
-      errors[i].clear();
-      answers[i] = answer.value();
-    });
-  }
-  for (auto& t : nodes) t.join();
+  const auto errors = join_round_of_two(daemon.options("flooded"));
   const auto took = std::chrono::steady_clock::now() - start;
   for (int fd : flood) close(fd);
   INFO(daemon.log());
-  for (int i = 0; i < 2; ++i) {
-    INFO(errors[i]);
-    CHECK(errors[i].empty());
-    CHECK(answers[i].value("group_world_size", 0) == 2);
-  }
+  for (const auto& e : errors) CHECK(e.empty());  // each in a round of 2
   CHECK(took < 3s);
   CHECK(daemon.log().find("100 connections already open from 127.0.0.2") != std::string::npos);
   CHECK(connect(daemon.options())->ping().ok());  // and it goes on serving

@@ -51,24 +51,6 @@ ClientOptions tls_options(const CtrundDaemon& daemon, const std::string& job,
   return o;
 }
 
-// A TCP connection to 127.0.0.1:`port` from `from`, or -1.
-int connect_from(const char* from, std::uint16_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  inet_pton(AF_INET, from, &local.sin_addr);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Whether the daemon closed `fd` (a read sees the end) within `limit`.
 bool closed_by_peer(int fd, std::chrono::milliseconds limit) {
   pollfd p{fd, POLLIN, 0};
@@ -262,26 +244,8 @@ TEST_CASE("ctrund tls: a flood of handshakes that never finish stays within the 
     for (int fd : flood) dropped += closed_by_peer(fd, 0ms) ? 1 : 0;
   }
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::string> errors(2, "did not run");
-  std::vector<std::thread> nodes;
-  for (int i = 0; i < 2; ++i) {
-    nodes.emplace_back([&, i] {
-      auto client = Client::connect(tls_options(daemon, "flooded", trusting(pki.ca, &pki.client)));
-      if (!client) {
-        errors[i] = client.error().message;
-        return;
-      }
-      auto answer = client.value()->call(Json{{"op", "join"},
-                                              {"node", "n" + std::to_string(i)},
-                                              {"host", "127.0.0.1"},
-                                              {"local_world_size", 1},
-                                              {"min_nodes", 2},
-                                              {"max_nodes", 2}},
-                                         5s);
-      errors[i] = answer ? "" : answer.error().message;
-    });
-  }
-  for (auto& t : nodes) t.join();
+  const auto errors =
+      join_round_of_two(tls_options(daemon, "flooded", trusting(pki.ca, &pki.client)));
   const auto took = std::chrono::steady_clock::now() - start;
   for (int fd : flood) close(fd);
   INFO(daemon.log());
