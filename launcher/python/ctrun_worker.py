@@ -24,15 +24,45 @@ class InjectedFault(RuntimeError):
     """Raised by report_step() where a ctrun --faults plan injects an exception."""
 
 
+def _make_cuda_error(message):
+    """A CUDA error, as a GPU fault gives one: a kernel that indexes out of bounds on this
+    worker's current device (a device-side assert). The context stays broken: every later CUDA
+    call in the process fails too, NCCL's included. Raises what torch raises for it."""
+    import sys
+    try:
+        import torch
+    except ImportError:
+        raise InjectedFault(message + ": no CUDA device in this worker (torch is not "
+                            "installed); raised as an exception instead") from None
+    if not torch.cuda.is_available():
+        raise InjectedFault(message + ": no CUDA device in this worker "
+                            "(torch.cuda.is_available() is False); raised as an exception instead")
+    device = torch.cuda.current_device()
+    print(f"{message}: launching a kernel that fails on cuda:{device} "
+          "(an index out of bounds: a device-side assert)", file=sys.stderr, flush=True)
+    values = torch.zeros(1, device=device)
+    values[torch.ones(1, dtype=torch.long, device=device)]
+    torch.cuda.synchronize(device)
+    raise InjectedFault(message + ": the failing kernel did not fail on cuda:%d" % device)
+
+
 def report_step(step):
     """The worker finished training step `step` (its own count, from 1; a resumed run goes on
-    from its checkpoint's step). Raises InjectedFault when the plan says so, before the step
-    is reported: the step that raised is not counted as done."""
+    from its checkpoint's step). Where the plan says so, raises InjectedFault, or makes a CUDA
+    error (kind cuda_error: torch raises it), before the step is reported: the step that
+    raised is not counted as done."""
     fault_file = os.environ.get("CTRUN_FAULT_FILE")
     if fault_file and os.path.exists(fault_file):
+        # The agent's file: the kind on the first line, the message on the second.
         with open(fault_file) as f:
-            message = f.read().strip()
-        raise InjectedFault(message or "ctrun: injected exception")
+            text = f.read().strip()
+        kind, _, message = text.partition("\n")
+        if kind not in ("exception", "cuda_error"):
+            kind, message = "exception", text  # a message alone (agents before cuda_error)
+        message = message.strip() or "ctrun: injected " + kind
+        if kind == "cuda_error":
+            _make_cuda_error(message)
+        raise InjectedFault(message)
     path = os.environ.get("CTRUN_HEARTBEAT_FILE")
     if path:
         try:

@@ -1101,6 +1101,13 @@ rdzv::Status Agent::Impl::check_fault_needs(const Fault& f) const {
                              "(Debian: apt-get install nftables)"};
     }
   }
+  if (f.kind == FaultKind::kCudaError && probe_machine(process_env()).gpu_count == 0) {
+    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
+                       where +
+                           "a CUDA error is made by a failing kernel on the worker's GPU, and "
+                           "this node has none visible (no /dev/nvidiaN, or "
+                           "CUDA_VISIBLE_DEVICES hides them)"};
+  }
   if (f.kind == FaultKind::kRendezvousRestart &&
       (options_.rdzv_backend == "etcd" || options_.rdzv_backend == "etcd-v2" ||
        options_.rdzv_conf.is_host == false)) {
@@ -1191,13 +1198,18 @@ void Agent::Impl::carry_out(const FaultInjector::Action& a, const FaultInjector:
       std::raise(SIGKILL);
       return;
     case Kind::kRaise: {
-      // Raised by the worker itself at its next reported step (ctrun_worker.report_step).
+      // Raised, or the failing kernel launched, by the worker itself at its next reported step
+      // (ctrun_worker.report_step): the file's first line is the kind, the second the message.
       const std::string file = worker_dir(a.local_rank) + "/fault";
       std::string what = id;
+      const char* kind = "exception";
       for (const auto& fired : due.fired) {
-        if (fired.fault_id == a.fault_id) what = fired.line;
+        if (fired.fault_id != a.fault_id) continue;
+        what = fired.line;
+        if (fired.kind == FaultKind::kCudaError) kind = "cuda_error";
       }
-      if (!write_text_file_atomically(file, "ctrun: injected " + what + "\n")) {
+      if (!write_text_file_atomically(file,
+                                      std::string(kind) + "\nctrun: injected " + what + "\n")) {
         log("error: " + id + ": cannot write '" + file + "': " + std::strerror(errno));
       }
       return;

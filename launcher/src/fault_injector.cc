@@ -7,6 +7,13 @@ namespace ctrun::launcher {
 namespace {
 // A straggler's cycle: it runs `speed` of each period and is stopped for the rest.
 constexpr auto kStragglerPeriod = std::chrono::milliseconds(200);
+
+// The kinds that end the worker by its own hand or a signal: they land on a hung or slowed
+// worker too (an exception or a CUDA error at its next step, once it runs).
+bool ends_worker_itself(FaultKind kind) {
+  return kind == FaultKind::kSignal || kind == FaultKind::kException ||
+         kind == FaultKind::kCudaError;
+}
 }  // namespace
 
 void FaultInjector::workers_started(int node, int rank_offset, int local_world_size,
@@ -91,8 +98,8 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
     if (local < 0) continue;
     if (effects_.count(local) > 0) {
       // Already hung or straggling: a second stop means nothing; a signal still lands, and an
-      // exception at the worker's next step, once it runs.
-      if (f.kind != FaultKind::kSignal && f.kind != FaultKind::kException) continue;
+      // exception or a CUDA error at the worker's next step, once it runs.
+      if (!ends_worker_itself(f.kind)) continue;
     }
     if (node_fault(f.kind) && f.kind != FaultKind::kNodeLost) {
       due.fired.push_back({f.id, -1, -1, false, f.kind, describe_fault(f)});
@@ -117,7 +124,7 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
       }
       continue;
     }
-    const bool ends_worker = f.kind == FaultKind::kSignal || f.kind == FaultKind::kException;
+    const bool ends_worker = ends_worker_itself(f.kind);
     due.fired.push_back(
         {f.id, rank_offset_ + local, local, ends_worker, f.kind, describe_fault(f)});
     switch (f.kind) {
@@ -128,6 +135,7 @@ FaultInjector::Due FaultInjector::poll(Clock::time_point now) {
         due.actions.push_back({Action::Kind::kNodeLost, local, SIGKILL, f.id});
         break;
       case FaultKind::kException:
+      case FaultKind::kCudaError:
         due.actions.push_back({Action::Kind::kRaise, local, 0, f.id});
         break;
       case FaultKind::kStoreLatency:  // handled above: the rendezvous' or the node's

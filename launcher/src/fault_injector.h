@@ -21,8 +21,9 @@ class FaultInjector {
 
   struct Action {
     // kNodeLost: the agent kills its workers and itself (SIGKILL). kRaise: the worker is told
-    // to raise an exception at its next reported step (CTRUN_FAULT_FILE). kStoreLatency: the
-    // rendezvous is told to answer `ms` late for `seconds` (no worker: local_rank -1). The
+    // to raise an exception, or make a CUDA error, at its next reported step (CTRUN_FAULT_FILE;
+    // the fired fault's kind says which). kStoreLatency: the rendezvous is told to answer `ms`
+    // late for `seconds` (no worker: local_rank -1). The
     // node's own (local_rank -1), each begun and, `seconds` later, ended: kCutOff (the agent
     // refuses itself the rendezvous for `seconds`; it ends by itself), kLinkDown/kLinkUp (the
     // link to node `peer`), kFillDisk/kFreeDisk (`path`'s filesystem), kStopRendezvous/

@@ -54,6 +54,7 @@ constexpr KindName kKinds[] = {
     {"straggler", FaultKind::kStraggler, 0},
     {"node_lost", FaultKind::kNodeLost, 0},
     {"exception", FaultKind::kException, 0},
+    {"cuda_error", FaultKind::kCudaError, 0},
     {"store_latency", FaultKind::kStoreLatency, 0},
     {"cut_off", FaultKind::kCutOff, 0},
     {"link_lost", FaultKind::kLinkLost, 0},
@@ -80,13 +81,14 @@ std::string kind_list() {
 
 // What a random plan may draw: faults of a worker or its node, at a rank.
 constexpr const char* kRandomKindList =
-    "kill, term, int, segv, abrt, hang, straggler, node_lost, exception, cut_off";
+    "kill, term, int, segv, abrt, hang, straggler, node_lost, exception, cuda_error, cut_off";
 
 bool random_kind(const std::string& name) {
   const KindName* k = find_kind(name);
   return k && (k->kind == FaultKind::kSignal || k->kind == FaultKind::kHang ||
                k->kind == FaultKind::kStraggler || k->kind == FaultKind::kNodeLost ||
-               k->kind == FaultKind::kException || k->kind == FaultKind::kCutOff);
+               k->kind == FaultKind::kException || k->kind == FaultKind::kCudaError ||
+               k->kind == FaultKind::kCutOff);
 }
 
 // The kinds that last `duration` seconds.
@@ -536,6 +538,9 @@ std::string describe_fault(const Fault& f) {
       break;
     case FaultKind::kException:
       what = "an exception raised in " + where;
+      break;
+    case FaultKind::kCudaError:
+      what = "a CUDA error in " + where;
       break;
     case FaultKind::kStoreLatency:
       what = "the rendezvous answering " + std::to_string(std::lround(f.ms)) + " ms late for " +

@@ -28,6 +28,9 @@ enum class FaultKind {
   kStraggler,  // stopped and continued in turn for `duration`, running `speed` of the time
   kNodeLost,   // the node's agent and workers killed together (SIGKILL), as a machine that dies
   kException,  // an exception raised inside the worker at its next reported step (CTRUN_FAULT_FILE)
+  // A CUDA error in the worker at its next reported step: a kernel on its GPU that fails (a
+  // device-side assert), which leaves the process's CUDA context broken as a GPU fault does.
+  kCudaError,
   // The rendezvous daemon (ctrund, or an agent's embedded one) answers the job's requests `ms`
   // late for `duration` seconds; fired by node 0's agent through the job's store.
   kStoreLatency,

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
@@ -16,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "catch.h"
 #include "ft_checks.h"
 #include "netns_cluster.h"
 #include "process.h"

@@ -7,12 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <fstream>
 #include <memory>
 #include <set>
 #include <thread>
 
+#include "catch.h"
 #include "netns_cluster.h"
 #include "process.h"
 #include "skip.h"

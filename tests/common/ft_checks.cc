@@ -1,12 +1,12 @@
 #include "ft_checks.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "catch.h"
 #include "process.h"
 
 namespace ctrun::testing {

@@ -4,12 +4,12 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "catch.h"
 #include "ctrun/rendezvous/store_address.h"
 #include "rendezvous/daemon/server.h"
 

@@ -1,6 +1,6 @@
 #include "process.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

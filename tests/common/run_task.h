@@ -2,11 +2,12 @@
 #pragma once
 
 #include <boost/asio.hpp>
-#include <catch2/catch.hpp>
 
 #include <chrono>
 #include <exception>
 #include <optional>
+
+#include "catch.h"
 
 namespace ctrun::testing {
 

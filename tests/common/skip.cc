@@ -1,10 +1,11 @@
-#define CATCH_CONFIG_EXTERNAL_INTERFACES
+#define CATCH_CONFIG_EXTERNAL_INTERFACES  // Catch2 2's listener interface (Catch2 3 has it always)
 #include "skip.h"
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+
+#include "catch.h"
 
 namespace ctrun::testing {
 namespace {
@@ -12,8 +13,8 @@ namespace {
 bool skipped = false;
 
 // After the run: a skipped test that failed nothing leaves with kSkipExitCode.
-struct SkipListener : Catch::TestEventListenerBase {
-  using TestEventListenerBase::TestEventListenerBase;
+struct SkipListener : Catch::EventListenerBase {
+  using Catch::EventListenerBase::EventListenerBase;
   void testRunEnded(const Catch::TestRunStats& stats) override {
     if (!skipped || stats.totals.assertions.failed > 0) return;
     std::cout.flush();

@@ -2,8 +2,9 @@
 // (agent_test.cc) remain the oracle for the whole; these pin each decision down.
 #include "agent_machine.h"
 
-#include <catch2/catch.hpp>
 #include <csignal>
+
+#include "catch.h"
 
 using namespace ctrun::launcher;
 namespace rdzv = ctrun::rendezvous;

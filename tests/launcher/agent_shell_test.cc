@@ -4,7 +4,6 @@
 // the round's environment, stopped and started again, failures reported, the exit code. The
 // same flows with real processes: agent_test.cc and etcd_agent_test.cc.
 #include <boost/asio.hpp>
-#include <catch2/catch.hpp>
 
 #include <csignal>
 #include <functional>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "agent.h"
+#include "catch.h"
 #include "fake_env.h"
 #include "fake_workers.h"
 #include "memory_etcd.h"

@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -17,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "catch.h"
 #include "ctrun/launcher/options.h"
 #include "process.h"
 

@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "catch.h"
 #include "process.h"
 #include "skip.h"
 

@@ -3,9 +3,9 @@
 // torch/distributed/run.py's parser under CPython (3.12.7+ where the versions differ).
 #include "arg_parser.h"
 
-#include <catch2/catch.hpp>
 #include <map>
 
+#include "catch.h"
 #include "fake_env.h"
 
 using namespace ctrun::launcher;

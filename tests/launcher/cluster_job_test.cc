@@ -1,7 +1,8 @@
 #include "cluster_job.h"
 
-#include <catch2/catch.hpp>
 #include <csignal>
+
+#include "catch.h"
 
 using namespace ctrun::launcher;
 

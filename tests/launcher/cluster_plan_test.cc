@@ -1,7 +1,8 @@
 #include "cluster_plan.h"
 
-#include <catch2/catch.hpp>
 #include <map>
+
+#include "catch.h"
 
 using namespace ctrun::launcher;
 

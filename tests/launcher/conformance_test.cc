@@ -22,13 +22,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
 #include <sstream>
 
+#include "catch.h"
 #include "process.h"
 
 using namespace ctrun::testing;

@@ -5,7 +5,6 @@
 // agent without TLS settings stops at once with one line.
 #include <signal.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -14,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "catch.h"
 #include "ctrund_daemon.h"
 #include "process.h"
 #include "skip.h"

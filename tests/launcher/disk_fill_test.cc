@@ -7,11 +7,11 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cerrno>
 #include <filesystem>
 #include <vector>
 
+#include "catch.h"
 #include "process.h"
 #include "skip.h"
 

@@ -7,12 +7,12 @@
 // test says so and checks nothing.
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "catch.h"
 #include "process.h"
 #include "skip.h"
 

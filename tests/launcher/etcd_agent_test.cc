@@ -2,7 +2,6 @@
 // etcd-server) on loopback ports, stopped and restarted under the job.
 #include <signal.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -14,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "catch.h"
 #include "etcd_server.h"
 #include "process.h"
 

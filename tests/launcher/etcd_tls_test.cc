@@ -2,7 +2,6 @@
 // with TLS and client-certificate auth, or with a user and a role, and certificates made on the
 // spot (test_certs.h). A job passes; every bad setup is one line that names its cause; no secret
 // reaches a log, the event log or the workers' environment.
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "catch.h"
 #include "etcd_server.h"
 #include "process.h"
 #include "test_certs.h"

@@ -3,11 +3,11 @@
 // back. Every wait is bounded; every process is stopped and reaped when a test ends.
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "catch.h"
 #include "process.h"
 
 using namespace ctrun::testing;

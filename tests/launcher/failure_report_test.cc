@@ -1,11 +1,11 @@
 // The root-cause report beyond torchrun: a worker without an error file explained by the end of
 // its stderr, a hung one by its stacks. (Its torchrun layout: worker_env_test.cc.)
-#include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "catch.h"
 #include "ctrun/launcher/failure_report.h"
 
 using namespace ctrun::launcher;

@@ -3,7 +3,6 @@
 // mode says, and the event log marks each fault as injected.
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -13,6 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include "catch.h"
+#include "ctrun/launcher/options.h"
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/json.h"
 #include "etcd_server.h"
@@ -665,4 +666,94 @@ TEST_CASE("faults: a bad plan is a one-line error before anything starts") {
   CHECK(log.find("--faults: fault 1: says not when: give after=SECONDS, window=FROM-TO or "
                  "at_step=N") != std::string::npos);
   CHECK(log.find("round 0") == std::string::npos);
+}
+
+namespace {
+
+// Whether this machine shows ctrun an NVIDIA GPU (what the agent checks for a CUDA error), and
+// whether python3 on PATH has a CUDA torch (what a Python worker makes one with).
+bool gpu_visible() {
+  return ctrun::launcher::probe_machine(ctrun::launcher::process_env()).gpu_count > 0;
+}
+bool python_has_cuda(const ScratchDir& s) {
+  ChildProcess probe({"/usr/bin/env", "python3", "-c",
+                      "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"},
+                     s.path("probe.log"));
+  return probe.wait(60s) == std::optional<int>(0);
+}
+
+}  // namespace
+
+TEST_CASE("faults: a CUDA error needs a GPU: refused on a node without one, said by the helper") {
+  if (gpu_visible()) CTRUN_SKIP("a GPU is visible here: the GPU case makes the CUDA error");
+  ScratchDir s("faults_cuda_refused");
+  ChildProcess agent({CTRUN_PATH, "--standalone", "--faults", "cuda_error:rank=0,at_step=3",
+                      TEST_WORKER_PATH, "steps", "20", s.path("step")},
+                     s.path("agent.log"));
+  const auto rc = agent.wait(20s);
+  const std::string log = read_file(s.path("agent.log"));
+  INFO(log);
+  REQUIRE(rc);
+  CHECK(*rc != 0);
+  CHECK(log.find("--faults: fault 1: a CUDA error is made by a failing kernel on the worker's "
+                 "GPU, and this node has none visible (no /dev/nvidiaN, or CUDA_VISIBLE_DEVICES "
+                 "hides them)") != std::string::npos);
+  CHECK(log.find("round 0") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(s.path("step.0.0")));
+
+  // A Python worker given a CUDA error where torch sees no GPU (torch 1.13 for CPU here) raises
+  // ctrun_worker.InjectedFault saying so, as the agent's file asks it to.
+  std::ofstream(s.path("fault")) << "cuda_error\nctrun: injected fault 1: a CUDA error in rank 0 "
+                                    "at step 3\n";
+  ChildProcess worker(
+      {"/usr/bin/env", "CTRUN_FAULT_FILE=" + s.path("fault"), "PYTHONPATH=" CTRUN_PYTHON_HELPER_DIR,
+       "/usr/bin/python3", "-c", "import ctrun_worker; ctrun_worker.report_step(3)"},
+      s.path("worker.log"));
+  CHECK(worker.wait(60s) == std::optional<int>(1));
+  const std::string said = read_file(s.path("worker.log"));
+  INFO(said);
+  CHECK(said.find("ctrun_worker.InjectedFault: ctrun: injected fault 1: a CUDA error in rank 0 at "
+                  "step 3: no CUDA device in this worker (torch.cuda.is_available() is False); "
+                  "raised as an exception instead") != std::string::npos);
+}
+
+// On a GPU machine: a Python job over NCCL on cuda:0, its worker's CUDA context broken at step
+// 20 by the planned kernel; the job restarts from its checkpoint and ends with the parameters of
+// a clean run.
+TEST_CASE("faults: a CUDA error in a Python NCCL worker at its step, and the job recovers (GPU)") {
+  ScratchDir s("faults_cuda_python");
+  if (!gpu_visible() || !python_has_cuda(s)) {
+    CTRUN_SKIP("needs a CUDA device and python3 with a CUDA torch");
+  }
+  auto job = [&](const std::string& name, std::vector<std::string> faults) {
+    std::vector<std::string> argv = {CTRUN_PATH,         "--standalone",   "--nproc_per_node=1",
+                                     "--max_restarts=1", "--fault_report", s.path(name + ".json")};
+    argv.insert(argv.end(), faults.begin(), faults.end());
+    argv.insert(argv.end(), {FAULT_TRAIN_SCRIPT_PATH, "--device", "cuda", "--steps", "60",
+                             "--checkpoint", s.path(name + ".pt")});
+    return argv;
+  };
+  ChildProcess clean(job("clean", {}), s.path("clean.log"));
+  const auto clean_rc = clean.wait(180s);
+  INFO(read_file(s.path("clean.log")));
+  REQUIRE(clean_rc == std::optional<int>(0));
+  const Json clean_report = Json::parse(read_file(s.path("clean.json")));
+  REQUIRE(clean_report["results"].size() == 1);
+
+  ChildProcess faulted(job("faulted", {"--faults", "cuda_error:rank=0,at_step=20"}),
+                       s.path("faulted.log"));
+  const auto rc = faulted.wait(180s);
+  const std::string log = read_file(s.path("faulted.log"));
+  INFO(log);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(log.find("injecting fault 1: a CUDA error in rank 0 at step 20") != std::string::npos);
+  CHECK(log.find("launching a kernel that fails on cuda:0") != std::string::npos);
+  CHECK(log.find("device-side assert triggered") != std::string::npos);
+  CHECK(log.find("restarting the job (1 of 1 restarts)") != std::string::npos);
+  const Json report = Json::parse(read_file(s.path("faulted.json")));
+  CHECK(report["outcome"] == "succeeded");
+  REQUIRE(report["faults"].size() == 1);
+  CHECK(report["faults"][0]["what"] == "fault 1: a CUDA error in rank 0 at step 20");
+  CHECK(report["results"] == clean_report["results"]);
 }

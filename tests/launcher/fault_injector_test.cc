@@ -1,7 +1,8 @@
 #include "fault_injector.h"
 
-#include <catch2/catch.hpp>
 #include <csignal>
+
+#include "catch.h"
 
 using namespace ctrun::launcher;
 using namespace std::chrono_literals;
@@ -149,6 +150,22 @@ TEST_CASE("fault injector: an exception is the worker's to raise, and ends it li
   CHECK(due.actions[0].kind == Kind::kRaise);
   CHECK(due.actions[0].local_rank == 0);
   CHECK_FALSE(injector.pending());
+}
+
+TEST_CASE("fault injector: a CUDA error is the worker's to make, even while it is hung") {
+  FaultInjector injector(plan("hang:rank=1,after=1,duration=5;cuda_error:rank=1,after=2"));
+  injector.workers_started(0, 0, 2, t0);
+  auto due = injector.poll(t0 + 1s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kStop);
+  due = injector.poll(t0 + 2s);
+  REQUIRE(due.actions.size() == 1);
+  CHECK(due.actions[0].kind == Kind::kRaise);
+  CHECK(due.actions[0].local_rank == 1);
+  REQUIRE(due.fired.size() == 1);
+  CHECK(due.fired[0].kind == FaultKind::kCudaError);
+  CHECK(due.fired[0].ends_worker);
+  CHECK(due.fired[0].line == "fault 2: a CUDA error in rank 1 at 2.000 s");
 }
 
 TEST_CASE("fault injector: a fault asked for while the job runs counts its time from then") {

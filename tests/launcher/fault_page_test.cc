@@ -1,9 +1,9 @@
 // ctrun --fault_report=FILE.html on real workers: the page renders in headless Chromium, is not
 // blank (each lane state's colour is on the screenshot), and holds a marker per fault.
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <vector>
 
+#include "catch.h"
 #include "ctrun/rendezvous/json.h"
 #include "process.h"
 #include "skip.h"

@@ -1,8 +1,9 @@
 #include "fault_plan.h"
 
-#include <catch2/catch.hpp>
 #include <csignal>
 #include <set>
+
+#include "catch.h"
 
 using namespace ctrun::launcher;
 using Json = ctrun::rendezvous::Json;
@@ -91,7 +92,8 @@ TEST_CASE("fault plan: a fault at a training step") {
 TEST_CASE("fault plan: a bad plan is one line naming the fault and what was wrong") {
   CHECK(error(parse_inline_fault_plan("explode:rank=1,after=2")) ==
         "--faults: fault 1: unknown kind 'explode' (kill, term, int, segv, abrt, hang, straggler, "
-        "node_lost, exception, store_latency, cut_off, link_lost, disk_full, rendezvous_restart)");
+        "node_lost, exception, cuda_error, store_latency, cut_off, link_lost, disk_full, "
+        "rendezvous_restart)");
   CHECK(error(parse_inline_fault_plan("kill:rank=1")) ==
         "--faults: fault 1: says not when: give after=SECONDS, window=FROM-TO or at_step=N");
   CHECK(error(parse_inline_fault_plan("kill:after=1")) ==
@@ -147,7 +149,7 @@ TEST_CASE("fault plan: random plans come from the seed, the same seed giving the
         "--faults=random: give ranks=FIRST-LAST: the ranks faults may hit");
   CHECK(error(random_fault_plan("random:seed=1,ranks=0-3,window=1-2,kinds=kill+boom")) ==
         "--faults=random: kinds: expected kinds joined by + (kill, term, int, segv, abrt, hang, "
-        "straggler, node_lost, exception, cut_off), got 'kill+boom'");
+        "straggler, node_lost, exception, cuda_error, cut_off), got 'kill+boom'");
   CHECK(error(random_fault_plan("random:seed=1,ranks=3-1,window=1-2")) ==
         "--faults=random: ranks: expected FIRST-LAST ranks, got '3-1'");
 }
@@ -184,6 +186,30 @@ TEST_CASE("fault plan: an exception is raised in a worker, at a step or a time")
   for (const Fault& f : drawn.faults) CHECK(f.kind == FaultKind::kException);
 }
 
+TEST_CASE("fault plan: a CUDA error in a worker, at a step or a time, drawn only when asked for") {
+  const auto plan =
+      ok(parse_inline_fault_plan("cuda_error:rank=1,at_step=12;cuda_error:node=1,local_rank=0,"
+                                 "window=2-4"));
+  CHECK(plan.faults[0].kind == FaultKind::kCudaError);
+  CHECK(describe_fault(plan.faults[0]) == "fault 1: a CUDA error in rank 1 at step 12");
+  CHECK(fault_plan_json(plan)["faults"][0] ==
+        Json{{"kind", "cuda_error"}, {"rank", 1}, {"at_step", 12}});
+  CHECK(plan.faults[1].after >= 2.0);
+  CHECK(plan.faults[1].after <= 4.0);
+  // The JSON form reads back the same.
+  const auto json = ok(parse_fault_plan_json(fault_plan_json(plan).dump(), "plan.json"));
+  CHECK(fault_plan_json(json) == fault_plan_json(plan));
+  CHECK(error(parse_inline_fault_plan("cuda_error:rank=1,after=1,duration=2")) ==
+        "--faults: fault 1: cuda_error has no duration");
+  // Random plans draw it only where kinds= names it: it needs a GPU.
+  const auto drawn =
+      ok(random_fault_plan("random:seed=4,count=5,kinds=cuda_error,ranks=0-3,steps=5-50"));
+  REQUIRE(drawn.faults.size() == 5);
+  for (const Fault& f : drawn.faults) CHECK(f.kind == FaultKind::kCudaError);
+  const auto plain = ok(random_fault_plan("random:seed=4,count=20,ranks=0-3,window=1-9"));
+  for (const Fault& f : plain.faults) CHECK(f.kind != FaultKind::kCudaError);
+}
+
 TEST_CASE("fault plan: ctrun fault's one fault, at once unless it says when") {
   auto now = parse_fault_request("kill:rank=1");
   REQUIRE(now);
@@ -199,7 +225,8 @@ TEST_CASE("fault plan: ctrun fault's one fault, at once unless it says when") {
         "ctrun fault: one fault at a time, got 'kill:rank=1;term:rank=2'");
   CHECK(parse_fault_request("boom:rank=1").error().message ==
         "ctrun fault: unknown kind 'boom' (kill, term, int, segv, abrt, hang, straggler, "
-        "node_lost, exception, store_latency, cut_off, link_lost, disk_full, rendezvous_restart)");
+        "node_lost, exception, cuda_error, store_latency, cut_off, link_lost, disk_full, "
+        "rendezvous_restart)");
   CHECK(parse_fault_request("kill").error().message ==
         "ctrun fault: says not where: give rank=N, or node=N and local_rank=N");
 }
@@ -225,7 +252,7 @@ TEST_CASE("fault plan: store latency is the daemon's, for a time") {
         "--faults: fault 1: ms is store latency's");
   CHECK(error(random_fault_plan("random:seed=1,ranks=0-1,window=1-2,kinds=store_latency")) ==
         "--faults=random: kinds: expected kinds joined by + (kill, term, int, segv, abrt, hang, "
-        "straggler, node_lost, exception, cut_off), got 'store_latency'");
+        "straggler, node_lost, exception, cuda_error, cut_off), got 'store_latency'");
 }
 
 TEST_CASE("fault plan: the node's faults: cut off, a lost link, a full disk") {

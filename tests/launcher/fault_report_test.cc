@@ -1,6 +1,6 @@
 #include "fault_report.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using namespace ctrun::launcher;
 using namespace std::chrono_literals;
@@ -130,7 +130,7 @@ TEST_CASE("fault report: a node's fault felt later, after the node went on, coun
   report.step_reported(0, 46, t0);
   report.fired(1, "cut off", -1, -1, false, std::nullopt, t0);
   report.step_reported(0, 47, t0 + 20ms);  // it trains on while cut off
-  report.workers_stopped(t0 + 1000ms);      // reconnected, found itself dropped: a new round
+  report.workers_stopped(t0 + 1000ms);     // reconnected, found itself dropped: a new round
   report.workers_started(std::nullopt, t0 + 1030ms);
   report.step_reported(0, 41, t0 + 1800ms);  // resumed from its checkpoint
   report.step_reported(0, 47, t0 + 2400ms);

@@ -1,6 +1,6 @@
 #include "fault_timeline.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include "process.h"
 

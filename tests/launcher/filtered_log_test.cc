@@ -5,12 +5,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cerrno>
 #include <fstream>
 #include <memory>
 #include <string>
 
+#include "catch.h"
 #include "output_sink.h"
 #include "process.h"
 

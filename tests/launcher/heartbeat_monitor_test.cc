@@ -1,6 +1,6 @@
 #include "heartbeat_monitor.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using ctrun::launcher::HeartbeatMonitor;
 using namespace std::chrono_literals;

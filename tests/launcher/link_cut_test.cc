@@ -1,6 +1,6 @@
 #include "link_cut.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using namespace ctrun::launcher;
 

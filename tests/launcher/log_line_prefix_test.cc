@@ -2,7 +2,7 @@
 // (expected texts checked with CPython).
 #include "ctrun/launcher/log_line_prefix.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using ctrun::launcher::console_prefix;
 

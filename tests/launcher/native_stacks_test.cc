@@ -1,7 +1,8 @@
 #include "native_stacks.h"
 
-#include <catch2/catch.hpp>
 #include <string>
+
+#include "catch.h"
 
 using namespace ctrun::launcher;
 

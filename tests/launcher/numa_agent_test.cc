@@ -3,11 +3,11 @@
 // one-line error before any worker starts.
 #include <sys/stat.h>
 
-#include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
 #include <regex>
 
+#include "catch.h"
 #include "process.h"
 
 using namespace ctrun::testing;

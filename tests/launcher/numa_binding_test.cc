@@ -1,7 +1,7 @@
 // --numa-binding's plan over made-up machines: the four modes, GPUs and none, the refusals.
 #include "numa_binding.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using namespace ctrun::launcher;
 

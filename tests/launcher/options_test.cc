@@ -1,9 +1,9 @@
 #include "ctrun/launcher/options.h"
 
-#include <catch2/catch.hpp>
 #include <csignal>
 #include <map>
 
+#include "catch.h"
 #include "fake_env.h"
 
 using namespace ctrun::launcher;

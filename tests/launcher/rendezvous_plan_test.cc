@@ -1,7 +1,7 @@
 // Which rendezvous the agent uses and whether it hosts it, from the command line alone.
 #include "rendezvous_plan.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include "fake_env.h"
 

@@ -1,8 +1,8 @@
 #include "ctrun/launcher/slurm.h"
 
-#include <catch2/catch.hpp>
 #include <map>
 
+#include "catch.h"
 #include "fake_env.h"
 
 using namespace ctrun::launcher;
@@ -68,18 +68,18 @@ TEST_CASE("slurm hostlist: several bracket groups in one name multiply out") {
 }
 
 TEST_CASE("slurm hostlist: malformed lists name what is wrong") {
-  CHECK_THAT(hostlist_error("gpu[01-04"), Catch::Contains("unclosed '['"));
-  CHECK_THAT(hostlist_error("gpu01]"), Catch::Contains("unmatched ']'"));
-  CHECK_THAT(hostlist_error("gpu[4-1]"), Catch::Contains("runs backwards"));
-  CHECK_THAT(hostlist_error("gpu[a-b]"), Catch::Contains("'a-b'"));
-  CHECK_THAT(hostlist_error("gpu[1-]"), Catch::Contains("not a number"));
-  CHECK_THAT(hostlist_error("a,,b"), Catch::Contains("empty host name"));
-  CHECK_THAT(hostlist_error(""), Catch::Contains("empty host name"));
-  CHECK_THAT(hostlist_error("n[[1]]"), Catch::Contains("nested"));
-  CHECK_THAT(hostlist_error("n[1-999999999]"), Catch::Contains("more than"));
-  CHECK_THAT(hostlist_error("n[1-999]x[1-999]"), Catch::Contains("more than"));
-  CHECK_THAT(hostlist_error("a b"), Catch::Contains("white space"));
-  CHECK_THAT(hostlist_error("n[]"), Catch::Contains("SLURM_JOB_NODELIST"));
+  CHECK_THAT(hostlist_error("gpu[01-04"), Catch::Matchers::ContainsSubstring("unclosed '['"));
+  CHECK_THAT(hostlist_error("gpu01]"), Catch::Matchers::ContainsSubstring("unmatched ']'"));
+  CHECK_THAT(hostlist_error("gpu[4-1]"), Catch::Matchers::ContainsSubstring("runs backwards"));
+  CHECK_THAT(hostlist_error("gpu[a-b]"), Catch::Matchers::ContainsSubstring("'a-b'"));
+  CHECK_THAT(hostlist_error("gpu[1-]"), Catch::Matchers::ContainsSubstring("not a number"));
+  CHECK_THAT(hostlist_error("a,,b"), Catch::Matchers::ContainsSubstring("empty host name"));
+  CHECK_THAT(hostlist_error(""), Catch::Matchers::ContainsSubstring("empty host name"));
+  CHECK_THAT(hostlist_error("n[[1]]"), Catch::Matchers::ContainsSubstring("nested"));
+  CHECK_THAT(hostlist_error("n[1-999999999]"), Catch::Matchers::ContainsSubstring("more than"));
+  CHECK_THAT(hostlist_error("n[1-999]x[1-999]"), Catch::Matchers::ContainsSubstring("more than"));
+  CHECK_THAT(hostlist_error("a b"), Catch::Matchers::ContainsSubstring("white space"));
+  CHECK_THAT(hostlist_error("n[]"), Catch::Matchers::ContainsSubstring("SLURM_JOB_NODELIST"));
 }
 
 TEST_CASE("slurm: the rendezvous port follows the job id and avoids torch's 29500") {
@@ -162,31 +162,37 @@ TEST_CASE("slurm --slurm: the step's node list wins over the allocation's") {
 }
 
 TEST_CASE("slurm --slurm: a missing or inconsistent allocation is a clear error") {
-  CHECK_THAT(parse_error({"--slurm", "train"}, {}), Catch::Contains("SLURM_JOB_ID is not set"));
+  CHECK_THAT(parse_error({"--slurm", "train"}, {}),
+             Catch::Matchers::ContainsSubstring("SLURM_JOB_ID is not set"));
   auto env = step_env("n[1-3]", 2, 0);
   CHECK_THAT(parse_error({"--slurm", "train"}, env),
-             Catch::Contains("names 3 hosts but SLURM_STEP_NUM_NODES is 2"));
+             Catch::Matchers::ContainsSubstring("names 3 hosts but SLURM_STEP_NUM_NODES is 2"));
   env = step_env("n[1-2]", 2, 2);
   CHECK_THAT(parse_error({"--slurm", "train"}, env),
-             Catch::Contains("SLURM_NODEID must be in 0..1"));
+             Catch::Matchers::ContainsSubstring("SLURM_NODEID must be in 0..1"));
   env = step_env("n[1-2]", 2, 0);
   env["SLURM_STEP_NODELIST"] = "n[1-2";
   CHECK_THAT(parse_error({"--slurm", "train"}, env),
-             Catch::Contains("SLURM_STEP_NODELIST: unclosed '['"));
+             Catch::Matchers::ContainsSubstring("SLURM_STEP_NODELIST: unclosed '['"));
   env = step_env("n1", 1, 0);
   env["SLURM_GPUS_ON_NODE"] = "two";
-  CHECK_THAT(parse_error({"--slurm", "train"}, env), Catch::Contains("SLURM_GPUS_ON_NODE"));
+  CHECK_THAT(parse_error({"--slurm", "train"}, env),
+             Catch::Matchers::ContainsSubstring("SLURM_GPUS_ON_NODE"));
   env = step_env("n1", 1, 0);
   env.erase("SLURM_NODEID");
-  CHECK_THAT(parse_error({"--slurm", "train"}, env), Catch::Contains("SLURM_NODEID is not set"));
+  CHECK_THAT(parse_error({"--slurm", "train"}, env),
+             Catch::Matchers::ContainsSubstring("SLURM_NODEID is not set"));
   CHECK_THAT(parse_error({"--slurm", "--standalone", "train"}, step_env("n1", 1, 0)),
-             Catch::Contains("--slurm and --standalone"));
+             Catch::Matchers::ContainsSubstring("--slurm and --standalone"));
   env = step_env("n1", 1, 0);
   env["SLURM_LOCALID"] = "1";
-  CHECK_THAT(parse_error({"--slurm", "train"}, env), Catch::Contains("run one ctrun per node"));
+  CHECK_THAT(parse_error({"--slurm", "train"}, env),
+             Catch::Matchers::ContainsSubstring("run one ctrun per node"));
   env = step_env("n1", 1, 0);
   env["SLURM_GPUS_ON_NODE"] = "100000";
-  CHECK_THAT(parse_error({"--slurm", "train"}, env), Catch::Contains("SLURM_GPUS_ON_NODE"));
+  CHECK_THAT(parse_error({"--slurm", "train"}, env),
+             Catch::Matchers::ContainsSubstring("SLURM_GPUS_ON_NODE"));
   // PET_SLURM turns it on like the flag.
-  CHECK_THAT(parse_error({"train"}, {{"PET_SLURM", "1"}}), Catch::Contains("SLURM_JOB_ID"));
+  CHECK_THAT(parse_error({"train"}, {{"PET_SLURM", "1"}}),
+             Catch::Matchers::ContainsSubstring("SLURM_JOB_ID"));
 }

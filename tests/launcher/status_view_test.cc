@@ -1,6 +1,6 @@
 #include "status_view.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using namespace ctrun::launcher;
 using Json = ctrun::rendezvous::Json;

@@ -1,7 +1,8 @@
 #include "stderr_tail.h"
 
-#include <catch2/catch.hpp>
 #include <string>
+
+#include "catch.h"
 
 using ctrun::launcher::StderrTail;
 

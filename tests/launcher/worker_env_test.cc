@@ -1,9 +1,9 @@
 #include "ctrun/launcher/worker_env.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <map>
 
+#include "catch.h"
 #include "ctrun/launcher/failure_report.h"
 
 using namespace ctrun::launcher;

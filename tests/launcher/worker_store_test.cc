@@ -2,9 +2,9 @@
 // agent's rendezvous daemon serves in torch's TCPStore protocol (docs/protocol.md, the worker
 // store): with env:// and with tcp:// at the launcher's own master port, on one node and two,
 // and the same launch under the reference torchrun.
-#include <catch2/catch.hpp>
 #include <cstdlib>
 
+#include "catch.h"
 #include "process.h"
 
 using namespace ctrun::testing;

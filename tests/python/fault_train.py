@@ -7,6 +7,9 @@ parameters as its result, so a faulted run is compared with a clean one.
 
   ctrun --standalone --nproc_per_node=3 --max_restarts=6 --faults=random:... \\
       --fault_report=report.json tests/python/fault_train.py --checkpoint ckpt.pt
+
+With --device cuda each rank trains on cuda:LOCAL_RANK over NCCL, deterministically (a planned
+cuda_error then breaks the worker's CUDA context at a step).
 """
 import argparse
 import hashlib
@@ -32,7 +35,7 @@ def batch(step: int, rank: int, size: int):
 def digest(model: nn.Module) -> str:
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(p.detach().contiguous().numpy().tobytes())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
 
 
@@ -59,18 +62,27 @@ def main() -> None:
     parser.add_argument("--checkpoint_every", type=int, default=5)
     parser.add_argument("--step_seconds", type=float, default=0.03,
                         help="sleep per step: room for faults to land at a step")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: each rank on cuda:LOCAL_RANK, over NCCL")
     args = parser.parse_args()
 
-    dist.init_process_group("gloo", init_method="env://")
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        # Bit-identical runs on a GPU: cuBLAS's fixed workspace and deterministic kernels.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo", init_method="env://")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 2))
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 2)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     criterion = nn.CrossEntropyLoss()
 
     step = 0
     if os.path.exists(args.checkpoint):
-        state = torch.load(args.checkpoint, map_location="cpu")
+        state = torch.load(args.checkpoint, map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
@@ -78,7 +90,7 @@ def main() -> None:
             print(f"resumed from step {step}", flush=True)
 
     while step < args.steps:
-        x, y = batch(step, rank, args.batch_size)
+        x, y = (t.to(device) for t in batch(step, rank, args.batch_size))
         optimizer.zero_grad()
         criterion(model(x), y).backward()
         average_gradients(model)

@@ -3,11 +3,11 @@
 // cluster cannot start (no Slurm installed, not root) the test says why and passes vacuously.
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "catch.h"
 #include "process.h"
 #include "skip.h"
 

@@ -4,7 +4,6 @@
 // of each epoch is trained exactly once (the --consumed_log), and every replica ends with the very
 // same parameters.
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <csignal>
 #include <iostream>
 #include <map>
@@ -12,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "catch.h"
 #include "etcd_server.h"
 #include "ft_checks.h"
 #include "process.h"

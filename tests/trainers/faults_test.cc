@@ -1,10 +1,10 @@
 // ctrun --faults end to end on the C++ trainer: a random plan of kills, signals and hangs,
 // restarts from checkpoints, and the result the fault report quotes is the clean run's,
 // bit for bit; and with --fault_tolerance=step, workers replaced alone and no step lost.
-#include <catch2/catch.hpp>
 #include <regex>
 #include <set>
 
+#include "catch.h"
 #include "ctrun/rendezvous/json.h"
 #include "ft_checks.h"
 #include "process.h"

@@ -1,13 +1,13 @@
 // The trainers as users run them: under ctrun (and the reference torchrun), several processes,
 // a worker SIGKILLed mid-epoch and resumed from its checkpoint, a failing trainer's error file.
 #include <boost/asio.hpp>
-#include <catch2/catch.hpp>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <regex>
 
+#include "catch.h"
 #include "etcd_server.h"
 #include "process.h"
 #include "rendezvous/etcd/etcd.h"
@@ -388,6 +388,35 @@ TEST_CASE("trainers: mlp and gpt train on cuda under ctrun (GPU machines)") {
   CHECK(out.find("parameters identical on all 1 rank(s)") != std::string::npos);
   // A byte model starts near ln(256) = 5.55; 60 steps on generated prose get well below.
   CHECK(std::stod(last_value(out, "final loss ")) < 4.0);
+}
+
+// On a GPU machine: a planned CUDA error (ctrun --faults) breaks mlp's CUDA context at step 10
+// through libctrun_worker's NCCL group; the job restarts from the checkpoint at step 8 and ends
+// with the parameters of a clean run.
+TEST_CASE("trainers: a CUDA error planned in mlp on cuda, and the job recovers (GPU machines)") {
+  ScratchDir s("cuda_error");
+  if (run({MLP_PATH, "--device", "cuda", "--epochs", "1", "--max_steps", "1"},
+          s.path("probe.log")) != 0) {
+    CTRUN_SKIP("no CUDA device here");
+  }
+  auto job = [&](const std::string& name, std::vector<std::string> faults) {
+    std::vector<std::string> flags = {"--standalone", "--nproc_per_node=1", "--max_restarts=1"};
+    flags.insert(flags.end(), faults.begin(), faults.end());
+    return ctrun_mlp(flags,
+                     {"--device", "cuda", "--epochs", "2", "--seed", "7", "--checkpoint_every", "8",
+                      "--checkpoint_dir", s.path(name + ".ckpt")});
+  };
+  REQUIRE(run(job("clean", {}), s.path("clean.log")) == 0);
+  const std::string clean = last_value(read_file(s.path("clean.log")), "digest ");
+  REQUIRE_FALSE(clean.empty());
+  REQUIRE(run(job("faulted", {"--faults", "cuda_error:rank=0,at_step=10"}),
+              s.path("faulted.log")) == 0);
+  const std::string out = read_file(s.path("faulted.log"));
+  INFO(out);
+  CHECK(out.find("launching a kernel that fails on cuda:0") != std::string::npos);
+  CHECK(out.find("device-side assert triggered") != std::string::npos);
+  CHECK(out.find("restarting the job (1 of 1 restarts)") != std::string::npos);
+  CHECK(last_value(out, "digest ") == clean);
 }
 
 TEST_CASE("trainers: bad trainer flags are one-line errors") {

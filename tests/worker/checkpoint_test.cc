@@ -3,12 +3,12 @@
 #include <signal.h>
 #include <torch/torch.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
 
+#include "catch.h"
 #include "process.h"
 
 using namespace std::chrono_literals;

@@ -6,9 +6,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include <catch2/catch.hpp>
 #include <mutex>
 
+#include "catch.h"
 #include "gloo_ranks.h"
 
 using ctrun::testing::run_gloo_ranks;
@@ -248,8 +248,8 @@ TEST_CASE("ddp: a parameter without a gradient is an error unless find_unused_pa
     return std::string("no error");
   });
   for (const auto& e : errors) {
-    CHECK_THAT(e, Catch::Contains("'unused.weight', 'unused.bias'") &&
-                      Catch::Contains("find_unused_parameters"));
+    CHECK_THAT(e, Catch::Matchers::ContainsSubstring("'unused.weight', 'unused.bias'") &&
+                      Catch::Matchers::ContainsSubstring("find_unused_parameters"));
   }
 
   auto grads = run_gloo_ranks<torch::Tensor>(2, [](int rank, ProcessGroup& group) {

@@ -1,8 +1,8 @@
 #include "ctrun/worker/env.h"
 
-#include <catch2/catch.hpp>
 #include <map>
 
+#include "catch.h"
 #include "fake_env.h"
 
 using namespace ctrun::worker;

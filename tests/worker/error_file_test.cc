@@ -1,9 +1,9 @@
 #include "ctrun/worker/error_file.h"
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <stdexcept>
 
+#include "catch.h"
 #include "ctrun/launcher/failure_report.h"
 
 using namespace ctrun::worker;

@@ -7,12 +7,12 @@
 #include <torch/torch.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <functional>
 #include <map>
 #include <set>
 #include <thread>
 
+#include "catch.h"
 #include "ctrun/worker/ddp.h"
 #include "ctrun/worker/sampler.h"
 #include "ctrun/worker/sharded.h"

@@ -3,10 +3,10 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 
+#include "catch.h"
 #include "process.h"
 
 using ctrun::worker::HeartbeatFile;
@@ -50,4 +50,46 @@ TEST_CASE("heartbeat: a missing file is not created") {
   HeartbeatFile file(path);
   CHECK_FALSE(file.beat(HeartbeatFile::Clock::now()));
   CHECK_FALSE(std::filesystem::exists(path));
+}
+
+// One case for every form of the agent's fault file: the variable is read once per process.
+TEST_CASE("heartbeat: report_step raises the planned exception, or makes the planned CUDA error") {
+  ctrun::testing::ScratchDir dir("heartbeat_fault");
+  const std::string path = dir.path("fault");
+  ::setenv("CTRUN_FAULT_FILE", path.c_str(), 1);
+  ::unsetenv("CTRUN_HEARTBEAT_FILE");
+  auto raised = [](std::int64_t step) -> std::string {
+    try {
+      ctrun::worker::report_step(step);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(raised(1).empty());  // no file: nothing planned
+  std::ofstream(path) << "exception\nctrun: injected fault 1: an exception raised in rank 0\n";
+  CHECK_THROWS_AS(ctrun::worker::report_step(2), ctrun::worker::InjectedFault);
+  CHECK(raised(2) == "ctrun: injected fault 1: an exception raised in rank 0");
+  std::ofstream(path) << "ctrun: injected fault 1: the message alone\n";  // an older agent's
+  CHECK(raised(2) == "ctrun: injected fault 1: the message alone");
+
+  // A CUDA error without a maker (no NCCL group in this process): said, as an exception.
+  std::ofstream(path) << "cuda_error\nctrun: injected fault 2: a CUDA error in rank 0\n";
+  CHECK_THROWS_AS(ctrun::worker::report_step(3), ctrun::worker::InjectedFault);
+  CHECK(raised(3) ==
+        "ctrun: injected fault 2: a CUDA error in rank 0: no CUDA device in this worker (its "
+        "process group is not libctrun_worker's NCCL one); raised as an exception instead");
+  // With one: its error is what report_step throws.
+  std::string asked;
+  ctrun::worker::set_cuda_error_maker([&asked](const std::string& message) {
+    asked = message;
+    throw std::runtime_error("CUDA error: device-side assert triggered");
+  });
+  CHECK(raised(3) == "CUDA error: device-side assert triggered");
+  CHECK(asked == "ctrun: injected fault 2: a CUDA error in rank 0");
+  ctrun::worker::set_cuda_error_maker({});
+  CHECK_THROWS_AS(ctrun::worker::report_step(3), ctrun::worker::InjectedFault);
+  std::remove(path.c_str());
+  CHECK(raised(4).empty());
+  ::unsetenv("CTRUN_FAULT_FILE");
 }

@@ -1,6 +1,6 @@
 #include "ctrun/worker/lr_schedule.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using ctrun::worker::scale_lr_linearly;
 using ctrun::worker::WarmupCosineSchedule;

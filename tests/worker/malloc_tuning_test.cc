@@ -2,7 +2,7 @@
 
 #include <stdlib.h>
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 TEST_CASE("malloc tuning: applies, unless the user set glibc's variables") {
   unsetenv("MALLOC_MMAP_THRESHOLD_");

@@ -5,9 +5,9 @@
 // them on a GPU machine.
 #include <torch/torch.h>
 
-#include <catch2/catch.hpp>
 #include <functional>
 
+#include "catch.h"
 #include "ctrun/worker/ddp.h"
 #include "ctrun/worker/process_group.h"
 #include "ctrun/worker/sharded.h"

@@ -5,8 +5,8 @@
 #include <torch/torch.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 
+#include "catch.h"
 #include "etcd_server.h"
 #include "gloo_ranks.h"
 #include "loopback_daemon.h"
@@ -178,8 +178,8 @@ TEST_CASE("process group: a reduce-scatter waiting on a silent peer is a timeout
         return error;
       },
       1500ms);
-  CHECK_THAT(errors[0],
-             Catch::StartsWith("gloo reduce_scatter failed:") && Catch::Contains("imed out"));
+  CHECK_THAT(errors[0], Catch::Matchers::StartsWith("gloo reduce_scatter failed:") &&
+                            Catch::Matchers::ContainsSubstring("imed out"));
   CHECK(std::chrono::steady_clock::now() - started < 20s);
 }
 
@@ -208,8 +208,8 @@ TEST_CASE("process group: a peer that never joins the collective is a timeout er
       },
       1500ms);
   const auto elapsed = std::chrono::steady_clock::now() - started;
-  CHECK_THAT(errors[0],
-             Catch::StartsWith("gloo all_reduce failed:") && Catch::Contains("imed out"));
+  CHECK_THAT(errors[0], Catch::Matchers::StartsWith("gloo all_reduce failed:") &&
+                            Catch::Matchers::ContainsSubstring("imed out"));
   CHECK(elapsed < 20s);
 }
 

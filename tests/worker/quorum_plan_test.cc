@@ -1,7 +1,7 @@
 // Who trains and who heals from whom in a quorum, with and without shard groups (HSDP).
 #include "quorum_plan.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using ctrun::rendezvous::heal_sources;
 using ctrun::rendezvous::QuorumMember;

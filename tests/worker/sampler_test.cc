@@ -1,8 +1,9 @@
 #include "ctrun/worker/sampler.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <set>
+
+#include "catch.h"
 
 using ctrun::worker::DistributedSampler;
 using ctrun::worker::SamplerOptions;

@@ -2,7 +2,7 @@
 // rank's shard, at the place the layout says.
 #include "shard_layout.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using ctrun::worker::group_into_units;
 using ctrun::worker::make_shard_layout;

@@ -5,12 +5,12 @@
 
 #include <torch/torch.h>
 
-#include <catch2/catch.hpp>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
+#include "catch.h"
 #include "ctrun/worker/checkpoint.h"
 #include "gloo_ranks.h"
 #include "process.h"

@@ -3,7 +3,7 @@
 // quorums: tests/rendezvous/backend/quorum_client_test.cc.
 #include "ctrun/worker/step_quorum.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <map>
 #include <optional>

@@ -1,6 +1,6 @@
 #include "ctrun/worker/throughput.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using namespace std::chrono_literals;
 

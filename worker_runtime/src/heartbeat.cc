@@ -43,8 +43,14 @@ HeartbeatFile* process_file(std::unique_lock<std::mutex>& lock) {
   return file.get();
 }
 
-// A planned exception's message when the agent has written CTRUN_FAULT_FILE; else nothing.
-std::optional<std::string> injected_fault() {
+struct PlannedFault {
+  bool cuda_error = false;
+  std::string message;
+};
+
+// The fault the agent wrote into CTRUN_FAULT_FILE, if it has: its kind on the first line
+// ("exception" or "cuda_error"), its message on the second.
+std::optional<PlannedFault> injected_fault() {
   static const std::string path = [] {
     const char* p = std::getenv("CTRUN_FAULT_FILE");
     return std::string(p ? p : "");
@@ -57,8 +63,21 @@ std::optional<std::string> injected_fault() {
   ::close(fd);
   text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return text.empty() ? "ctrun: injected exception" : text;
+  PlannedFault fault;
+  const auto newline = text.find('\n');
+  const std::string kind = text.substr(0, newline);
+  if (kind != "exception" && kind != "cuda_error") {
+    fault.message = text;  // a message alone, as agents before the CUDA error kind wrote it
+  } else {
+    fault.cuda_error = kind == "cuda_error";
+    fault.message = newline == std::string::npos ? "" : text.substr(newline + 1);
+  }
+  if (fault.message.empty()) fault.message = "ctrun: injected " + kind;
+  return fault;
 }
+
+std::mutex cuda_error_mutex;
+CudaErrorMaker cuda_error_maker;
 
 }  // namespace
 
@@ -67,8 +86,28 @@ void heartbeat() {
   if (HeartbeatFile* file = process_file(lock)) file->beat(HeartbeatFile::Clock::now());
 }
 
+void set_cuda_error_maker(CudaErrorMaker maker) {
+  std::lock_guard lock(cuda_error_mutex);
+  cuda_error_maker = std::move(maker);
+}
+
 void report_step(std::int64_t step) {
-  if (auto message = injected_fault()) throw InjectedFault(*message);
+  if (auto fault = injected_fault()) {
+    if (fault->cuda_error) {
+      CudaErrorMaker maker;
+      {
+        std::lock_guard lock(cuda_error_mutex);
+        maker = cuda_error_maker;
+      }
+      if (!maker) {
+        throw InjectedFault(fault->message +
+                            ": no CUDA device in this worker (its process group is not "
+                            "libctrun_worker's NCCL one); raised as an exception instead");
+      }
+      maker(fault->message);  // throws LibTorch's CUDA error
+    }
+    throw InjectedFault(fault->message);
+  }
   std::unique_lock<std::mutex> lock;
   if (HeartbeatFile* file = process_file(lock)) file->write_step(step);
 }

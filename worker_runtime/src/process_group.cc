@@ -9,7 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "ctrun/worker/heartbeat.h"
 #include "ctrun_store.h"
+#include "cuda_error.h"
 #include "error_text.h"
 #include "gloo_group.h"
 #include "make_group.h"
@@ -103,7 +105,12 @@ std::unique_ptr<ProcessGroup> make_group(const WorkerEnv& env,
                                          const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                          int size, const ProcessGroupOptions& options) {
   if (options.backend == Backend::kNccl) {
-    return make_nccl_group(store, rank, size, env.local_rank, options.timeout);
+    auto group = make_nccl_group(store, rank, size, env.local_rank, options.timeout);
+    // A planned CUDA error (ctrun --faults) is made on the device this group runs on.
+    set_cuda_error_maker([device = env.local_rank](const std::string& message) {
+      make_cuda_error(device, message);
+    });
+    return group;
   }
   // Bind where this host reaches the rendezvous (ctrun) or the master (torchrun): loopback on
   // one host, the right interface on a cluster. GLOO_SOCKET_IFNAME, when set, wins.

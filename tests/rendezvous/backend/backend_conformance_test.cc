@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <boost/asio.hpp>
-#include <catch2/catch.hpp>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <set>
 
+#include "catch.h"
 #include "etcd_server.h"
 #include "memory_etcd.h"
 #include "process.h"

@@ -1,5 +1,5 @@
 // ctrund's pushed frames as the typed events every backend gives its agent.
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include "rendezvous/backend/backend.h"
 

@@ -2,7 +2,7 @@
 // etcd and no event loop. (The same backend against etcd: backend_conformance_test.cc.)
 #include "rendezvous/backend/etcd_reducer.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <algorithm>
 

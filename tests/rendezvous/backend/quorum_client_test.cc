@@ -5,11 +5,11 @@
 #include "ctrun/rendezvous/quorum_client.h"
 
 #include <boost/asio.hpp>
-#include <catch2/catch.hpp>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "catch.h"
 #include "etcd_server.h"
 #include "loopback_daemon.h"
 #include "process.h"

@@ -6,10 +6,10 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
-#include <catch2/catch.hpp>
 #include <set>
 #include <thread>
 
+#include "catch.h"
 #include "etcd_server.h"
 #include "loopback_daemon.h"
 #include "process.h"

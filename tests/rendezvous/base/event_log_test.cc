@@ -2,11 +2,11 @@
 
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "catch.h"
 #include "ctrun/rendezvous/clock.h"
 #include "rendezvous/core/rendezvous.h"
 

@@ -1,7 +1,7 @@
 // The per-step quorum, decision by decision, on a clock moved by hand.
 #include "rendezvous/core/quorum.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <map>
 

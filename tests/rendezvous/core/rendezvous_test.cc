@@ -1,7 +1,8 @@
 #include "rendezvous/core/rendezvous.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
+
+#include "catch.h"
 
 using namespace ctrun::rendezvous;
 using namespace std::chrono_literals;

@@ -1,6 +1,6 @@
 #include "rendezvous/core/store.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using namespace ctrun::rendezvous;
 using namespace std::chrono_literals;

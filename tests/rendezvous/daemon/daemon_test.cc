@@ -8,13 +8,13 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "catch.h"
 #include "ctrun/rendezvous/client.h"
 #include "ctrund_daemon.h"
 #include "process.h"

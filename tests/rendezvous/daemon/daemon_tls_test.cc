@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <boost/asio.hpp>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "catch.h"
 #include "ctrun/rendezvous/client.h"
 #include "ctrund_daemon.h"
 #include "process.h"

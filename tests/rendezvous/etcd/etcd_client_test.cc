@@ -5,10 +5,10 @@
 #include "rendezvous/etcd/etcd_client.h"
 
 #include <boost/asio.hpp>
-#include <catch2/catch.hpp>
 #include <optional>
 #include <thread>
 
+#include "catch.h"
 #include "etcd_server.h"
 #include "memory_etcd.h"
 #include "process.h"

@@ -1,6 +1,6 @@
 #include "rendezvous/etcd/etcd.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using namespace ctrun::rendezvous;
 using namespace ctrun::rendezvous::etcd;
@@ -50,10 +50,13 @@ TEST_CASE("etcd codec: endpoints, several, with or without scheme and port") {
   CHECK(parse_endpoints("https://h1,http://h2").error().message ==
         "--rdzv_endpoint: 'https://h1,http://h2' mixes http:// and https:// members");
   CHECK_THAT(parse_endpoints("h1:,h2").error().message,
-             Catch::Contains("no port after ':' in 'h1:'"));
-  CHECK_THAT(parse_endpoints("::1").error().message, Catch::Contains("in brackets, as [::1]:2379"));
-  CHECK_THAT(parse_endpoints("h1,,h2").error().message, Catch::Contains("empty etcd endpoint"));
-  CHECK_THAT(parse_endpoints("h1:99999").error().message, Catch::Contains("'99999'"));
+             Catch::Matchers::ContainsSubstring("no port after ':' in 'h1:'"));
+  CHECK_THAT(parse_endpoints("::1").error().message,
+             Catch::Matchers::ContainsSubstring("in brackets, as [::1]:2379"));
+  CHECK_THAT(parse_endpoints("h1,,h2").error().message,
+             Catch::Matchers::ContainsSubstring("empty etcd endpoint"));
+  CHECK_THAT(parse_endpoints("h1:99999").error().message,
+             Catch::Matchers::ContainsSubstring("'99999'"));
 }
 
 TEST_CASE("etcd codec: requests use base64, string int64s and upper-case enums") {

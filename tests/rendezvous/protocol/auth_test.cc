@@ -2,9 +2,10 @@
 #include "ctrun/rendezvous/endpoint.h"
 #include "rendezvous/base/token.h"
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
+
+#include "catch.h"
 
 using namespace ctrun::rendezvous;
 

@@ -1,6 +1,6 @@
 #include "ctrun/rendezvous/frame.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include "rendezvous/protocol/message.h"
 

@@ -1,7 +1,7 @@
 // The TCPStore wire codec: both numberings, requests in pieces, the limits.
-#include <catch2/catch.hpp>
 #include <random>
 
+#include "catch.h"
 #include "rendezvous/protocol/tcpstore_wire.h"
 
 using namespace ctrun::rendezvous;
@@ -129,21 +129,23 @@ TEST_CASE("tcpstore wire: limits and unknown commands fail the stream before it 
     return r.error().message;
   };
   CHECK_THAT(error_of(std::string(1, '\0') + str(std::string(17, 'k'))),
-             Catch::Contains("key of 17 bytes exceeds the limit of 16"));
+             Catch::Matchers::ContainsSubstring("key of 17 bytes exceeds the limit of 16"));
   // The value's length alone is enough to refuse it: its bytes never need to arrive.
   CHECK_THAT(error_of(std::string(1, '\0') + str("k") + u64(1u << 30)),
-             Catch::Contains("value of 1073741824 bytes"));
-  CHECK_THAT(error_of(std::string(1, '\4') + u64(5)), Catch::Contains("5 keys, over the limit"));
-  CHECK_THAT(error_of(std::string(1, '\x09')), Catch::Contains("unknown command 9"));
+             Catch::Matchers::ContainsSubstring("value of 1073741824 bytes"));
+  CHECK_THAT(error_of(std::string(1, '\4') + u64(5)),
+             Catch::Matchers::ContainsSubstring("5 keys, over the limit"));
+  CHECK_THAT(error_of(std::string(1, '\x09')),
+             Catch::Matchers::ContainsSubstring("unknown command 9"));
   CHECK_THAT(error_of(encode_validate() + std::string(1, '\x13')),
-             Catch::Contains("unknown command 19"));
+             Catch::Matchers::ContainsSubstring("unknown command 19"));
   CHECK_THAT(error_of(encode_validate() + std::string("\0\1\2\3\4", 5)),
-             Catch::Contains("wrong magic"));
+             Catch::Matchers::ContainsSubstring("wrong magic"));
   // Many values of allowed size that add up past the request limit.
   std::string multi = encode_validate() + std::string(1, '\x0b') + u64(4);
   for (int i = 0; i < 4; ++i) multi += str("k") + u64(32) + std::string(32, 'v');
   limits.max_request_bytes = 100;
-  CHECK_THAT(error_of(multi), Catch::Contains("exceeds the limit of 100"));
+  CHECK_THAT(error_of(multi), Catch::Matchers::ContainsSubstring("exceeds the limit of 100"));
   CHECK(error_of(std::string(1, '\0') + str("k")) == "incomplete");
 }
 

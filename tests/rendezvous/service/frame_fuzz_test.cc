@@ -1,9 +1,9 @@
 // Fuzz-style tests: random and mutated frames at the decoder and at the request dispatcher.
 // Seeded, so a failure reproduces; CTRUN_FUZZ_SEED picks another seed.
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <random>
 
+#include "catch.h"
 #include "ctrun/rendezvous/frame.h"
 #include "rendezvous/protocol/tcpstore_wire.h"
 #include "service_harness.h"

@@ -1,6 +1,6 @@
 // ctrund's `quorum` op in memory: replicas ask per step, answers come when the quorum forms, a
 // closed connection takes its replica out, and bad asks are refused by field.
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include "ctrun/rendezvous/quorum.h"
 #include "service_harness.h"

@@ -1,7 +1,7 @@
 // The worker store: torch's TCPStore clients and ctrun's own on one listener, in memory.
-#include <catch2/catch.hpp>
 #include <cstring>
 
+#include "catch.h"
 #include "memory_state_log.h"
 #include "rendezvous/protocol/tcpstore_wire.h"
 #include "service_harness.h"

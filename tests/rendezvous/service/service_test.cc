@@ -1,6 +1,6 @@
 #include "rendezvous/service/service.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include "service_harness.h"
 

@@ -2,7 +2,7 @@
 // "restarts" from what another one recorded.
 #include "rendezvous/core/state_log.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include "memory_state_log.h"
 #include "service_harness.h"

@@ -37,8 +37,10 @@ struct WorkerEnvInputs {
   // CTRUN_RESULT_FILE with --fault_report: where the worker may write its result (a digest of
   // its parameters), which the report quotes; else empty.
   std::string result_file;
-  // CTRUN_FAULT_FILE with --faults: where the agent writes a planned exception's message, which
-  // the worker raises at its next reported step (ctrun_worker.report_step, report_step in C++).
+  // CTRUN_FAULT_FILE with --faults: where the agent writes a planned exception or CUDA error
+  // (the kind, "exception" or "cuda_error", on the first line; the message on the second),
+  // which the worker raises or makes at its next reported step (ctrun_worker.report_step,
+  // report_step in C++).
   std::string fault_file;
   // With heartbeat files: the directory holding ctrun's Python helper (ctrun_worker.py), put
   // first on PYTHONPATH so that a script imports it; else empty.

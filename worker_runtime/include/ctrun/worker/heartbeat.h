@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -20,8 +21,10 @@ void heartbeat();
 // step with its own count (a resumed run goes on from its checkpoint's step); FaultTolerance
 // reports its committed step itself. From Python: ctrun_worker.report_step(step), the helper
 // ctrun puts on the workers' PYTHONPATH. Does nothing without the variable.
-// Where a plan injects an exception into this worker (CTRUN_FAULT_FILE exists), throws
-// InjectedFault instead, before the step is reported.
+// Where a plan injects a fault into this worker (CTRUN_FAULT_FILE exists), instead, before the
+// step is reported: throws InjectedFault (kind "exception"), or makes a CUDA error (kind
+// "cuda_error") with the maker below, whose error propagates; without a maker, InjectedFault
+// saying this worker has no CUDA device.
 void report_step(std::int64_t step);
 
 // An exception a `ctrun --faults` plan raised in this worker (kind "exception").
@@ -29,6 +32,12 @@ class InjectedFault : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// What makes a planned CUDA error in this process: a kernel that fails on the GPU it trains on,
+// throwing what LibTorch throws for it (`message` says which fault). libctrun_worker's NCCL
+// process group sets it for its device; an empty one unsets it.
+using CudaErrorMaker = std::function<void(const std::string& message)>;
+void set_cuda_error_maker(CudaErrorMaker maker);
 
 // One heartbeat file; what heartbeat() uses, separate so it is tested without the environment.
 class HeartbeatFile {
