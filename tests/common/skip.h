@@ -10,7 +10,7 @@
 
 namespace ctrun::testing {
 
-inline constexpr int kSkipExitCode = 77;
+inline constexpr int kSkipExitCode = CTRUN_TEST_SKIP_CODE;  // 77, or 4 with Catch2 3
 
 void mark_skipped(const std::string& why);
 

@@ -20,7 +20,9 @@ namespace {
 
 constexpr const char* kChromium = "/usr/bin/chromium";
 
-std::vector<std::string> chromium(const ScratchDir& s, std::vector<std::string> args) {
+// Unused where the test is built without libpng.
+[[maybe_unused]] std::vector<std::string> chromium(const ScratchDir& s,
+                                                   std::vector<std::string> args) {
   std::vector<std::string> argv = {kChromium,
                                    "--headless",
                                    "--no-sandbox",

@@ -53,6 +53,20 @@ std::string local_address_towards(const std::string& host, int port) {
   return address;
 }
 
+// LibTorch 2.x asks for its libuv TCPStore backend by default and refuses where it was built
+// without libuv (Debian's 2.6): then the classic backend, which every build has. Returns whether
+// there was a choice to take back (1.13 has none).
+template <class Options>
+bool without_libuv(Options& options) {
+  if constexpr (requires { options.useLibUV; }) {
+    if (!options.useLibUV) return false;
+    options.useLibUV = false;
+    return true;
+  } else {
+    return false;
+  }
+}
+
 // Where the ranks meet. Keys carry the restart count, so a restarted job never reads the
 // addresses its previous attempt left behind.
 c10::intrusive_ptr<c10d::Store> make_store(const WorkerEnv& env,
@@ -72,7 +86,15 @@ c10::intrusive_ptr<c10d::Store> make_store(const WorkerEnv& env,
   options.waitWorkers = false;
   options.timeout = timeout;
   try {
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    c10::intrusive_ptr<c10d::TCPStore> tcp;
+    try {
+      tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    } catch (const std::exception& e) {
+      if (std::string(e.what()).find("libuv") == std::string::npos || !without_libuv(options)) {
+        throw;
+      }
+      tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    }
     return c10::make_intrusive<c10d::PrefixStore>(attempt, tcp);
   } catch (const std::exception& e) {
     throw CollectiveError("TCPStore at " + env.master_addr + ":" + std::to_string(env.master_port) +
