@@ -65,17 +65,23 @@ fetch() {
   echo "gpu-build: $(ls "$deps/debs" | wc -l) packages in $deps/debs ($(du -sh "$deps/debs" | cut -f1))"
 }
 
+# Unpacks the carried .debs into .gpu-deps/root; with "no-boost", all but Boost's: the root's
+# include directory is on the compiler's path (Gloo's headers), and Boost 1.81's headers there
+# would shadow the system Boost the build links against.
 unpack() {
-  local root="$deps/root"
+  local root="$deps/root" skip_boost=${1:-}
   [ -d "$deps/debs" ] || { echo "gpu-build: no $deps/debs (run 'scripts/gpu-build.sh fetch' on Debian)" >&2; exit 1; }
+  local wanted=() f
+  for f in "$deps"/debs/*.deb; do
+    if [ "$skip_boost" = no-boost ] && [[ "$(basename "$f")" == libboost* ]]; then continue; fi
+    wanted+=("$f")
+  done
   # Unpacked again whenever the set of packages changed (a fetch that brought new ones).
-  local wanted
-  wanted=$(ls "$deps/debs")
-  if [ ! -f "$root/.unpacked" ] || [ "$(cat "$root/.unpacked")" != "$wanted" ]; then
+  if [ ! -f "$root/.unpacked" ] || [ "$(cat "$root/.unpacked")" != "$(printf '%s\n' "${wanted[@]##*/}")" ]; then
     rm -rf "$root"
     mkdir -p "$root"
-    for f in "$deps"/debs/*.deb; do dpkg-deb -x "$f" "$root"; done
-    echo "$wanted" > "$root/.unpacked"
+    for f in "${wanted[@]}"; do dpkg-deb -x "$f" "$root"; done
+    printf '%s\n' "${wanted[@]##*/}" > "$root/.unpacked"
   fi
 }
 
@@ -85,7 +91,13 @@ build() {
   local targets=()
   for t in "$@"; do targets+=(--target "$t"); done
   local python=${PYTHON:-python3}
-  unpack
+  local boost_args=() boost_dir skip_boost=""
+  if boost_dir=$(system_boost_dir); then
+    boost_args=(-DBoost_DIR="$boost_dir")
+    skip_boost=no-boost
+    echo "gpu-build: Boost ${boost_dir##*/Boost-} from the system ($boost_dir), not the carried 1.81"
+  fi
+  unpack "$skip_boost"
   local root="$deps/root"
   local torch_prefix nccl_home
   torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
@@ -95,12 +107,6 @@ build() {
   if [ -n "$nccl_home" ] && [ -f "$nccl_home/include/nccl.h" ]; then
     nccl_args+=(-DCTRUN_NCCL_INCLUDE_DIR="$nccl_home/include"
                 -DCTRUN_NCCL_LIBRARY="$(ls "$nccl_home"/lib/libnccl.so* | head -1)")
-  fi
-  local boost_args=()
-  local boost_dir
-  if boost_dir=$(system_boost_dir); then
-    boost_args=(-DBoost_DIR="$boost_dir")
-    echo "gpu-build: Boost ${boost_dir##*/Boost-} from the system ($boost_dir), not the carried 1.81"
   fi
   local cmake
   cmake=$(tool cmake)
