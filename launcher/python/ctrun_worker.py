@@ -43,7 +43,7 @@ def _make_cuda_error(message):
     values = torch.zeros(1, device=device)
     values[torch.ones(1, dtype=torch.long, device=device)]
     torch.cuda.synchronize(device)
-    raise InjectedFault(message + ": the failing kernel did not fail on cuda:%d" % device)
+    raise InjectedFault(f"{message}: the failing kernel did not fail on cuda:{device}")
 
 
 def report_step(step):
