@@ -16,6 +16,7 @@ it runs unchanged elsewhere: guard the import with try/except ImportError if it 
 where ctrun is absent.
 """
 import os
+import sys
 
 __all__ = ["InjectedFault", "report_step", "write_result"]
 
@@ -28,7 +29,6 @@ def _make_cuda_error(message):
     """A CUDA error, as a GPU fault gives one: a kernel that indexes out of bounds on this
     worker's current device (a device-side assert). The context stays broken: every later CUDA
     call in the process fails too, NCCL's included. Raises what torch raises for it."""
-    import sys
     try:
         import torch
     except ImportError:

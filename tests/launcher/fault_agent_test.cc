@@ -57,6 +57,22 @@ char process_state(int pid) {
   return close == std::string::npos || close + 2 >= stat.size() ? 0 : stat[close + 2];
 }
 
+// ctrun --standalone with `ctrun_flags` running tests/python/fault_train.py as job `name`: its
+// fault report in NAME.json, `faults` (none: a clean run), its checkpoint in NAME.pt, and
+// `script_flags` for the script.
+std::vector<std::string> fault_train_job(const ScratchDir& s, const std::string& name,
+                                         const std::vector<std::string>& ctrun_flags,
+                                         const std::vector<std::string>& faults,
+                                         const std::vector<std::string>& script_flags = {}) {
+  std::vector<std::string> argv = {CTRUN_PATH, "--standalone"};
+  argv.insert(argv.end(), ctrun_flags.begin(), ctrun_flags.end());
+  argv.insert(argv.end(), {"--fault_report", s.path(name + ".json")});
+  argv.insert(argv.end(), faults.begin(), faults.end());
+  argv.insert(argv.end(), {FAULT_TRAIN_SCRIPT_PATH, "--checkpoint", s.path(name + ".pt")});
+  argv.insert(argv.end(), script_flags.begin(), script_flags.end());
+  return argv;
+}
+
 }  // namespace
 
 TEST_CASE("faults: a planned SIGKILL hits its rank on time, and the job restarts and finishes") {
@@ -318,12 +334,8 @@ TEST_CASE("faults: an exception planned for a C++ worker is thrown by its report
 TEST_CASE("faults: a Python gloo job under a random plan of five faults ends as a clean run") {
   ScratchDir s("faults_python");
   SystemPython python;
-  auto job = [&](const std::string& name, std::vector<std::string> faults) {
-    std::vector<std::string> argv = {CTRUN_PATH,         "--standalone",   "--nproc_per_node=3",
-                                     "--max_restarts=8", "--fault_report", s.path(name + ".json")};
-    argv.insert(argv.end(), faults.begin(), faults.end());
-    argv.insert(argv.end(), {FAULT_TRAIN_SCRIPT_PATH, "--checkpoint", s.path(name + ".pt")});
-    return argv;
+  auto job = [&](const std::string& name, const std::vector<std::string>& faults) {
+    return fault_train_job(s, name, {"--nproc_per_node=3", "--max_restarts=8"}, faults);
   };
   // The clean run's report holds its results (no plan: no faults).
   ChildProcess clean(job("clean", {}), s.path("clean.log"));
@@ -725,13 +737,9 @@ TEST_CASE("faults: a CUDA error in a Python NCCL worker at its step, and the job
   if (!gpu_visible() || !python_has_cuda(s)) {
     CTRUN_SKIP("needs a CUDA device and python3 with a CUDA torch");
   }
-  auto job = [&](const std::string& name, std::vector<std::string> faults) {
-    std::vector<std::string> argv = {CTRUN_PATH,         "--standalone",   "--nproc_per_node=1",
-                                     "--max_restarts=1", "--fault_report", s.path(name + ".json")};
-    argv.insert(argv.end(), faults.begin(), faults.end());
-    argv.insert(argv.end(), {FAULT_TRAIN_SCRIPT_PATH, "--device", "cuda", "--steps", "60",
-                             "--checkpoint", s.path(name + ".pt")});
-    return argv;
+  auto job = [&](const std::string& name, const std::vector<std::string>& faults) {
+    return fault_train_job(s, name, {"--nproc_per_node=1", "--max_restarts=1"}, faults,
+                           {"--device", "cuda", "--steps", "60"});
   };
   ChildProcess clean(job("clean", {}), s.path("clean.log"));
   const auto clean_rc = clean.wait(180s);
