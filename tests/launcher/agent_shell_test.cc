@@ -1,4 +1,4 @@
-// The agent's shell (agent.cc) run whole in this process, on fakes: workers in memory
+// The agent's shell (agent_impl.h) run whole in this process, on fakes: workers in memory
 // (fake_workers.h) and the etcd backend on the memory etcd. Its decisions are the machine's
 // (agent_machine_test.cc); these check that the shell carries them out: workers started with
 // the round's environment, stopped and started again, failures reported, the exit code. The
