@@ -9,9 +9,9 @@
 #                                       unpacks them into .gpu-deps/root and builds DIR
 #                                       (default build-gpu) with NCCL and the CUDA LibTorch:
 #                                       everything, or only the TARGETs named
-#   scripts/gpu-build.sh test [DIR [CTEST-ARG...]]
+#   scripts/gpu-build.sh test [DIR] [CTEST-ARG...]
 #                                       runs the test suite of DIR (ctest), or the part that the
-#                                       ctest arguments pick: test build-gpu -R 'CUDA error'
+#                                       ctest arguments pick: test -R 'CUDA error'
 #
 # What travels: Boost 1.81 (Process v2 + filesystem, as on Debian 12; a system Boost of 1.81 or
 # newer with its CMake package is taken instead, e.g. Ubuntu 24.04's 1.83), Catch2 2, CLI11, nlohmann
@@ -125,8 +125,11 @@ build() {
 }
 
 run_tests() {
-  local dir=${1:-$here/build-gpu}
-  shift || true
+  local dir=$here/build-gpu
+  if [ $# -gt 0 ] && [[ $1 != -* ]]; then  # a first word that is no ctest option is DIR
+    dir=$1
+    shift
+  fi
   export CMAKE_POLICY_VERSION_MINIMUM=3.5  # the package test configures against torch again
   "$(tool ctest)" --test-dir "$dir" --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 300 "$@"
 }
@@ -135,5 +138,5 @@ case "${1:-}" in
   fetch) fetch ;;
   build) shift; build "$@" ;;
   test) shift; run_tests "$@" ;;
-  *) echo "usage: scripts/gpu-build.sh fetch | build [DIR [TARGET...]] | test [DIR [CTEST-ARG...]]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu-build.sh fetch | build [DIR [TARGET...]] | test [DIR] [CTEST-ARG...]" >&2; exit 2 ;;
 esac

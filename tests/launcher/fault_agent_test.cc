@@ -729,9 +729,9 @@ TEST_CASE("faults: a CUDA error needs a GPU: refused on a node without one, said
                   "raised as an exception instead") != std::string::npos);
 }
 
-// On a GPU machine: a Python job over NCCL on cuda:0, its worker's CUDA context broken at step
-// 20 by the planned kernel; the job restarts from its checkpoint and ends with the parameters of
-// a clean run.
+// On a GPU machine: a Python job over NCCL on cuda:0, its worker's CUDA context broken by the
+// planned kernel at its first step reported once the agent saw step 20; the job restarts from its
+// checkpoint and ends with the parameters of a clean run.
 TEST_CASE("faults: a CUDA error in a Python NCCL worker at its step, and the job recovers (GPU)") {
   ScratchDir s("faults_cuda_python");
   if (!gpu_visible() || !python_has_cuda(s)) {

@@ -16,6 +16,7 @@ import hashlib
 import os
 import sys
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -115,4 +116,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception:
+        # A failed worker ends here, as uncaught, but without torch's teardown: after a CUDA
+        # error its NCCL group's destructor may wait on communicators the context cannot end.
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)

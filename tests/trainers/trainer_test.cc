@@ -391,9 +391,10 @@ TEST_CASE("trainers: mlp and gpt train on cuda under ctrun (GPU machines)") {
   CHECK(std::stod(last_value(out, "final loss ")) < 4.0);
 }
 
-// On a GPU machine: a planned CUDA error (ctrun --faults) breaks mlp's CUDA context at step 10
-// through libctrun_worker's NCCL group; the job restarts from the checkpoint at step 8 and ends
-// with the parameters of a clean run.
+// On a GPU machine: a planned CUDA error (ctrun --faults) breaks mlp's CUDA context through
+// libctrun_worker's NCCL group at its first step reported once the agent saw step 10 (steps
+// are fast on a GPU: some steps later); the job restarts from its last checkpoint (every 8
+// steps) and ends with the parameters of a clean run.
 TEST_CASE("trainers: a CUDA error planned in mlp on cuda, and the job recovers (GPU machines)") {
   ScratchDir s("cuda_error");
   if (run({MLP_PATH, "--device", "cuda", "--epochs", "1", "--max_steps", "1"},

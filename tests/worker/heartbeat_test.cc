@@ -72,6 +72,8 @@ TEST_CASE("heartbeat: report_step raises the planned exception, or makes the pla
   CHECK(raised(2) == "ctrun: injected fault 1: an exception raised in rank 0");
   std::ofstream(path) << "ctrun: injected fault 1: the message alone\n";  // an older agent's
   CHECK(raised(2) == "ctrun: injected fault 1: the message alone");
+  std::ofstream(path, std::ios::trunc).close();  // an empty file: an exception all the same
+  CHECK(raised(2) == "ctrun: injected exception");
 
   // A CUDA error without a maker (no NCCL group in this process): said, as an exception.
   std::ofstream(path) << "cuda_error\nctrun: injected fault 2: a CUDA error in rank 0\n";

@@ -72,7 +72,9 @@ std::optional<PlannedFault> injected_fault() {
     fault.cuda_error = kind == "cuda_error";
     fault.message = newline == std::string::npos ? "" : text.substr(newline + 1);
   }
-  if (fault.message.empty()) fault.message = "ctrun: injected " + kind;
+  if (fault.message.empty()) {
+    fault.message = fault.cuda_error ? "ctrun: injected cuda_error" : "ctrun: injected exception";
+  }
   return fault;
 }
 
