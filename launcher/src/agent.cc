@@ -2,6 +2,8 @@
 // machine (agent_machine.h) as input, and what the machine decides is carried out here; the
 // rendezvous is reached, hosted and rejoined here too. Workers: agent_workers.cc; --faults:
 // agent_faults.cc.
+#include "agent_impl.h"
+
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -13,7 +15,6 @@
 #include <string_view>
 
 #include "adopted_children.h"
-#include "agent_impl.h"
 #include "agent_os.h"
 #include "ctrun/rendezvous/endpoint.h"
 #include "python_helper.h"

@@ -1,6 +1,8 @@
 // --faults in the agent: the plan read at setup, what falls due carried out while workers run
 // (fault_injector.h decides; here are signals, files, nft rules, disk fills, the hosted
 // rendezvous), faults asked for by `ctrun fault`, and the report at the end.
+#include "agent_impl.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <cstring>
 #include <fstream>
 
-#include "agent_impl.h"
 #include "agent_os.h"
 #include "fault_plan.h"
 #include "link_cut.h"

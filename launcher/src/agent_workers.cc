@@ -1,6 +1,8 @@
 // The agent's workers: each attempt's files and environment, starting, restarting (one worker
 // with --fault_tolerance=step) and stopping them, the hung-worker watchdog (--worker_timeout),
 // and the failure report of the ranks that failed.
+#include "agent_impl.h"
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <sstream>
 
 #include "adopted_children.h"
-#include "agent_impl.h"
 #include "agent_os.h"
 #include "ctrun/launcher/log_line_prefix.h"
 #include "ctrun/launcher/worker_env.h"

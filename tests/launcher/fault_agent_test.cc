@@ -765,3 +765,55 @@ TEST_CASE("faults: a CUDA error in a Python NCCL worker at its step, and the job
   CHECK(report["faults"][0]["what"] == "fault 1: a CUDA error in rank 0 at step 20");
   CHECK(report["results"] == clean_report["results"]);
 }
+
+// docs/faults.md's pytest recipe (docs/examples/test_faults.py) run as a user runs it, on
+// fault_train.py: it passes where the job survives its plan, and fails where the job dies of it.
+TEST_CASE(
+    "faults: the pytest recipe of docs/faults.md passes on a Python job, fails one that dies") {
+  ScratchDir s("faults_recipe_pytest");
+  SystemPython python;
+  ChildProcess probe({"/usr/bin/python3", "-c", "import pytest"}, s.path("probe.log"));
+  if (probe.wait(60s) != std::optional<int>(0)) {
+    CTRUN_SKIP("needs pytest for /usr/bin/python3 (Debian: python3-pytest)");
+  }
+  auto recipe = [&](const std::string& name, const std::string& plan,
+                    const std::string& max_restarts) {
+    // No cache or bytecode written next to the recipe: the source tree stays as it is.
+    return std::vector<std::string>{"/usr/bin/env",
+                                    "CTRUN=" CTRUN_PATH,
+                                    "TRAIN_SCRIPT=" FAULT_TRAIN_SCRIPT_PATH,
+                                    "SCRIPT_ARGS=--steps 60",
+                                    "NPROC=2",
+                                    "FAULT_PLAN=" + plan,
+                                    "MAX_RESTARTS=" + max_restarts,
+                                    "PYTHONDONTWRITEBYTECODE=1",
+                                    "/usr/bin/python3",
+                                    "-m",
+                                    "pytest",
+                                    "-q",
+                                    "-p",
+                                    "no:cacheprovider",
+                                    "--basetemp",
+                                    s.path(name),
+                                    FAULTS_PYTEST_PATH};
+  };
+  ChildProcess passing(
+      recipe("pass",
+             "random:seed=7,count=3,kinds=kill+exception+hang,ranks=0-1,steps=5-50,duration=1",
+             "10"),
+      s.path("pass.log"));
+  const auto passed = passing.wait(300s);
+  std::string out = read_file(s.path("pass.log"));
+  INFO(out);
+  CHECK(passed == std::optional<int>(0));
+  CHECK(out.find("1 passed") != std::string::npos);
+
+  ChildProcess failing(recipe("fail", "kill:rank=1,at_step=10", "0"), s.path("fail.log"));
+  const auto failed = failing.wait(300s);
+  out = read_file(s.path("fail.log"));
+  INFO(out);
+  REQUIRE(failed);
+  CHECK(*failed != 0);
+  CHECK(out.find("1 failed") != std::string::npos);
+  CHECK(out.find("faulted run failed (1)") != std::string::npos);
+}

@@ -103,3 +103,47 @@ TEST_CASE("faults: mlp --fault_tolerant under a random plan of five faults loses
   }
   check_commits(read_consumed(s.path("consumed")), 12288);
 }
+
+// docs/faults.md's ctest recipe (docs/examples/faults_check.cmake) run as a user's
+// CMakeLists.txt runs it, on mlp: it passes where the job survives its plan, and fails, saying
+// why, where the job dies of it.
+TEST_CASE("faults: the ctest recipe of docs/faults.md passes on mlp, and fails a job that dies") {
+  ScratchDir s("faults_recipe_ctest");
+  auto recipe = [&](const std::string& name, const std::string& faults,
+                    const std::string& max_restarts) {
+    const std::string dir = s.path(name);
+    return std::vector<std::string>{
+        CMAKE_PATH,
+        "-DCTRUN=" CTRUN_PATH,
+        "-DTRAINER=" MLP_PATH,
+        "-DTRAINER_ARGS=--epochs;2;--samples;4096;--seed;3;--checkpoint_every;8;--checkpoint_dir;" +
+            dir + "/@RUN@.ckpt",
+        "-DFAULTS=" + faults,
+        "-DWORK_DIR=" + dir,
+        "-DMAX_RESTARTS=" + max_restarts,
+        "-P",
+        FAULTS_CHECK_PATH};
+  };
+  // 2 ranks, 64 steps: a kill, a SIGTERM and a hang among the first 50.
+  ChildProcess passing(
+      recipe("pass", "random:seed=5,count=3,kinds=kill+term+hang,ranks=0-1,steps=5-50,duration=1",
+             "10"),
+      s.path("pass.log"));
+  const auto passed = passing.wait(300s);
+  std::string out = read_file(s.path("pass.log"));
+  INFO(out);
+  CHECK(passed == std::optional<int>(0));
+  CHECK(out.find("faults_check: 3 faults, and the results of all 2 ranks are the clean run's") !=
+        std::string::npos);
+
+  // No restart left for a killed worker: the faulted run fails, and so does the test.
+  ChildProcess failing(recipe("fail", "kill:rank=1,at_step=10", "0"), s.path("fail.log"));
+  const auto failed = failing.wait(300s);
+  out = read_file(s.path("fail.log"));
+  INFO(out);
+  REQUIRE(failed);
+  CHECK(*failed != 0);
+  CHECK(out.find("faults_check: the faulted run failed (1)") != std::string::npos);
+  CHECK(read_file(s.path("fail/faulted.log"))
+            .find("injecting fault 1: SIGKILL to rank 1 at step 10") != std::string::npos);
+}
