@@ -17,6 +17,7 @@
 #include "adopted_children.h"
 #include "agent_os.h"
 #include "ctrun/rendezvous/endpoint.h"
+#include "hosted_rendezvous.h"
 #include "python_helper.h"
 #include "rendezvous/backend/backend.h"
 #include "rendezvous/base/log.h"
@@ -243,16 +244,9 @@ rdzv::Status Agent::Impl::setup() {
 
 // The rendezvous this agent hosts, on endpoint_host_:endpoint_port_ (0: any free port).
 rdzv::Status Agent::Impl::host_rendezvous() {
-  rdzv::ServerOptions server_options;
-  server_options.host = endpoint_host_;
-  server_options.port = endpoint_port_;
-  server_options.service.token = token_;
-  server_options.service.log = [](const std::string& line) {
-    rdzv::log_line("ctrun rendezvous", line);
-  };
+  rdzv::ServerOptions server_options = hosted_rendezvous_options(options_.rdzv_conf, endpoint_host_,
+                                                                 endpoint_port_, token_, run_id_);
   server_options.service.events = hosted_events();
-  // Workers reach the job's store here as torch's TCPStore (TORCHELASTIC_USE_AGENT_STORE).
-  server_options.service.worker_store_job = run_id_;
   if (faults_) {
     // A rendezvous restart (a fault) brings it back as ctrund with --state_dir comes back: with
     // the job's rounds and store.

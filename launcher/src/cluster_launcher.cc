@@ -22,6 +22,7 @@
 #include "cluster_plan.h"
 #include "ctrun/rendezvous/endpoint.h"
 #include "host_list.h"
+#include "hosted_rendezvous.h"
 #include "rendezvous/base/log.h"
 #include "rendezvous/base/token.h"
 #include "rendezvous/daemon/server.h"
@@ -250,14 +251,9 @@ int run_cluster(asio::io_context& io, const LaunchOptions& o, const EnvLookup& e
     } else {
       advertised = bind_host;
     }
-    rdzv::ServerOptions server_options;
-    server_options.host = bind_host;  // empty: every address, so each host reaches it its way
-    server_options.port = port;
-    server_options.service.token = token.value();
-    server_options.service.log = [](const std::string& line) {
-      rdzv::log_line("ctrun rendezvous", line);
-    };
-    server_options.service.worker_store_job = c.rdzv_id_given ? o.rdzv_id : facts.job_id;
+    // Bound to every address when bind_host is empty, so each host reaches it its way.
+    rdzv::ServerOptions server_options = hosted_rendezvous_options(
+        o.rdzv_conf, bind_host, port, token.value(), c.rdzv_id_given ? o.rdzv_id : facts.job_id);
     auto created = rdzv::Server::create(io, server_options);
     if (!created) return fail("cannot host the rendezvous: " + created.error().message);
     server = std::move(created).value();

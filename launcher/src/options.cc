@@ -171,6 +171,16 @@ Result<RendezvousConf> parse_rdzv_conf(const std::string& text) {
       } else {
         return bad("--rdzv_conf: is_host must be true or false, got '" + value + "'");
       }
+    } else if (key == "max_connections" || key == "max_connections_per_host" ||
+               key == "worker_store_max_connections") {
+      auto v = to_int(value);
+      if (!v || *v < 1) {
+        return bad("--rdzv_conf: " + key + " must be a positive integer, got '" + value + "'");
+      }
+      (key == "max_connections"            ? conf.max_connections
+       : key == "max_connections_per_host" ? conf.max_connections_per_host
+                                           : conf.worker_store_max_connections) =
+          static_cast<std::size_t>(*v);
     } else if (key == "token_file") {
       if (value.empty()) return bad("--rdzv_conf: token_file is empty");
       conf.token_file = value;

@@ -15,6 +15,7 @@
 
 #include "child_process.h"
 #include "output_sink.h"
+#include "rendezvous/base/open_files.h"
 #include "stderr_tail.h"
 
 namespace ctrun::launcher {
@@ -106,6 +107,13 @@ rendezvous::Status WorkerGroup::ensure_descriptors(const std::vector<WorkerSpec>
   constexpr std::size_t kHeadroom = 32;
   std::size_t needed = open_descriptors() + kHeadroom;
   for (const auto& spec : specs) needed += descriptors_for(spec);
+  // An agent that hosts the job's store raised its limit at start: its workers get the user's.
+  if (auto before = rendezvous::open_file_limit_before_raise(); before && !user_open_files_) {
+    auto as_rlim = [](std::uint64_t v) {
+      return v == rendezvous::kNoFileLimit ? RLIM_INFINITY : static_cast<rlim_t>(v);
+    };
+    user_open_files_ = rlimit{as_rlim(before->soft), as_rlim(before->hard)};
+  }
   rlimit now{};
   if (getrlimit(RLIMIT_NOFILE, &now) != 0 || now.rlim_cur == RLIM_INFINITY ||
       now.rlim_cur >= needed) {

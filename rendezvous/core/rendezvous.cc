@@ -301,6 +301,13 @@ std::vector<std::string> Rendezvous::node_ids() const {
   return ids;
 }
 
+std::size_t Rendezvous::ranks() const {
+  std::size_t n = 0;
+  for (const auto& [id, node] : nodes_)
+    n += static_cast<std::size_t>(std::max(node.info.local_world_size, 0));
+  return n;
+}
+
 std::optional<std::string> Rendezvous::departure(const std::string& node_id) const {
   for (auto it = departures_.rbegin(); it != departures_.rend(); ++it) {
     if (it->first == node_id) return it->second;

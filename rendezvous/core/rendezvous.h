@@ -75,6 +75,9 @@ class Rendezvous {
   // Joined and waiting for a round to form (not a member, nor told to join again).
   bool is_joining(const std::string& node_id) const;
   std::size_t num_nodes() const { return nodes_.size(); }
+  // Workers of every node it knows (members and those waiting to join): the most ranks the job
+  // can have in its next round, which is what the job's worker store must serve.
+  std::size_t ranks() const;
   std::vector<std::string> node_ids() const;
   Json describe() const;
   // What a member of the formed round was told when it formed; nullopt for anyone else. (The

@@ -208,6 +208,13 @@ bool KeyValueStore::erase(const std::string& key) {
   return true;
 }
 
+std::vector<std::string> KeyValueStore::erase_prefix(const std::string& prefix) {
+  std::vector<std::string> keys = keys_with_prefix(prefix);
+  for (const auto& key : keys) erase(key);
+  std::erase_if(queues_, [&prefix](const auto& q) { return q.first.starts_with(prefix); });
+  return keys;
+}
+
 KeyValueStore::WaiterId KeyValueStore::wait(std::vector<std::string> keys, TimePoint deadline,
                                             WaitCallback done) {
   if (check(keys)) {

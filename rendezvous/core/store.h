@@ -21,7 +21,8 @@
 namespace ctrun::rendezvous {
 
 struct StoreLimits {
-  std::size_t max_key_bytes = 4096;
+  // torch's TCPStore takes keys of 8 KiB; the worker store puts the round's prefix before them.
+  std::size_t max_key_bytes = (8u << 10) + 256;
   std::size_t max_value_bytes = 16u << 20;
   std::size_t max_keys = 1u << 20;
   std::size_t max_total_bytes = std::size_t{1} << 30;  // keys plus values
@@ -57,6 +58,8 @@ class KeyValueStore {
   // True when every key exists, or names a queue that is not empty.
   bool check(const std::vector<std::string>& keys) const;
   bool erase(const std::string& key);
+  // Erases every key and queue that starts with `prefix`; returns the keys erased.
+  std::vector<std::string> erase_prefix(const std::string& prefix);
   std::size_t num_keys() const { return data_.size(); }
   // The keys that start with `prefix` (a scan: for the rare c10d num_keys and list_keys).
   std::vector<std::string> keys_with_prefix(const std::string& prefix) const;

@@ -15,6 +15,7 @@
 
 #include "rendezvous/base/event_log.h"
 #include "rendezvous/base/log.h"
+#include "rendezvous/base/open_files.h"
 #include "rendezvous/base/token.h"
 #include "rendezvous/base/version.h"
 #include "rendezvous/core/metrics.h"
@@ -43,6 +44,10 @@ bool write_port_file(const std::string& path, std::uint16_t port) {
   return true;
 }
 
+std::string open_files_text(const rdzv::OpenFileLimit& l) {
+  return l.soft == rdzv::kNoFileLimit ? std::string("unlimited") : std::to_string(l.soft);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,6 +74,10 @@ int main(int argc, char** argv) {
                  "connections served at once from one address")
       ->default_val(options.service.max_connections_per_host)
       ->check(CLI::PositiveNumber);
+  std::size_t worker_store_max_connections = 0;
+  app.add_option("--worker_store_max_connections", worker_store_max_connections,
+                 "TCPStore connections served at once per job on --worker_store_ports, from any "
+                 "address; 0 (the default): 4 a rank of the job and 1024 more, at least 16384");
   app.add_option("--port_file", port_file, "write the bound port to this file once listening");
   app.add_option("--state_dir", options.state_dir,
                  "keep every job's store and rendezvous here and restore them at start-up");
@@ -147,6 +156,10 @@ int main(int argc, char** argv) {
   options.max_pending_write_bytes = std::max(options.max_pending_write_bytes, 4 * max_frame_bytes);
   options.service.max_connections = max_connections;
   options.service.max_connections_per_host = max_connections_per_host;
+  options.service.worker_store_limits.max_connections = worker_store_max_connections;
+  // A descriptor per connection: take what the hard limit allows (a soft limit of 1024 stalls
+  // the accepts near 1000 clients).
+  const rdzv::OpenFileLimit files = rdzv::raise_open_file_limit();
   options.service.log = [](const std::string& line) { rdzv::log_line("ctrund", line); };
 
   std::unique_ptr<rdzv::EventLog> event_log;
@@ -189,7 +202,7 @@ int main(int argc, char** argv) {
            : (tls_files.client_ca_file.empty() ? "TLS" : "TLS, client certificates required");
   rdzv::log_line("ctrund", "listening on " + server.value()->endpoint() + " (" + security +
                                "; token " + (options.service.token ? "required" : "not required") +
-                               ")");
+                               "; open files " + open_files_text(files) + ")");
   if (!write_port_file(port_file, server.value()->port())) return 1;
   if (metrics && !write_port_file(metrics_port_file, metrics->port())) return 1;
 

@@ -1,6 +1,7 @@
 #include "rendezvous/daemon/listen.h"
 
 #include "ctrun/rendezvous/endpoint.h"
+#include "rendezvous/base/open_files.h"
 
 #include <boost/asio.hpp>
 
@@ -19,7 +20,15 @@ void accept_loop(tcp::acceptor& acceptor, std::function<bool()> keep_going,
                             boost::system::error_code ec, tcp::socket socket) mutable {
     if (!keep_going()) return;
     if (ec) {
-      on_error("accept failed: " + ec.message());
+      std::string line = "accept failed: " + ec.message();
+      if (ec == asio::error::no_descriptors) {
+        const OpenFileLimit files = open_file_limit();
+        line +=
+            " (the open-file limit is " + std::to_string(files.soft) + ", hard limit " +
+            (files.hard == kNoFileLimit ? std::string("unlimited") : std::to_string(files.hard)) +
+            ": raise it, e.g. LimitNOFILE= for the ctrund service)";
+      }
+      on_error(line);
       auto retry = std::make_shared<asio::steady_timer>(acceptor.get_executor(),
                                                         std::chrono::milliseconds(100));
       retry->async_wait([&acceptor, retry, keep_going, on_accept,

@@ -8,6 +8,7 @@
 #include <array>
 #include <unordered_map>
 
+#include "rendezvous/base/open_files.h"
 #include "rendezvous/daemon/file_state_log.h"
 #include "rendezvous/daemon/listen.h"
 #include "rendezvous/protocol/message.h"
@@ -400,6 +401,10 @@ Result<PortRange> parse_port_range(const std::string& text) {
 }
 
 Result<std::unique_ptr<Server>> Server::create(asio::io_context& io, ServerOptions options) {
+  if (options.service.open_file_limit == 0) {
+    const OpenFileLimit files = open_file_limit();
+    if (files.soft != kNoFileLimit) options.service.open_file_limit = files.soft;
+  }
   std::unique_ptr<StateLog> state;
   if (!options.state_dir.empty()) {
     auto opened = open_state_dir(options.state_dir);

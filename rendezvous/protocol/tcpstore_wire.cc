@@ -12,6 +12,10 @@ constexpr std::array<Op, 9> kLegacyOps = {
     Op::kSet,  Op::kCompareSet, Op::kGet,      Op::kAdd,       Op::kCheck,
     Op::kWait, Op::kNumKeys,    Op::kWatchKey, Op::kDeleteKey,
 };
+constexpr std::array<Op, 12> kTorch21Ops = {
+    Op::kSet,     Op::kCompareSet, Op::kGet,    Op::kAdd,      Op::kCheck,    Op::kWait,
+    Op::kNumKeys, Op::kDeleteKey,  Op::kAppend, Op::kMultiGet, Op::kMultiSet, Op::kCancelWait,
+};
 constexpr std::uint8_t kValidate = 0;
 constexpr std::array<Op, 18> kValidatedOps = {
     // from byte 1
@@ -174,8 +178,12 @@ std::string_view dialect_name(Dialect d) {
   switch (d) {
     case Dialect::kUndecided:
       return "undecided";
+    case Dialect::kUnvalidated:
+      return "torch<=2.1";
     case Dialect::kLegacy:
       return "torch<=2.0";
+    case Dialect::kTorch21:
+      return "torch 2.1";
     case Dialect::kValidated:
       return "torch>=2.2";
   }
@@ -209,6 +217,26 @@ Result<std::optional<Request>> Decoder::fail(std::string message) {
   return Error{ErrorCode::kBadFrame, std::move(message)};
 }
 
+std::optional<Dialect> Decoder::tell_unvalidated(std::uint8_t command, const char* data,
+                                                 std::size_t available) {
+  if (hint_ == Dialect::kLegacy || hint_ == Dialect::kTorch21) return hint_;
+  if (command <= 6) return Dialect::kUnvalidated;
+  // 1.13 and 2.0 send WATCH_KEY only on a connection of its own, as its first request; 2.1's
+  // byte 7 is DELETE_KEY, which comes after others.
+  if (command == 7) return any_request_ ? Dialect::kTorch21 : Dialect::kLegacy;
+  if (command != 8) return Dialect::kTorch21;  // 9..11: APPEND's neighbours exist only in 2.1
+  // 8 is 1.13's DELETE_KEY (a key, then the client waits for the answer) or 2.1's APPEND (a key
+  // and a value, written at once): bytes after the key tell.
+  Reader r(data + 1, available - 1);
+  r.bytes(limits_.max_key_bytes, "key");
+  if (r.is_short()) {
+    need_ = 1 + r.need();
+    return std::nullopt;
+  }
+  if (r.error()) return Dialect::kLegacy;  // the parse below says what is wrong
+  return 1 + r.pos() < available ? Dialect::kTorch21 : Dialect::kLegacy;
+}
+
 Result<std::optional<Request>> Decoder::next() {
   if (failed_) return Error{ErrorCode::kBadFrame, "stream already failed"};
   while (true) {
@@ -220,7 +248,8 @@ Result<std::optional<Request>> Decoder::next() {
     // The dialect: a validated client opens with VALIDATE and the magic; anything else is a
     // client of torch <= 2.0, whose SET is byte 0 (followed by at least 8 bytes, so waiting for
     // the 4 that would hold the magic cannot stall it).
-    if (command == kValidate && dialect_ != Dialect::kLegacy) {
+    if (command == kValidate &&
+        (dialect_ == Dialect::kUndecided || dialect_ == Dialect::kValidated)) {
       Reader r(data + 1, available - 1);
       const auto magic = r.raw<std::uint32_t>();
       if (r.is_short()) {
@@ -235,14 +264,27 @@ Result<std::optional<Request>> Decoder::next() {
       }
       if (dialect_ == Dialect::kValidated) return fail("VALIDATE with a wrong magic number");
     }
-    if (dialect_ == Dialect::kUndecided) dialect_ = Dialect::kLegacy;
+    if (dialect_ == Dialect::kUndecided) dialect_ = Dialect::kUnvalidated;
+    if (dialect_ == Dialect::kUnvalidated) {
+      if (command >= kTorch21Ops.size()) {
+        return fail("unknown command " + std::to_string(command) + " (torch<=2.1 numbering)");
+      }
+      const auto told = tell_unvalidated(command, data, available);
+      if (!told) return std::optional<Request>{};
+      dialect_ = *told;
+    }
 
     Request req;
-    if (dialect_ == Dialect::kLegacy) {
+    if (dialect_ == Dialect::kLegacy || dialect_ == Dialect::kUnvalidated) {
       if (command >= kLegacyOps.size()) {
         return fail("unknown command " + std::to_string(command) + " (torch<=2.0 numbering)");
       }
       req.op = kLegacyOps[command];
+    } else if (dialect_ == Dialect::kTorch21) {
+      if (command >= kTorch21Ops.size()) {
+        return fail("unknown command " + std::to_string(command) + " (torch 2.1 numbering)");
+      }
+      req.op = kTorch21Ops[command];
     } else {
       if (command == kValidate || command > kValidatedOps.size()) {
         return fail("unknown command " + std::to_string(command) + " (torch>=2.2 numbering)");
@@ -264,6 +306,7 @@ Result<std::optional<Request>> Decoder::next() {
     }
     offset_ += 1 + r.pos();
     need_ = 0;
+    any_request_ = true;
     return std::optional<Request>{std::move(req)};
   }
 }
@@ -294,8 +337,13 @@ std::string encode_validate() {
 std::string encode_request(Dialect dialect, const Request& req) {
   std::string out;
   const bool validated = dialect == Dialect::kValidated;
-  const Op* ops = validated ? kValidatedOps.data() : kLegacyOps.data();
-  const std::size_t n = validated ? kValidatedOps.size() : kLegacyOps.size();
+  const bool torch21 = dialect == Dialect::kTorch21;
+  const Op* ops = validated ? kValidatedOps.data()
+                  : torch21 ? kTorch21Ops.data()
+                            : kLegacyOps.data();
+  const std::size_t n = validated ? kValidatedOps.size()
+                        : torch21 ? kTorch21Ops.size()
+                                  : kLegacyOps.size();
   std::size_t index = 0;
   while (index < n && ops[index] != req.op) ++index;
   if (index == n) {

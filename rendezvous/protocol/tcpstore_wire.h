@@ -4,10 +4,13 @@
 // store, job or state machine.
 //
 // A request is one command byte and its fields; strings and values are a uint64 length (host
-// order, as torch writes it) and the bytes; the add delta is a raw int64. Two numberings exist:
-// torch up to 2.0 starts at SET = 0 (and has WATCH_KEY); torch 2.2 on opens every connection with
-// VALIDATE = 0 and a magic number, which shifts every command up by one. The first bytes of a
-// connection tell which one it speaks.
+// order, as torch writes it) and the bytes; the add delta is a raw int64. Three numberings exist
+// (read from TCPStore.cpp and TCPStoreBackend.hpp of each release): torch 1.13 and 2.0 start at
+// SET = 0 and have WATCH_KEY = 7, DELETE_KEY = 8; torch 2.1 dropped WATCH_KEY, so DELETE_KEY = 7,
+// and added APPEND, MULTI_GET, MULTI_SET, CANCEL_WAIT (8..11); torch 2.2 on opens every connection
+// with VALIDATE = 0 and a magic number, which shifts every command up by one (PING from 2.5,
+// queues from 2.7 or 2.8, LIST_KEYS and BARRIER later). A connection's first bytes tell VALIDATE
+// from the rest; 1.13/2.0 from 2.1 by the first command where they differ (docs/protocol.md).
 #pragma once
 
 #include <cstddef>
@@ -25,8 +28,10 @@ inline constexpr std::uint32_t kValidationMagic = 0x3C85F7CE;
 
 enum class Dialect {
   kUndecided,
-  kLegacy,     // torch <= 2.0: SET = 0 ... WATCH_KEY = 7, DELETE_KEY = 8
-  kValidated,  // torch >= 2.2: VALIDATE = 0, SET = 1 ... BARRIER = 18
+  kUnvalidated,  // no VALIDATE: torch <= 2.1, which one not told yet (SET..GETNUMKEYS agree)
+  kLegacy,       // torch 1.13 and 2.0: SET = 0 ... WATCH_KEY = 7, DELETE_KEY = 8
+  kTorch21,      // torch 2.1: SET = 0 ... DELETE_KEY = 7, APPEND = 8 ... CANCEL_WAIT = 11
+  kValidated,    // torch >= 2.2: VALIDATE = 0, SET = 1 ... BARRIER = 18
 };
 std::string_view dialect_name(Dialect d);
 
@@ -82,14 +87,24 @@ class Decoder {
   void feed(const char* data, std::size_t size);
   Result<std::optional<Request>> next();
   Dialect dialect() const { return dialect_; }
+  // What other connections of the job told (kLegacy or kTorch21): every rank of a job runs one
+  // torch, so a connection whose own commands cannot tell yet is read in that numbering.
+  void set_hint(Dialect hint) { hint_ = hint; }
   bool failed() const { return failed_; }
   bool mid_request() const { return buffer_.size() > offset_; }
 
  private:
   Result<std::optional<Request>> fail(std::string message);
+  // For a connection without VALIDATE whose numbering is not told yet: which one `command` (at
+  // `data`, `available` bytes) tells, kUnvalidated when it is the same in both, or nullopt while
+  // more bytes are needed to tell.
+  std::optional<Dialect> tell_unvalidated(std::uint8_t command, const char* data,
+                                          std::size_t available);
 
   Limits limits_;
   Dialect dialect_ = Dialect::kUndecided;
+  Dialect hint_ = Dialect::kUndecided;
+  bool any_request_ = false;  // a request was decoded on this connection
   std::string buffer_;
   std::size_t offset_ = 0;
   std::size_t need_ = 0;  // bytes from offset_ the last incomplete parse showed are needed

@@ -108,27 +108,123 @@ void Service::Impl::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-void Service::Impl::on_connect(ConnectionId id, std::string peer,
-                               std::optional<std::string> worker_store_job) {
-  if (connections_.size() >= options_.max_connections) {
-    log(peer + " refused: " + std::to_string(connections_.size()) + " connections already open");
-    transport_.send(id, encode_frame(error_response(
-                            0, Error{ErrorCode::kLimit, "daemon is at its connection limit"})));
-    transport_.close(id);
-    ++counters_.connections_refused;
+void Service::Impl::log_refusal(const std::string& line) {
+  const TimePoint now = clock_.now();
+  if (refusals_unlogged_ > 0 && now - last_refusal_logged_ < std::chrono::seconds(1)) {
+    ++refusals_unlogged_;
     return;
   }
-  std::size_t& from_host = connections_per_host_[host_of(peer)];
-  if (from_host >= options_.max_connections_per_host) {
-    log(peer + " refused: " + std::to_string(from_host) + " connections already open from " +
-        host_of(peer));
-    transport_.send(id, encode_frame(error_response(
-                            0, Error{ErrorCode::kLimit, "too many connections from this host"})));
+  std::string said = line;
+  if (refusals_unlogged_ > 1) {
+    said +=
+        " (and " + std::to_string(refusals_unlogged_ - 1) + " more refused since the last said)";
+  }
+  log(said);
+  last_refusal_logged_ = now;
+  refusals_unlogged_ = 1;
+}
+
+bool Service::Impl::admit_ctrund(ConnectionId id, const std::string& peer) {
+  auto refuse = [&](const std::string& why, const char* answer) {
+    log_refusal(peer + " refused: " + why);
+    transport_.send(id, encode_frame(error_response(0, Error{ErrorCode::kLimit, answer})));
     transport_.close(id);
     ++counters_.connections_refused;
-    return;
+    return false;
+  };
+  if (ctrund_connections_ >= options_.max_connections) {
+    return refuse(std::to_string(ctrund_connections_) +
+                      " connections already open (the limit: ctrund --max_connections, an "
+                      "agent's --rdzv_conf max_connections)",
+                  "daemon is at its connection limit");
+  }
+  const std::string host = host_of(peer);
+  std::size_t& from_host = connections_per_host_[host];
+  if (from_host >= options_.max_connections_per_host) {
+    return refuse(std::to_string(from_host) + " connections already open from " + host +
+                      " (the limit: ctrund --max_connections_per_host, an agent's --rdzv_conf "
+                      "max_connections_per_host)",
+                  "too many connections from this host");
   }
   ++from_host;
+  ++ctrund_connections_;
+  return true;
+}
+
+Service::Impl::Job& Service::Impl::job_named(const std::string& name) {
+  auto [it, created] = jobs_.try_emplace(name, nullptr);
+  if (created) it->second = std::make_unique<Job>(name, options_.store_limits);
+  return *it->second;
+}
+
+std::size_t Service::Impl::job_ranks(Job& job) {
+  const Rendezvous* r = job.rendezvous.get();
+  if (!r) return 0;
+  if (job.ranks_of != r || job.ranks_revision != r->revision()) {
+    job.ranks_of = r;
+    job.ranks_revision = r->revision();
+    job.ranks = r->ranks();
+  }
+  // Each rank holds at least one descriptor here (torch 1.13's clients two).
+  constexpr std::size_t kHeadroom = 256;
+  if (options_.open_file_limit > 0 && job.ranks > job.ranks_warned &&
+      job.ranks + kHeadroom > options_.open_file_limit) {
+    job.ranks_warned = job.ranks;
+    log("job '" + job.name + "' has " + std::to_string(job.ranks) +
+        " ranks: its worker store needs at least " + std::to_string(job.ranks + kHeadroom) +
+        " open files (twice the ranks for torch 1.13's clients), and the open-file limit is " +
+        std::to_string(options_.open_file_limit) +
+        ": raise it (ulimit -n within the hard limit, LimitNOFILE= for the ctrund service)");
+  }
+  return job.ranks;
+}
+
+std::size_t Service::Impl::worker_store_limit(const Job* job) {
+  const WorkerStoreLimits& l = options_.worker_store_limits;
+  if (l.max_connections > 0) return l.max_connections;
+  const std::size_t ranks = job ? job_ranks(const_cast<Job&>(*job)) : 0;
+  return std::max(l.minimum, l.per_rank * ranks + l.margin);
+}
+
+bool Service::Impl::admit_tcpstore(Job& job, const std::string& peer) {
+  const std::size_t limit = worker_store_limit(&job);
+  if (job.tcpstore_connections < limit) return true;
+  const WorkerStoreLimits& l = options_.worker_store_limits;
+  const std::string how = l.max_connections > 0
+                              ? "as set"
+                              : std::to_string(l.per_rank) + " a rank for its " +
+                                    std::to_string(job.ranks) + " ranks and " +
+                                    std::to_string(l.margin) + " more, at least " +
+                                    std::to_string(l.minimum);
+  log_refusal(peer + " refused: job '" + job.name + "' has " +
+              std::to_string(job.tcpstore_connections) +
+              " TCPStore connections open, its worker store's limit (" + how +
+              "); raise it with ctrund --worker_store_max_connections or an agent's --rdzv_conf "
+              "worker_store_max_connections");
+  ++counters_.connections_refused;
+  return false;
+}
+
+void Service::Impl::on_connect(ConnectionId id, std::string peer,
+                               std::optional<std::string> worker_store_job) {
+  if (worker_store_job) {  // a job's own worker-store port: torch's clients only
+    if (!admit_tcpstore(job_named(*worker_store_job), peer)) return transport_.close(id);
+  } else if (options_.worker_store_job) {
+    // The first bytes tell ctrun's clients from torch's; until then only the total is bounded,
+    // with room for every rank of the job (torch 1.13's second connection stays silent).
+    auto job = jobs_.find(*options_.worker_store_job);
+    const std::size_t limit = options_.max_connections +
+                              worker_store_limit(job == jobs_.end() ? nullptr : job->second.get());
+    if (connections_.size() >= limit) {
+      log_refusal(peer + " refused: " + std::to_string(connections_.size()) +
+                  " connections already open, the most this rendezvous and its worker store "
+                  "take (--rdzv_conf max_connections, worker_store_max_connections)");
+      ++counters_.connections_refused;
+      return transport_.close(id);  // no bytes: either protocol's client reads a closed socket
+    }
+  } else if (!admit_ctrund(id, peer)) {
+    return;
+  }
   ++counters_.connections_accepted;
   auto c = std::make_unique<Connection>();
   c->id = id;
@@ -175,6 +271,7 @@ void Service::Impl::on_data(ConnectionId id, const char* data, std::size_t size)
       first.opened = true;
       first.opening.clear();
       if (first.wire == Wire::kUndecided) {
+        if (!admit_ctrund(id, first.peer)) return drop(id, "refused");
         first.wire = Wire::kCtrund;
         send_challenge(first);
       }
@@ -182,7 +279,13 @@ void Service::Impl::on_data(ConnectionId id, const char* data, std::size_t size)
       bytes = joined;
       first.opened = true;
       first.opening.clear();
-      if (first.wire == Wire::kUndecided) start_tcpstore(first, *options_.worker_store_job);
+      if (first.wire == Wire::kUndecided) {
+        if (!admit_tcpstore(job_named(*options_.worker_store_job), first.peer)) {
+          transport_.close(id);
+          return drop(id, "refused");
+        }
+        start_tcpstore(first, *options_.worker_store_job);
+      }
     }
   }
   if (first.wire == Wire::kTcpStore) return on_tcpstore_data(first, bytes.data(), bytes.size());
@@ -216,13 +319,20 @@ void Service::Impl::drop(ConnectionId id, const std::string& why) {
   if (delayed_per_connection_.erase(id) != 0) {  // held answers go with the connection
     std::erase_if(delayed_, [id](const DelayedBytes& d) { return d.id == id; });
   }
-  if (auto host = connections_per_host_.find(host_of(c->peer));
-      host != connections_per_host_.end() && --host->second == 0) {
-    connections_per_host_.erase(host);
+  if (c->wire == Wire::kCtrund) {
+    --ctrund_connections_;
+    if (auto host = connections_per_host_.find(host_of(c->peer));
+        host != connections_per_host_.end() && --host->second == 0) {
+      connections_per_host_.erase(host);
+    }
   }
   if (!c->job.empty()) {  // past hello, or a TCPStore connection
     Job& job = *jobs_.at(c->job);
-    if (c->wire == Wire::kTcpStore) end_tcpstore(*c, /*keep_watches=*/false);
+    if (c->wire == Wire::kTcpStore) {
+      end_tcpstore(*c, /*keep_watches=*/false);
+      --job.tcpstore_connections;
+      if (--job.tcpstore_prefixes[c->key_prefix] == 0 && !shutting_down_) drop_stale_rounds(job);
+    }
     for (auto w : c->waiters) job.store.cancel(w);
     if (!c->replicas.empty() && !shutting_down_) drop_replicas(job, *c);
     if (--job.connections == 0) job.idle_since = clock_.now();
@@ -687,6 +797,12 @@ void Service::Impl::deliver(Job& job, std::vector<Notice> notices) {
     job.rendezvous->set_round_restart_count(static_cast<int>(restarts_used(job.store)));
   }
   record_rendezvous(job);  // before anyone hears of the change
+  // A job whose store torch's clients use: a size the open-file limit cannot serve is said now,
+  // before its workers start.
+  if (job.worker_store_port != 0 || options_.worker_store_job == job.name) {
+    job_ranks(job);
+    drop_stale_rounds(job);  // a new round: the last one's keys go once its workers have
+  }
   for (auto& n : notices) {
     if (n.kind == Notice::Kind::kRoundFormed && n.assignment.group_rank == 0) {
       ++counters_.rounds_formed;

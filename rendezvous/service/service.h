@@ -38,12 +38,32 @@ class Transport {
   virtual void close_worker_store(const std::string& /*job*/) {}
 };
 
+// How many of torch's TCPStore connections a job's worker store admits. Every rank of the job
+// comes, from whatever address (one big host, or every pod behind one SNAT address), so there is
+// no limit per address: the bound is against floods and follows the job's size.
+struct WorkerStoreLimits {
+  // Fixed (ctrund --worker_store_max_connections, an agent's --rdzv_conf
+  // worker_store_max_connections); 0: derived from the job's rendezvous, `per_rank` for each
+  // worker of every node it knows (torch 1.13 opens two connections a store, 2.x one, and a
+  // script may open a second store) and `margin` more, never fewer than `minimum`.
+  std::size_t max_connections = 0;
+  std::size_t per_rank = 4;
+  std::size_t margin = 1024;
+  std::size_t minimum = 16384;
+};
+
 struct ServiceOptions {
   std::optional<std::string> token;  // when set, every hello must prove it
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  // Connections of ctrun's own protocol (agents, workers of C++ trainers, tools), in all and
+  // from one address: a flood from one host cannot take every slot from the others' agents.
+  // TCPStore connections count against their job's WorkerStoreLimits instead.
   std::size_t max_connections = 16384;
-  // From one address: a flood from one host cannot take every slot from the others' agents.
   std::size_t max_connections_per_host = 1024;
+  WorkerStoreLimits worker_store_limits;
+  // The process's open-file limit (0: unknown): a job whose worker store would need more is
+  // named in the log with the numbers when its round forms. Server::create fills it in.
+  std::size_t open_file_limit = 0;
   std::size_t max_waiters_per_connection = 4096;
   std::size_t max_job_bytes = 256;  // length of a job id
   StoreLimits store_limits;

@@ -49,6 +49,19 @@ class Service::Impl {
   using Handler = void (Impl::*)(Connection&, std::uint64_t, const Json&);
 
   void log(const std::string& line) const;
+  // Connection limits (docs/ctrund.md): ctrun's protocol against max_connections and
+  // max_connections_per_host, answered with an error frame; torch's TCPStore clients against
+  // their job's worker-store limit, refused by a close before any byte (all torch's client
+  // understands). Each admits and counts, or refuses and says so.
+  bool admit_ctrund(ConnectionId id, const std::string& peer);
+  bool admit_tcpstore(Job& job, const std::string& peer);
+  std::size_t worker_store_limit(const Job* job);
+  // Ranks of every node the job's rendezvous knows (0 without one), cached by its revision;
+  // says once per size when the open-file limit cannot serve them.
+  std::size_t job_ranks(Job& job);
+  // Refusal lines, one a second at most: a flood must not flood the log too.
+  void log_refusal(const std::string& line);
+  Job& job_named(const std::string& name);
   void handle_frame(Connection& c, Json frame);
   void reply(const Connection& c, std::uint64_t id, Json body);
   void fail(const Connection& c, std::uint64_t id, const Error& e);
@@ -114,6 +127,13 @@ class Service::Impl {
   void tcpstore_watch(Connection& c, const std::string& key);
   // Drops what the connection waits for (waits, barriers) and, unless kept, its watches.
   void end_tcpstore(Connection& c, bool keep_watches);
+  // The keys of a round no TCPStore connection is bound to any more, when a later round is the
+  // job's: nothing can read them (new connections bind to the job's round), so they go, and a
+  // job's store stays bounded across any number of restarts.
+  void drop_stale_rounds(Job& job);
+  // Where a TCPStore connection opened now keeps its keys: the job's round, as torch keeps a
+  // fresh store per round.
+  static std::string current_prefix(const Job& job);
 
   ServiceOptions options_;
   const Clock& clock_;
@@ -133,9 +153,12 @@ class Service::Impl {
   };
   std::deque<DelayedBytes> delayed_;
   std::unordered_map<ConnectionId, std::pair<std::size_t, TimePoint>> delayed_per_connection_;
-  TimePoint answer_delays_until_{};  // the latest end of any job's store latency
-  bool state_broken_ = false;        // an append failed: rewrite everything at the next tick
-  bool shutting_down_ = false;       // shutdown(): closed connections keep their nodes
+  TimePoint answer_delays_until_{};     // the latest end of any job's store latency
+  std::size_t ctrund_connections_ = 0;  // of ctrun's own protocol; per host: connections_per_host_
+  TimePoint last_refusal_logged_{};
+  std::size_t refusals_unlogged_ = 0;
+  bool state_broken_ = false;   // an append failed: rewrite everything at the next tick
+  bool shutting_down_ = false;  // shutdown(): closed connections keep their nodes
   static const std::unordered_map<std::string_view, Handler> kHandlers;
 };
 
@@ -176,10 +199,21 @@ struct Service::Impl::Job {
   int generation = 0;
   std::unordered_map<std::string, ConnectionId> node_connections;
   std::size_t connections = 0;
+  std::size_t tcpstore_connections = 0;  // of those, torch's TCPStore clients
   TimePoint idle_since;
+  // job_ranks()'s cache: the rendezvous and revision it was counted at; the size last warned of.
+  const Rendezvous* ranks_of = nullptr;
+  std::uint64_t ranks_revision = 0;
+  std::size_t ranks = 0;
+  std::size_t ranks_warned = 0;
   // What was last recorded of the rendezvous (--state_dir).
   const Rendezvous* saved_rendezvous = nullptr;
   std::uint64_t saved_revision = 0;
+  // Which numbering its TCPStore clients without VALIDATE speak (1.13/2.0 or 2.1), once one of
+  // them told: the others are read in it (every rank of a job runs one torch).
+  tcpstore::Dialect unvalidated_dialect = tcpstore::Dialect::kUndecided;
+  // The key prefixes (rounds) TCPStore connections were bound to, with how many still are.
+  std::map<std::string, std::size_t> tcpstore_prefixes;
   // TCPStore barriers: the connections waiting at each full key.
   std::map<std::string, std::vector<ConnectionId>> barrier_waiters;
   // TCPStore watches (torch <= 2.0): the connections told of each full key's changes.

@@ -20,19 +20,34 @@ constexpr std::uint8_t kKeyDeleted = 2;
 
 }  // namespace
 
+std::string Service::Impl::current_prefix(const Job& job) {
+  return job.rendezvous ? round_store_prefix(job.rendezvous->generation(), job.rendezvous->round())
+                        : "worker_store/";
+}
+
 void Service::Impl::start_tcpstore(Connection& c, const std::string& job_name) {
   c.wire = Wire::kTcpStore;
   c.job = job_name;
-  auto [it, created] = jobs_.try_emplace(c.job, nullptr);
-  if (created) it->second = std::make_unique<Job>(c.job, options_.store_limits);
-  Job& job = *it->second;
+  Job& job = job_named(c.job);
   ++job.connections;
+  ++job.tcpstore_connections;
   // torch keeps a fresh TCPStore per round; a prefix per round gives the same: a worker of a
   // re-formed round never reads the keys of the last one.
-  c.key_prefix = job.rendezvous
-                     ? round_store_prefix(job.rendezvous->generation(), job.rendezvous->round())
-                     : "worker_store/";
+  c.key_prefix = current_prefix(job);
+  ++job.tcpstore_prefixes[c.key_prefix];
   c.tcpstore = std::make_unique<tcpstore::Decoder>();
+}
+
+void Service::Impl::drop_stale_rounds(Job& job) {
+  const std::string current = current_prefix(job);
+  for (auto it = job.tcpstore_prefixes.begin(); it != job.tcpstore_prefixes.end();) {
+    if (it->second > 0 || it->first == current) {
+      ++it;
+      continue;
+    }
+    for (const auto& key : job.store.erase_prefix(it->first)) record_key(job.name, key);
+    it = job.tcpstore_prefixes.erase(it);
+  }
 }
 
 void Service::Impl::on_tcpstore_data(Connection& first, const char* data, std::size_t size) {
@@ -42,8 +57,15 @@ void Service::Impl::on_tcpstore_data(Connection& first, const char* data, std::s
     auto it = connections_.find(id);  // a request may have closed it
     if (it == connections_.end()) return;
     Connection& c = *it->second;
+    Job& job = job_of(c);
+    c.tcpstore->set_hint(job.unvalidated_dialect);
     auto req = c.tcpstore->next();
     if (!req) return reject(c, 0, req.error());
+    if (const auto told = c.tcpstore->dialect();
+        job.unvalidated_dialect == tcpstore::Dialect::kUndecided &&
+        (told == tcpstore::Dialect::kLegacy || told == tcpstore::Dialect::kTorch21)) {
+      job.unvalidated_dialect = told;
+    }
     if (!req.value()) {
       if (!c.tcpstore->mid_request()) {
         c.mid_frame_since.reset();

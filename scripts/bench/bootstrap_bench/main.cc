@@ -1,10 +1,12 @@
 // bootstrap_bench: the store traffic of a process group's bootstrap, N ranks at once, against
-// torch's own TCPStore server and against ctrun's worker store (what an agent hosts).
+// torch's own TCPStore server and against ctrun's worker store (what an agent hosts, with its
+// defaults, for a round of N ranks).
 //
 // Each run starts a fresh server in a child process (this binary again, with --role), then one
-// load generator (load.cc, in this process) plays all N ranks over N connections with the
-// requests of init_process_group under an agent store plus torch's store-based barrier, and
-// times the first connect to the last rank through the barrier.
+// load generator (tests/common/bootstrap_load.h, in this process) plays all N ranks over N
+// connections, from one address or from many of 127.0.0.0/8, with the requests of
+// init_process_group under an agent store plus torch's store-based barrier, and times the first
+// connect to the last rank through the barrier.
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -18,7 +20,7 @@
 #include <sstream>
 
 #include "../common/process.h"
-#include "load.h"
+#include "bootstrap_load.h"
 #include "servers.h"
 
 namespace {
@@ -39,13 +41,24 @@ const char* label(const std::string& backend) {
 }
 
 struct Settings {
-  std::vector<int> ranks = {256, 1024, 4096};
+  std::vector<int> ranks = {1024, 4096, 16384, 65536};
+  // Addresses the ranks come from: 1 (one host, or pods behind one SNAT address) and many. From
+  // one address at most the ephemeral port range can connect to one port (28,231 by default),
+  // so larger N come from many addresses only.
+  std::vector<int> sources = {1, 256};
   int reps = 3;
   int timeout_s = 120;
   int connect_window = 128;
   bool paced = false;
   std::vector<std::string> backends = kBackends;
 };
+
+// The ports one address can connect from (net.ipv4.ip_local_port_range).
+int ephemeral_ports() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  return in >> low >> high && high >= low ? high - low + 1 : 28232;
+}
 
 struct Measurement {
   bool ok = false;
@@ -55,6 +68,7 @@ struct Measurement {
   // which maps LibTorch (~150 MiB resident) before it serves anything.
   double server_cpu_s = 0, server_growth_mib = 0, generator_cpu_s = 0;
   int connect_retries = 0;
+  long requests = 0;
   // SYNs the kernel dropped because the server's accept queue was full (this network namespace's
   // TcpExt ListenOverflows over the run): each costs its rank a 1 s retransmission.
   long listen_overflows = 0;
@@ -92,14 +106,16 @@ std::string self_path() {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
-Measurement measure(const std::string& backend, int ranks, const Settings& s,
+Measurement measure(const std::string& backend, int ranks, int sources, const Settings& s,
                     const std::string& dir) {
   const std::string role = backend == "tcpstore" ? "tcpstore_server" : "ctrun_server";
   const std::string port_file = dir + "/" + role + ".port";
   std::remove(port_file.c_str());
   Child::Options o;
-  o.argv = {self_path(), "--role", role, "--port_file", port_file};
-  o.stderr_path = dir + "/" + backend + "-" + std::to_string(ranks) + ".log";
+  o.argv = {self_path(),          "--role", role, "--port_file", port_file, "--round_ranks",
+            std::to_string(ranks)};
+  o.stderr_path =
+      dir + "/" + backend + "-" + std::to_string(ranks) + "-" + std::to_string(sources) + ".log";
   Child server = Child::spawn(o);
   Measurement m;
   auto port = bench::wait_for_port_file(port_file, Clock::now() + std::chrono::seconds(30));
@@ -109,15 +125,16 @@ Measurement measure(const std::string& backend, int ranks, const Settings& s,
   }
   const double cpu0 = bench::read_cpu_seconds(server.pid());
   const long rss0_kib = read_vm_rss_kib(server.pid());
-  bootstrap_bench::LoadOptions load;
+  bootstrap_load::LoadOptions load;
   load.port = *port;
   load.ranks = ranks;
+  load.source_addresses = sources;
   load.dialect = backend == "ctrun_v2" ? ts::Dialect::kValidated : ts::Dialect::kLegacy;
   load.connect_window = s.connect_window;
   load.paced = s.paced;
   load.timeout = std::chrono::seconds(s.timeout_s);
   const long overflows0 = read_listen_overflows();
-  const bootstrap_bench::LoadResult r = bootstrap_bench::run_bootstrap(load);
+  const bootstrap_load::LoadResult r = bootstrap_load::run_bootstrap(load);
   m.listen_overflows = read_listen_overflows() - overflows0;
   m.server_cpu_s = bench::read_cpu_seconds(server.pid()) - cpu0;
   m.server_growth_mib =
@@ -134,6 +151,7 @@ Measurement measure(const std::string& backend, int ranks, const Settings& s,
   m.unique_id_s = r.unique_id_s;
   m.generator_cpu_s = r.generator_cpu_s;
   m.connect_retries = r.connect_retries;
+  m.requests = r.requests;
   return m;
 }
 
@@ -151,7 +169,25 @@ struct Cell {
     return v[(v.size() - 1) / 2];
   }
 };
-using Results = std::map<std::string, std::map<int, Cell>>;
+// A run's shape: N ranks from this many source addresses.
+struct Case {
+  int ranks = 0;
+  int sources = 1;
+  auto operator<=>(const Case&) const = default;
+};
+using Results = std::map<std::string, std::map<Case, Cell>>;
+
+std::vector<Case> cases_of(const Settings& s) {
+  std::vector<Case> out;
+  const int ports = ephemeral_ports();
+  for (int n : s.ranks) {
+    for (int k : s.sources) {
+      if (k == 1 && n > ports) continue;  // one address cannot open that many connections
+      out.push_back({n, k});
+    }
+  }
+  return out;
+}
 
 std::string ms(double s) {
   char buf[32];
@@ -165,105 +201,133 @@ std::string cell_text(const Cell& c) {
   return "-";
 }
 
+std::string sources_text(int k) { return k == 1 ? "one" : std::to_string(k); }
+
 bool has(const Results& results, const std::string& backend) { return results.count(backend) != 0; }
+
+const Cell& get(const Results& results, const std::string& b, Case c) {
+  static const Cell kEmpty;
+  auto it = results.find(b);
+  if (it == results.end()) return kEmpty;
+  auto jt = it->second.find(c);
+  return jt == it->second.end() ? kEmpty : jt->second;
+}
+
+// torch's server time over ctrun's, when both finished; "-" otherwise.
+std::string ratio_text(const Results& results, const std::string& ours, Case c) {
+  const Cell& a = get(results, "tcpstore", c);
+  const Cell& b = get(results, ours, c);
+  if (a.failure || b.failure || !a.median() || !b.median()) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fx", a.median()->wall_s / b.median()->wall_s);
+  return buf;
+}
 
 void print_report(const Results& results, const Settings& s) {
   std::printf(
-      "\nbootstrap_bench: the store traffic of init_process_group for N ranks (connect; ADD "
-      "init/; rank 0 SETs a 128-byte id, the others WAIT and GET it; barrier: ADD, the last "
-      "SETs, all WAIT), one load-generator process, a fresh server per run, median of %d; "
-      "wall time from the first connect to the last rank through the barrier\n\n",
+      "\nbootstrap_bench: the store traffic of init_process_group for N ranks (connect, and for "
+      "torch 2.2+'s wire VALIDATE and PING; ADD init/; rank 0 SETs a 128-byte id, the others "
+      "WAIT and GET it; barrier: ADD, the last SETs, all WAIT), from one source address or "
+      "many of 127.0.0.0/8, one load-generator process, a fresh server per run (ctrun's: an "
+      "agent's defaults, a round of N ranks), median of %d; wall time from the first connect to "
+      "the last rank through the barrier\n\n",
       s.reps);
   const bool torch = has(results, "tcpstore");
   const bool ours = has(results, "ctrun");
   const bool v2 = has(results, "ctrun_v2");
-  std::printf("| ranks |");
-  if (torch) std::printf(" torch TCPStore (ms) |");
+  std::printf("| ranks | from |");
+  if (torch) std::printf(" torch 1.13 TCPStore (ms) |");
   if (ours) std::printf(" ctrun worker store (ms) |");
   if (torch && ours) std::printf(" ratio |");
   if (v2) std::printf(" ctrun, torch 2.2+ wire (ms) |");
-  std::printf("\n|------:|");
-  if (torch) std::printf("--------------------:|");
+  std::printf("\n|------:|-----:|");
+  if (torch) std::printf("-------------------------:|");
   if (ours) std::printf("------------------------:|");
   if (torch && ours) std::printf("------:|");
   if (v2) std::printf("----------------------------:|");
   std::printf("\n");
-  auto get = [&results](const std::string& b, int n) -> const Cell& {
-    static const Cell kEmpty;
-    auto it = results.find(b);
-    if (it == results.end()) return kEmpty;
-    auto jt = it->second.find(n);
-    return jt == it->second.end() ? kEmpty : jt->second;
-  };
-  for (int n : s.ranks) {
-    std::printf("| %5d |", n);
-    if (torch) std::printf(" %19s |", cell_text(get("tcpstore", n)).c_str());
-    if (ours) std::printf(" %23s |", cell_text(get("ctrun", n)).c_str());
-    if (torch && ours) {
-      const Measurement* a = get("tcpstore", n).median();
-      const Measurement* b = get("ctrun", n).median();
-      std::string ratio = "-";
-      if (a && b && !get("tcpstore", n).failure && !get("ctrun", n).failure) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.2fx", a->wall_s / b->wall_s);
-        ratio = buf;
-      }
-      std::printf(" %5s |", ratio.c_str());
-    }
-    if (v2) std::printf(" %27s |", cell_text(get("ctrun_v2", n)).c_str());
+  for (const Case& c : cases_of(s)) {
+    std::printf("| %5d | %4s |", c.ranks, sources_text(c.sources).c_str());
+    if (torch) std::printf(" %24s |", cell_text(get(results, "tcpstore", c)).c_str());
+    if (ours) std::printf(" %23s |", cell_text(get(results, "ctrun", c)).c_str());
+    if (torch && ours) std::printf(" %5s |", ratio_text(results, "ctrun", c).c_str());
+    if (v2) std::printf(" %27s |", cell_text(get(results, "ctrun_v2", c)).c_str());
     std::printf("\n");
   }
 
   std::printf(
-      "\nPhases of the median run: when the last rank was connected, held rank 0's id, and was "
-      "through the barrier (ms from the first connect); the server's CPU time during the run "
-      "and the growth of its peak RSS over its RSS before the run; the load generator's CPU time "
-      "(both share the machine's cores); SYNs dropped for a full accept queue (each costs a 1 s "
-      "retransmission)\n\n");
+      "\nThe median run of each: when the last rank was connected and through the barrier (ms "
+      "from the first connect); requests per second; microseconds per rank (the knee is where "
+      "it grows); the server's CPU time and the growth of its peak RSS over its RSS before the "
+      "run, per connection; the load generator's CPU time (both share the machine's cores); SYNs "
+      "dropped for a full accept queue (each costs a 1 s retransmission)\n\n");
   std::printf(
-      "| ranks | server | connected | unique id | barrier | server CPU (ms) | server +RSS (MiB) "
-      "| generator CPU (ms) | SYNs dropped |\n");
+      "| ranks | from | server | connected | barrier | requests/s | us/rank | server CPU (ms) | "
+      "server KiB/conn | generator CPU (ms) | SYNs dropped |\n");
   std::printf(
-      "|------:|--------|----------:|----------:|--------:|----------------:|------------------:"
-      "|-------------------:|-------------:|\n");
-  for (int n : s.ranks) {
+      "|------:|-----:|--------|----------:|--------:|-----------:|--------:|----------------:|"
+      "----------------:|-------------------:|-------------:|\n");
+  for (const Case& c : cases_of(s)) {
     for (const auto& b : s.backends) {
-      const Cell& c = get(b, n);
-      const Measurement* m = c.median();
-      if (c.failure || !m) continue;
-      std::printf("| %5d | %s | %9s | %9s | %7s | %15s | %17.1f | %18s | %12ld |\n", n, label(b),
-                  ms(m->connected_s).c_str(), ms(m->unique_id_s).c_str(), ms(m->wall_s).c_str(),
-                  ms(m->server_cpu_s).c_str(), m->server_growth_mib, ms(m->generator_cpu_s).c_str(),
-                  m->listen_overflows);
+      const Cell& cell = get(results, b, c);
+      const Measurement* m = cell.median();
+      if (cell.failure || !m) continue;
+      std::printf(
+          "| %5d | %4s | %s | %9s | %7s | %10.0f | %7.1f | %15s | %15.1f | %18s | %12ld |\n",
+          c.ranks, sources_text(c.sources).c_str(), label(b), ms(m->connected_s).c_str(),
+          ms(m->wall_s).c_str(), static_cast<double>(m->requests) / m->wall_s,
+          m->wall_s * 1e6 / c.ranks, ms(m->server_cpu_s).c_str(),
+          m->server_growth_mib * 1024.0 / c.ranks, ms(m->generator_cpu_s).c_str(),
+          m->listen_overflows);
     }
   }
   bool any_failure = false;
   for (const auto& b : s.backends) {
-    for (int n : s.ranks) {
-      const Cell& c = get(b, n);
-      if (!c.failure) continue;
+    for (const Case& c : cases_of(s)) {
+      const Cell& cell = get(results, b, c);
+      if (!cell.failure) continue;
       if (!any_failure) std::printf("\nFailures:\n");
       any_failure = true;
-      std::printf("- %s, %d ranks: %s\n", label(b), n, c.failure->c_str());
+      std::printf("- %s, %d ranks from %s: %s\n", label(b), c.ranks,
+                  sources_text(c.sources).c_str(), cell.failure->c_str());
     }
+  }
+  if (std::any_of(s.ranks.begin(), s.ranks.end(), [](int n) { return n > ephemeral_ports(); })) {
+    std::printf(
+        "\nFrom one address at most %d connections reach one port (net.ipv4.ip_local_port_range): "
+        "larger N come from many addresses only.\n",
+        ephemeral_ports());
   }
 
   if (torch && ours) {
-    const int most = s.ranks.back();
-    const Cell& a = get("tcpstore", most);
-    const Cell& b = get("ctrun", most);
-    std::printf("\ntargets: >= 2x torch's server at %d ranks: ", most);
-    if (b.failure || !b.median()) {
-      std::printf("MISSED (ctrun failed)");
-    } else if (a.failure) {
-      std::printf("MET (torch's server failed)");
-    } else if (a.median()) {
-      const double ratio = a.median()->wall_s / b.median()->wall_s;
-      std::printf("%.2fx %s", ratio, ratio >= 2 ? "MET" : "MISSED");
+    std::printf("\ntargets:");
+    for (int n : s.ranks) {
+      if (n != 4096) continue;
+      const Case c{n, 1};
+      const Cell& a = get(results, "tcpstore", c);
+      const Cell& b = get(results, "ctrun", c);
+      std::printf(" >= 2x torch 1.13's server at %d ranks from one address: ", n);
+      if (b.failure || !b.median()) {
+        std::printf("MISSED (ctrun failed);");
+      } else if (a.failure) {
+        std::printf("MET (torch's server failed);");
+      } else if (a.median()) {
+        const double ratio = a.median()->wall_s / b.median()->wall_s;
+        std::printf("%.2fx %s;", ratio, ratio >= 2 ? "MET" : "MISSED");
+      }
     }
-    bool fails_where_torch_passes = false;
-    for (int n : s.ranks) fails_where_torch_passes |= get("ctrun", n).failure.has_value();
-    std::printf("; no ctrun failure at any N: %s\n", fails_where_torch_passes ? "MISSED" : "MET");
+    for (const Case& c : cases_of(s)) {
+      if (c.ranks != 65536) continue;
+      const Cell& b = get(results, "ctrun", c);
+      const Measurement* m = b.median();
+      std::printf(" 65536 ranks (from %s) within 5 s: %s;", sources_text(c.sources).c_str(),
+                  !m || b.failure  ? "MISSED (failed)"
+                  : m->wall_s <= 5 ? ("MET, " + ms(m->wall_s) + " ms").c_str()
+                                   : ("MISSED, " + ms(m->wall_s) + " ms").c_str());
+    }
+    bool failed = false;
+    for (const Case& c : cases_of(s)) failed |= get(results, "ctrun", c).failure.has_value();
+    std::printf(" every N served by ctrun: %s\n", failed ? "MISSED" : "MET");
   }
 }
 
@@ -279,20 +343,20 @@ std::string json_escape(const std::string& text) {
 void write_json(const Results& results, const Settings& s, const std::string& path) {
   std::ofstream out(path);
   for (const auto& b : s.backends) {
-    auto it = results.find(b);
-    if (it == results.end()) continue;
-    for (int n : s.ranks) {
-      auto jt = it->second.find(n);
-      if (jt == it->second.end()) continue;
-      const Cell& c = jt->second;
-      const Measurement* m = c.median();
-      out << "{\"backend\": \"" << b << "\", \"ranks\": " << n
-          << ", \"ok\": " << (c.failure || !m ? "false" : "true");
-      if (c.failure) out << ", \"error\": \"" << json_escape(*c.failure) << "\"";
-      if (m && !c.failure) {
+    for (const Case& c : cases_of(s)) {
+      auto it = results.find(b);
+      if (it == results.end() || !it->second.count(c)) continue;
+      const Cell& cell = it->second.at(c);
+      const Measurement* m = cell.median();
+      out << "{\"backend\": \"" << b << "\", \"ranks\": " << c.ranks
+          << ", \"sources\": " << c.sources
+          << ", \"ok\": " << (cell.failure || !m ? "false" : "true");
+      if (cell.failure) out << ", \"error\": \"" << json_escape(*cell.failure) << "\"";
+      if (m && !cell.failure) {
         out << ", \"wall_s\": " << m->wall_s << ", \"connected_s\": " << m->connected_s
             << ", \"unique_id_s\": " << m->unique_id_s << ", \"server_cpu_s\": " << m->server_cpu_s
-            << ", \"server_growth_mib\": " << m->server_growth_mib;
+            << ", \"server_growth_mib\": " << m->server_growth_mib
+            << ", \"requests\": " << m->requests;
       }
       out << "}\n";
     }
@@ -301,7 +365,8 @@ void write_json(const Results& results, const Settings& s, const std::string& pa
 
 int orchestrate(const Settings& s, const std::string& json_out) {
   bench::install_cleanup_handlers();
-  // One descriptor per rank on each side (the servers inherit the raised limit).
+  // The load generator holds a descriptor per rank, and so does each server: both run with the
+  // most this machine allows (as root, 1,048,576, what the packaged ctrund unit sets).
   const long nofile = bench::raise_nofile_limit();
   const int most = *std::max_element(s.ranks.begin(), s.ranks.end());
   if (most + 64L > nofile) {
@@ -310,26 +375,27 @@ int orchestrate(const Settings& s, const std::string& json_out) {
     return 1;
   }
   const std::string dir = bench::make_temp_dir("bootstrap_bench.");
+  const std::vector<Case> cases = cases_of(s);
   Results results;
   bool ours_failed = false;
   for (int rep = 0; rep < s.reps; ++rep) {
-    for (std::size_t i = 0; i < s.ranks.size(); ++i) {
-      const int n = s.ranks[i];
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const Case c = cases[i];
       for (std::size_t k = 0; k < s.backends.size(); ++k) {
         // Rotate the order, so bursts of load from others on a shared machine fall on all alike.
         const std::string& b =
             s.backends[(k + i + static_cast<std::size_t>(rep)) % s.backends.size()];
-        Cell& cell = results[b][n];
-        if (cell.failure) continue;  // failed once at this N: reported, not retried
+        Cell& cell = results[b][c];
+        if (cell.failure) continue;  // failed once here: reported, not retried
         Measurement m;
         try {
-          m = measure(b, n, s, dir);
+          m = measure(b, c.ranks, c.sources, s, dir);
         } catch (const std::exception& e) {
           m.error = e.what();
         }
         if (!m.ok) {
-          std::fprintf(stderr, "rep %d %-22s %5d ranks: FAILED: %s\n", rep + 1, label(b), n,
-                       m.error.c_str());
+          std::fprintf(stderr, "rep %d %-22s %5d ranks from %s: FAILED: %s\n", rep + 1, label(b),
+                       c.ranks, sources_text(c.sources).c_str(), m.error.c_str());
           cell.failure = m.error;
           if (b != "tcpstore") ours_failed = true;
           continue;
@@ -337,11 +403,11 @@ int orchestrate(const Settings& s, const std::string& json_out) {
         const std::string retries =
             m.connect_retries ? ", " + std::to_string(m.connect_retries) + " connect retries" : "";
         std::fprintf(stderr,
-                     "rep %d %-22s %5d ranks: %8.1f ms (connected %.1f, id %.1f), server cpu "
-                     "%.0f ms, +%.1f MiB, %ld SYNs dropped%s\n",
-                     rep + 1, label(b), n, m.wall_s * 1e3, m.connected_s * 1e3, m.unique_id_s * 1e3,
-                     m.server_cpu_s * 1e3, m.server_growth_mib, m.listen_overflows,
-                     retries.c_str());
+                     "rep %d %-22s %5d ranks from %s: %8.1f ms (connected %.1f, id %.1f), server "
+                     "cpu %.0f ms, +%.1f MiB, %ld SYNs dropped%s\n",
+                     rep + 1, label(b), c.ranks, sources_text(c.sources).c_str(), m.wall_s * 1e3,
+                     m.connected_s * 1e3, m.unique_id_s * 1e3, m.server_cpu_s * 1e3,
+                     m.server_growth_mib, m.listen_overflows, retries.c_str());
         cell.runs.push_back(m);
       }
     }
@@ -360,9 +426,14 @@ int main(int argc, char** argv) {
       "TCPStore"};
   Settings s;
   std::string role, port_file, json_out;
+  int round_ranks = 1;
   bool quick = false;
   app.add_option("--role", role, "internal: tcpstore_server | ctrun_server");
   app.add_option("--port_file", port_file);
+  app.add_option("--round_ranks", round_ranks, "internal: the ctrun server's round size");
+  app.add_option("--sources", s.sources,
+                 "source address counts to run (1: one address; more: 127.1.x.y)")
+      ->delimiter(',');
   app.add_option("--ranks", s.ranks, "rank counts")->delimiter(',');
   app.add_option("--reps", s.reps, "repetitions (the median is reported)");
   app.add_option("--timeout_s", s.timeout_s, "per run: a server that cannot finish FAILS");
@@ -381,7 +452,7 @@ int main(int argc, char** argv) {
   }
   if (role == "ctrun_server") {
     bench::die_with_parent();
-    return bootstrap_bench::run_ctrun_server(port_file);
+    return bootstrap_bench::run_ctrun_server(port_file, round_ranks);
   }
   if (!role.empty()) {
     std::cerr << "bootstrap_bench: unknown role '" << role << "'\n";
@@ -394,9 +465,12 @@ int main(int argc, char** argv) {
     }
   }
   if (s.ranks.empty() || *std::min_element(s.ranks.begin(), s.ranks.end()) < 1 || s.reps < 1 ||
-      s.connect_window < 1 || s.timeout_s < 1) {
+      s.sources.empty() || *std::min_element(s.sources.begin(), s.sources.end()) < 1 ||
+      *std::max_element(s.sources.begin(), s.sources.end()) > 254 * 254 || s.connect_window < 1 ||
+      s.timeout_s < 1) {
     std::cerr
-        << "bootstrap_bench: --ranks, --reps, --connect_window and --timeout_s must be positive\n";
+        << "bootstrap_bench: --ranks, --sources, --reps, --connect_window and --timeout_s must be "
+           "positive (--sources at most 64516)\n";
     return 2;
   }
   if (quick) s.reps = 1;

@@ -1,6 +1,6 @@
 // The two servers bootstrap_bench compares, each run in a child process of its own (a role of
 // the benchmark's binary). Both listen on a free port of 127.0.0.1, write it to `port_file`
-// and serve until SIGTERM or SIGINT; they return the exit code.
+// once ready and serve until SIGTERM or SIGINT; they return the exit code.
 #pragma once
 
 #include <string>
@@ -9,8 +9,8 @@
 
 namespace bootstrap_bench {
 
-// ctrun's worker store: a rendezvous::Server with worker_store_job set, as an agent hosts it,
-// with the connection limits raised (every simulated rank connects from 127.0.0.1).
-int run_ctrun_server(const std::string& port_file);
+// ctrun's worker store as an agent that hosts the rendezvous serves it, with its defaults; a
+// node of `round_ranks` workers joins first, so the job's round is as big as the load.
+int run_ctrun_server(const std::string& port_file, int round_ranks);
 
 }  // namespace bootstrap_bench

@@ -246,6 +246,12 @@ double read_cpu_seconds(pid_t pid) {
 long raise_nofile_limit() {
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return -1;
+  // Root may go past the hard limit, to what the packaged ctrund unit sets (LimitNOFILE).
+  constexpr rlim_t kPackaged = 1048576;
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < kPackaged) {
+    rlimit root = {kPackaged, kPackaged};
+    if (setrlimit(RLIMIT_NOFILE, &root) == 0) return static_cast<long>(kPackaged);
+  }
   lim.rlim_cur = lim.rlim_max;
   if (setrlimit(RLIMIT_NOFILE, &lim) != 0) return -1;
   return static_cast<long>(lim.rlim_cur);

@@ -67,7 +67,8 @@ long read_vm_hwm_kib(pid_t pid);
 // utime + stime of a live process, in seconds; -1 if unreadable.
 double read_cpu_seconds(pid_t pid);
 
-// Raises RLIMIT_NOFILE's soft limit to the hard limit; returns the new soft limit.
+// Raises RLIMIT_NOFILE's soft limit to the hard limit (as root, both to 1,048,576, what the
+// packaged ctrund unit sets); returns the new soft limit. Children inherit it.
 long raise_nofile_limit();
 
 // Makes a fresh directory under $TMPDIR (or /tmp); removed by the caller.

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "rendezvous/core/metrics.h"
 #include "rendezvous/daemon/server.h"
 #include "rendezvous/protocol/message.h"
+#include "skip.h"
 
 using namespace ctrun::rendezvous;
 using namespace ctrun::testing;
@@ -342,6 +344,46 @@ TEST_CASE("daemon: binds only the address it is given") {
   CHECK(same.connected());
 }
 
+TEST_CASE(
+    "daemon: started at a soft open-file limit of 256, it takes the hard limit and serves "
+    "more connections than the soft one allowed") {
+  rlimit mine{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &mine) == 0);
+  if (mine.rlim_max != RLIM_INFINITY && mine.rlim_max < 1024) {
+    CTRUN_SKIP("the hard open-file limit here is below 1024");
+  }
+  rlimit low = mine;
+  low.rlim_cur = 256;
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::unique_ptr<Daemon> daemon;
+  try {
+    daemon = std::make_unique<Daemon>();  // inherits the low soft limit
+  } catch (...) {
+    setrlimit(RLIMIT_NOFILE, &mine);
+    throw;
+  }
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &mine) == 0);
+  // /proc/PID/limits: "Max open files  <soft>  <hard>  files".
+  std::ifstream limits("/proc/" + std::to_string(daemon->process().pid()) + "/limits");
+  std::string line, soft, hard;
+  while (std::getline(limits, line)) {
+    if (line.rfind("Max open files", 0) != 0) continue;
+    std::istringstream words(line.substr(14));
+    words >> soft >> hard;
+  }
+  CHECK(soft == hard);
+  CHECK(daemon->log().find("open files " + soft + ")") != std::string::npos);
+  // 400 connections (under the per-host limit), then a client is still served.
+  std::vector<std::unique_ptr<RawSocket>> held;
+  for (int i = 0; i < 400; ++i) {
+    held.push_back(std::make_unique<RawSocket>("127.0.0.1", daemon->port()));
+    REQUIRE(held.back()->connected());
+  }
+  auto client = connect(daemon->options());
+  CHECK(client->ping().ok());
+  CHECK(daemon->log().find("accept failed") == std::string::npos);
+}
+
 TEST_CASE("daemon: SIGTERM and SIGINT stop it cleanly") {
   for (int signo : {SIGTERM, SIGINT}) {
     Daemon daemon;
@@ -423,17 +465,17 @@ TEST_CASE("client: posted sets are answered in order, and their errors reported 
   // The daemon refuses a key over its limit: post_set does not wait to hear it; the next call
   // reads the refusal on the way to its own answer, and the call after reports it instead of
   // sending its own request.
-  REQUIRE(c.post_set(std::string(5000, 'x'), "v").ok());
+  REQUIRE(c.post_set(std::string(9000, 'x'), "v").ok());
   REQUIRE(c.post_set("after", "1").ok());
   CHECK(c.get("k0", 0s).value() == "v0");
   auto refused = c.get("k1", 0s);
   REQUIRE_FALSE(refused);
   CHECK(refused.error().code == ErrorCode::kLimit);
-  CHECK(refused.error().message.rfind("an earlier post_set failed: key of 5000 bytes", 0) == 0);
+  CHECK(refused.error().message.rfind("an earlier post_set failed: key of 9000 bytes", 0) == 0);
   // Reported once; the set posted after it went through.
   CHECK(c.get("after", 0s).value() == "1");
   CHECK(c.flush().ok());
-  REQUIRE(c.post_set(std::string(5000, 'y'), "v").ok());
+  REQUIRE(c.post_set(std::string(9000, 'y'), "v").ok());
   auto flushed = c.flush();
   REQUIRE_FALSE(flushed);
   CHECK(flushed.error().code == ErrorCode::kLimit);

@@ -123,7 +123,8 @@ TEST_CASE("ctrund tls: a job's store and rendezvous over mutual TLS, both client
     CHECK(world_sizes[i] == 2);
   }
   const std::string log = daemon.log();
-  CHECK(log.find("(TLS, client certificates required; token required)") != std::string::npos);
+  CHECK(log.find("(TLS, client certificates required; token required; open files ") !=
+        std::string::npos);
 
   // The metrics over HTTPS, with the daemon's certificate and its client check.
   const auto metrics_port = wait_for_file(s.path("metrics_port"), 5s);

@@ -1,4 +1,4 @@
-// The TCPStore wire codec: both numberings, requests in pieces, the limits.
+// The TCPStore wire codec: every numbering, requests in pieces, the limits.
 #include <random>
 
 #include "catch.h"
@@ -30,25 +30,124 @@ std::vector<Request> decode_all(Decoder& d, const std::string& bytes, std::size_
 }  // namespace
 
 TEST_CASE("tcpstore wire: torch 1.13's numbering, as its client writes it") {
-  // SET "/k" "v", then ADD "init/" 1, GETNUMKEYS, WATCH_KEY, DELETE_KEY (bytes 0, 3, 6, 7, 8).
+  // SET "/k" "v", then ADD "init/" 1, GETNUMKEYS, DELETE_KEY (bytes 0, 3, 6, 8); the client
+  // waits for DELETE_KEY's answer, so nothing follows it.
   std::string bytes = std::string(1, '\0') + str("/k") + str("v");
   bytes += std::string(1, '\3') + str("init/") + u64(1);
   bytes += std::string(1, '\6');
-  bytes += std::string(1, '\7') + str("/w");
   bytes += std::string(1, '\x08') + str("/k");
   for (std::size_t slice : {std::size_t{1}, std::size_t{3}, bytes.size()}) {
     Decoder d;
     auto reqs = decode_all(d, bytes, slice);
     CHECK(d.dialect() == Dialect::kLegacy);
-    REQUIRE(reqs.size() == 5);
+    REQUIRE(reqs.size() == 4);
     CHECK(reqs[0].op == Op::kSet);
     CHECK(reqs[0].keys == std::vector<std::string>{"/k"});
     CHECK(reqs[0].values == std::vector<std::string>{"v"});
     CHECK(reqs[1].op == Op::kAdd);
     CHECK(reqs[1].number == 1);
     CHECK(reqs[2].op == Op::kNumKeys);
-    CHECK(reqs[3].op == Op::kWatchKey);
-    CHECK(reqs[4].op == Op::kDeleteKey);
+    CHECK(reqs[3].op == Op::kDeleteKey);
+  }
+  // Its second connection per store opens with WATCH_KEY.
+  Decoder watch;
+  auto reqs = decode_all(watch, std::string(1, '\7') + str("/w"), 1);
+  REQUIRE(reqs.size() == 1);
+  CHECK(reqs[0].op == Op::kWatchKey);
+  CHECK(watch.dialect() == Dialect::kLegacy);
+}
+
+namespace {
+
+// Bytes from a hex text ("03 0500000000000000 ..."), spaces ignored.
+std::string hex(const std::string& text) {
+  std::string digits;
+  for (char c : text) {
+    if (c != ' ') digits += c;
+  }
+  std::string out;
+  for (std::size_t i = 0; i + 1 < digits.size(); i += 2) {
+    out += static_cast<char>(std::stoi(digits.substr(i, 2), nullptr, 16));
+  }
+  return out;
+}
+
+std::vector<Op> ops_of(const std::string& bytes, Dialect hint = Dialect::kUndecided,
+                       Dialect* told = nullptr) {
+  Decoder d;
+  d.set_hint(hint);
+  std::vector<Op> out;
+  for (const auto& r : decode_all(d, bytes, bytes.size())) out.push_back(r.op);
+  if (told) *told = d.dialect();
+  return out;
+}
+
+}  // namespace
+
+// Each release's bytes, written from its TCPStore.cpp / TCPStoreBackend.hpp (QueryType in
+// order): what its client sends, and what ctrun must read them as.
+TEST_CASE("tcpstore wire: the numbering of each torch release, pinned by its client's bytes") {
+  const std::string add_init = "03 0500000000000000 696e69742f 0100000000000000";  // ADD init/ 1
+  const std::string set_k = "00 0200000000000000 2f6b 0100000000000000 76";        // SET /k v
+  Dialect told = Dialect::kUndecided;
+
+  SECTION("1.13 and 2.0: WATCH_KEY 7 (its own connection), DELETE_KEY 8") {
+    CHECK(ops_of(hex(add_init + set_k + "06" + "08 0200000000000000 2f6b"), Dialect::kUndecided,
+                 &told) == std::vector<Op>{Op::kAdd, Op::kSet, Op::kNumKeys, Op::kDeleteKey});
+    CHECK(told == Dialect::kLegacy);
+    CHECK(ops_of(hex("07 0200000000000000 2f6b"), Dialect::kUndecided, &told) ==
+          std::vector<Op>{Op::kWatchKey});
+    CHECK(told == Dialect::kLegacy);
+  }
+  SECTION("2.1: DELETE_KEY 7, APPEND 8, MULTI_GET 9, MULTI_SET 10, CANCEL_WAIT 11") {
+    const std::string rest =
+        "07 0200000000000000 2f6b"                                       // DELETE_KEY /k
+        "08 0200000000000000 2f61 0100000000000000 78"                   // APPEND /a x
+        "09 0100000000000000 0200000000000000 2f61"                      // MULTI_GET [/a]
+        "0a 0100000000000000 0200000000000000 2f62 0100000000000000 79"  // MULTI_SET /b y
+        "0b";                                                            // CANCEL_WAIT
+    CHECK(ops_of(hex(add_init + set_k + rest), Dialect::kUndecided, &told) ==
+          std::vector<Op>{Op::kAdd, Op::kSet, Op::kDeleteKey, Op::kAppend, Op::kMultiGet,
+                          Op::kMultiSet, Op::kCancelWait});
+    CHECK(told == Dialect::kTorch21);
+    // APPEND first among what tells them apart: a value follows its key.
+    CHECK(ops_of(hex(add_init + "08 0200000000000000 2f61 0100000000000000 78"),
+                 Dialect::kUndecided, &told) == std::vector<Op>{Op::kAdd, Op::kAppend});
+    CHECK(told == Dialect::kTorch21);
+    CHECK(ops_of(hex("09 0100000000000000 0200000000000000 2f61"), Dialect::kUndecided, &told) ==
+          std::vector<Op>{Op::kMultiGet});
+    CHECK(told == Dialect::kTorch21);
+    // Told by another connection of the job: a 2.1 DELETE_KEY opening a connection.
+    CHECK(ops_of(hex("07 0200000000000000 2f6b"), Dialect::kTorch21, &told) ==
+          std::vector<Op>{Op::kDeleteKey});
+  }
+  SECTION("commands 0..6 are alike in both: the connection stays untold") {
+    CHECK(ops_of(hex(add_init + set_k + "06"), Dialect::kUndecided, &told) ==
+          std::vector<Op>{Op::kAdd, Op::kSet, Op::kNumKeys});
+    CHECK(told == Dialect::kUnvalidated);
+  }
+  SECTION("2.2 to 2.4: VALIDATE, then SET 1 ... GETNUMKEYS 7, DELETE_KEY 8 ... CANCEL_WAIT 12") {
+    CHECK(ops_of(hex("00 cef7853c"
+                     "01 0200000000000000 2f6b 0100000000000000 76"
+                     "07"
+                     "08 0200000000000000 2f6b"
+                     "0c"),
+                 Dialect::kUndecided, &told) ==
+          std::vector<Op>{Op::kSet, Op::kNumKeys, Op::kDeleteKey, Op::kCancelWait});
+    CHECK(told == Dialect::kValidated);
+  }
+  SECTION("2.5 on: VALIDATE and PING 13 with the pid; queues 14-16, LIST_KEYS 17, BARRIER 18") {
+    CHECK(ops_of(hex("00 cef7853c"
+                     "0d 39300000"
+                     "0e 0200000000000000 2f71 0100000000000000 7a"
+                     "0f 0200000000000000 2f71"
+                     "10 0200000000000000 2f71"
+                     "11"
+                     "12 0200000000000000 2f62 0400000000000000"),
+                 Dialect::kUndecided,
+                 &told) == std::vector<Op>{Op::kPing, Op::kQueuePush, Op::kQueuePop, Op::kQueueLen,
+                                           Op::kListKeys, Op::kBarrier});
+    CHECK(told == Dialect::kValidated);
   }
 }
 
@@ -79,14 +178,14 @@ TEST_CASE("tcpstore wire: torch 2.x opens with VALIDATE and numbers from SET = 1
   }
 }
 
-TEST_CASE("tcpstore wire: encode_request and the decoder agree on every op of both numberings") {
+TEST_CASE("tcpstore wire: encode_request and the decoder agree on every op of every numbering") {
   const std::vector<Request> requests = {
       {Op::kSet, {"k"}, {"v"}, 0, 0},     {Op::kCompareSet, {"k"}, {"old", "new"}, 0, 0},
       {Op::kGet, {"k"}, {}, 0, 0},        {Op::kAdd, {"n"}, {}, -7, 0},
       {Op::kCheck, {"a", "b"}, {}, 0, 0}, {Op::kWait, {"a"}, {}, 0, 0},
       {Op::kNumKeys, {}, {}, 0, 0},       {Op::kDeleteKey, {"k"}, {}, 0, 0},
   };
-  for (Dialect dialect : {Dialect::kLegacy, Dialect::kValidated}) {
+  for (Dialect dialect : {Dialect::kLegacy, Dialect::kTorch21, Dialect::kValidated}) {
     std::string bytes = dialect == Dialect::kValidated ? encode_validate() : "";
     for (const auto& r : requests) bytes += encode_request(dialect, r);
     Decoder d;
@@ -109,7 +208,7 @@ TEST_CASE("tcpstore wire: a 1.13 SET whose key is long is not taken for VALIDATE
   Decoder d;
   auto reqs = decode_all(d, bytes, 2);
   REQUIRE(reqs.size() == 1);
-  CHECK(d.dialect() == Dialect::kLegacy);
+  CHECK(d.dialect() == Dialect::kUnvalidated);
   CHECK(reqs[0].keys[0].size() == 300);
 }
 
@@ -135,8 +234,18 @@ TEST_CASE("tcpstore wire: limits and unknown commands fail the stream before it 
              Catch::Matchers::ContainsSubstring("value of 1073741824 bytes"));
   CHECK_THAT(error_of(std::string(1, '\4') + u64(5)),
              Catch::Matchers::ContainsSubstring("5 keys, over the limit"));
-  CHECK_THAT(error_of(std::string(1, '\x09')),
-             Catch::Matchers::ContainsSubstring("unknown command 9"));
+  CHECK_THAT(error_of(std::string(1, '\x0c')),
+             Catch::Matchers::ContainsSubstring("unknown command 12 (torch<=2.1 numbering)"));
+  {  // Once a connection is 1.13's (WATCH_KEY first), 2.1's commands are unknown on it.
+    Decoder d(limits);
+    const std::string bytes = std::string(1, '\x07') + str("w") + std::string(1, '\x09');
+    d.feed(bytes.data(), bytes.size());
+    REQUIRE(d.next().ok());
+    auto r = d.next();
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message,
+               Catch::Matchers::ContainsSubstring("unknown command 9 (torch<=2.0 numbering)"));
+  }
   CHECK_THAT(error_of(encode_validate() + std::string(1, '\x13')),
              Catch::Matchers::ContainsSubstring("unknown command 19"));
   CHECK_THAT(error_of(encode_validate() + std::string("\0\1\2\3\4", 5)),

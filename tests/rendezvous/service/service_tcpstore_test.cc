@@ -1,5 +1,7 @@
 // The worker store: torch's TCPStore clients and ctrun's own on one listener, in memory.
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "catch.h"
 #include "memory_state_log.h"
@@ -348,4 +350,181 @@ TEST_CASE(
   h.transport.refuse_worker_store = true;
   const ConnectionId late = h.connect();
   CHECK(h.hello(late, "d", {{"worker_store", true}}).count("worker_store") == 0);
+}
+
+TEST_CASE(
+    "worker store: every rank of the job is served from one address, the limit follows the "
+    "job's size, and torch's client over it is closed before any byte") {
+  ServiceOptions options = serving_worker_store();
+  options.max_connections_per_host = 2;  // ctrun's own protocol only
+  options.worker_store_limits.minimum = 8;
+  options.worker_store_limits.per_rank = 2;
+  options.worker_store_limits.margin = 4;
+  ServiceHarness h(options);
+  // Before any round: the minimum, whatever the address.
+  std::vector<std::unique_ptr<TcpStoreClient>> workers;
+  for (int i = 0; i < 8; ++i) {
+    workers.push_back(std::make_unique<TcpStoreClient>(h, Dialect::kValidated));
+    CHECK(workers.back()->add("init/", 1) == i + 1);
+  }
+  auto refused = [&h] {
+    TcpStoreClient late(h, Dialect::kValidated);
+    late.send({Op::kPing, {}, {}, 0, 42});
+    return late.closed() && late.answer().empty();  // closed, and not a byte said
+  };
+  CHECK(refused());
+  CHECK(mentions(h.logs,
+                 "10.0.0.9:1009 refused: job 'job' has 8 TCPStore connections open, its "
+                 "worker store's limit (2 a rank for its 0 ranks and 4 more, at least 8)"));
+  CHECK(mentions(h.logs, "worker_store_max_connections"));
+
+  // A round of 10 ranks: 2 * 10 + 4 = 24 (its connections count its round's init/ afresh).
+  const ConnectionId agent = h.connect("10.0.0.9");
+  h.send_raw(agent, std::string(kClientPreamble));
+  h.hello(agent, "job");
+  h.send(agent, with_id(join_request("n1", 1, 1, 10), 1));
+  REQUIRE(h.transport.take(agent)["ok"] == true);
+  for (int i = 0; i < 16; ++i) {
+    workers.push_back(std::make_unique<TcpStoreClient>(h, Dialect::kLegacy));
+    CHECK(workers.back()->add("init/", 1) == i + 1);
+  }
+  CHECK(refused());
+  // A closed connection frees its place.
+  h.service->on_disconnect(workers.front()->id());
+  TcpStoreClient again(h, Dialect::kValidated);
+  CHECK(again.add("init/", 1) == 17);
+
+  // ctrun's own clients from that address still meet their per-host limit, told in a frame.
+  const ConnectionId second = h.connect("10.0.0.9");
+  h.send_raw(second, std::string(kClientPreamble));
+  CHECK(h.hello(second, "job")["ok"] == true);
+  const ConnectionId third = h.connect("10.0.0.9");
+  h.send_raw(third, std::string(kClientPreamble));
+  CHECK(is_error(h.transport.take(third), "limit"));
+  CHECK(h.transport.closed.count(third));
+}
+
+TEST_CASE("worker store: a fixed limit, and one job's port that ctrun's per-host limit ignores") {
+  ServiceOptions options;
+  options.worker_store_per_job = true;
+  options.max_connections_per_host = 1;
+  options.worker_store_limits.max_connections = 3;
+  ServiceHarness h(options);
+  const ConnectionId agent = h.connect("10.0.0.9");
+  REQUIRE(h.hello(agent, "a", {{"worker_store", true}})["worker_store"] == true);
+  std::vector<ConnectionId> workers;
+  for (int i = 0; i < 3; ++i) {
+    workers.push_back(h.connect_worker_store("a", "10.0.0.9"));
+    h.send_raw(workers.back(), encode_request(Dialect::kLegacy, {Op::kAdd, {"init/"}, {}, 1, 0}));
+    CHECK(TcpStoreClient::i64(h.transport.take_raw(workers.back())) == i + 1);
+  }
+  const ConnectionId late = h.connect_worker_store("a", "10.0.0.9");
+  CHECK(h.transport.closed.count(late));
+  CHECK(h.transport.take_raw(late).empty());
+  CHECK(mentions(h.logs, "its worker store's limit (as set)"));
+  CHECK(h.service->num_connections() == 4);  // the agent and three workers
+}
+
+TEST_CASE("worker store: refusals are logged once a second, with a count of the rest") {
+  ServiceOptions options = serving_worker_store();
+  options.worker_store_limits.max_connections = 1;
+  ServiceHarness h(options);
+  TcpStoreClient first(h, Dialect::kValidated);
+  CHECK(first.add("init/", 1) == 1);
+  for (int i = 0; i < 5; ++i) {
+    TcpStoreClient late(h, Dialect::kValidated);
+    late.send({Op::kPing, {}, {}, 0, 1});
+    CHECK(late.closed());
+  }
+  std::size_t said = 0;
+  for (const auto& line : h.logs) said += line.find("refused") != std::string::npos;
+  CHECK(said == 1);
+  h.clock.advance(2s);
+  TcpStoreClient later(h, Dialect::kValidated);
+  later.send({Op::kPing, {}, {}, 0, 1});
+  CHECK(mentions(h.logs, "(and 4 more refused since the last said)"));
+}
+
+TEST_CASE("worker store: keys up to torch's 8 KiB, under a round's prefix too") {
+  ServiceHarness h(serving_worker_store());
+  const ConnectionId agent = h.connect();
+  h.send_raw(agent, std::string(kClientPreamble));
+  h.hello(agent, "job");
+  h.send(agent, with_id(join_request("n1", 1, 1), 1));
+  REQUIRE(h.transport.take(agent)["ok"] == true);
+  TcpStoreClient worker(h, Dialect::kValidated);
+  const std::string key(8192, 'k');
+  worker.set(key, "v");
+  CHECK(worker.get(key) == "v");
+  CHECK_FALSE(worker.closed());
+  worker.set(std::string(8193, 'k'), "v");  // over torch's limit: closed, as torch's server does
+  CHECK(worker.closed());
+}
+
+TEST_CASE(
+    "worker store: a round's keys go once no TCPStore connection is bound to it, so 1,000 "
+    "restarts leave the store as big as one") {
+  MemoryStateLog log;
+  ServiceOptions options = serving_worker_store();
+  options.state = &log;
+  ServiceHarness h(options);
+  const ConnectionId agent = h.connect();
+  h.send_raw(agent, std::string(kClientPreamble));
+  h.hello(agent, "job");
+  auto keys_now = [&] { return h.call(agent, {{"op", "num_keys"}})["count"].get<std::size_t>(); };
+  std::size_t after_first = 0;
+  std::string first_prefix;
+  for (int restart = 0; restart < 1000; ++restart) {
+    // The member asks again: a new round (what a restart does).
+    h.send(agent, with_id(join_request("n1", 1, 1, 4), restart));
+    Json formed = h.transport.take(agent);
+    REQUIRE(formed["ok"] == true);
+    if (restart == 0) first_prefix = formed["store_prefix"];
+    std::vector<std::unique_ptr<TcpStoreClient>> ranks;
+    for (int r = 0; r < 4; ++r) {
+      ranks.push_back(std::make_unique<TcpStoreClient>(h, Dialect::kValidated));
+      ranks.back()->add("init/", 1);
+      ranks.back()->set("/rank" + std::to_string(r), std::string(100, 'x'));
+    }
+    // The workers' round is still current: its keys stay while they run.
+    if (restart == 0) after_first = keys_now();
+    for (auto& w : ranks) h.service->on_disconnect(w->id());
+    // Workers of the current round gone: their keys stay until a later round forms.
+    REQUIRE(keys_now() == after_first);
+  }
+  CHECK(after_first >= 5);
+  // The first round's keys are gone from the journal too.
+  bool first_round_deleted = false;
+  for (const auto& r : log.journal) {
+    if (r.value("t", "") == "del" && r.value("key", "") == first_prefix + "init/") {
+      first_round_deleted = true;
+    }
+  }
+  CHECK(first_round_deleted);
+}
+
+TEST_CASE("worker store: torch 2.1's client (append, multi ops, delete at 7, cancel)") {
+  ServiceHarness h(serving_worker_store());
+  TcpStoreClient a(h, Dialect::kTorch21);
+  CHECK(a.add("init/", 1) == 1);
+  a.send({Op::kAppend, {"/log"}, {"ab"}, 0, 0});
+  a.send({Op::kAppend, {"/log"}, {"cd"}, 0, 0});
+  a.send({Op::kMultiSet, {"/x", "/y"}, {"1", "2"}, 0, 0});
+  a.send({Op::kMultiGet, {"/log", "/x", "/y"}, {}, 0, 0});
+  std::string expected;
+  append_bytes(expected, "abcd");
+  append_bytes(expected, "1");
+  append_bytes(expected, "2");
+  CHECK(a.answer() == expected);
+  a.send({Op::kDeleteKey, {"/x"}, {}, 0, 0});
+  CHECK(TcpStoreClient::i64(a.answer()) == 1);
+  a.send({Op::kWait, {"/never"}, {}, 0, 0});
+  a.send({Op::kCancelWait, {}, {}, 0, 0});
+  CHECK(a.answer() == u8(kWaitCanceled));
+  CHECK_FALSE(a.closed());
+  // Another rank's connection that opens with DELETE_KEY is read in the job's numbering.
+  TcpStoreClient b(h, Dialect::kTorch21);
+  b.send({Op::kDeleteKey, {"/y"}, {}, 0, 0});
+  CHECK(TcpStoreClient::i64(b.answer()) == 1);
+  CHECK_FALSE(b.closed());
 }

@@ -56,6 +56,11 @@ struct RendezvousConf {
   std::string key;
   std::string user;
   std::string password_file;
+  // The limits of a rendezvous this agent hosts (as ctrund's flags of the same names; unset:
+  // ctrund's defaults, the worker store's derived from the job's size: docs/ctrund.md).
+  std::optional<std::size_t> max_connections;
+  std::optional<std::size_t> max_connections_per_host;
+  std::optional<std::size_t> worker_store_max_connections;
   std::vector<std::string> ignored_keys;  // accepted for torchrun compatibility, not used
 };
 Result<RendezvousConf> parse_rdzv_conf(const std::string& text);

@@ -1,4 +1,4 @@
-#include "load.h"
+#include "bootstrap_load.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-namespace bootstrap_bench {
+namespace bootstrap_load {
 namespace {
 
 namespace ts = ctrun::rendezvous::tcpstore;
@@ -29,12 +29,14 @@ constexpr const char* kUniqueIdKey = "/default_pg/0";
 constexpr const char* kBarrierKey = "/store_based_barrier_key:1";
 constexpr const char* kLastWorkerKey = "/store_based_barrier_key:1:last_worker";
 
+constexpr std::uint32_t kPingNonce = 0x5eed1234;
 constexpr int kConnectAttempts = 5;
 constexpr auto kRetryDelay = std::chrono::milliseconds(50);
 
 enum class Stage {
   kQueued,        // not connected yet (or waiting to retry)
   kConnecting,    // connect() in flight
+  kPing,          // torch 2.2+: VALIDATE and PING sent, as its client connects
   kInit,          // ADD init/ 1 sent
   kUniqueIdWait,  // WAIT [unique id] sent
   kUniqueIdGet,   // GET unique id sent
@@ -50,6 +52,8 @@ const char* stage_name(Stage s) {
       return "not connected";
     case Stage::kConnecting:
       return "connecting";
+    case Stage::kPing:
+      return "PING";
     case Stage::kInit:
       return "ADD init/";
     case Stage::kUniqueIdWait:
@@ -121,11 +125,12 @@ class Load {
   std::vector<Rank> ranks_;
   std::string unique_id_;  // rank 0's value, which every other rank must read back
   // The requests, encoded before the clock starts.
-  std::string init_, set_id_, wait_id_, get_id_, barrier_add_, set_last_, wait_last_;
+  std::string ping_, init_, set_id_, wait_id_, get_id_, barrier_add_, set_last_, wait_last_;
   std::size_t next_ = 0;
   int connecting_ = 0;
   int done_ = 0;
   int retries_ = 0;
+  long requests_ = 0;
   std::deque<std::pair<Clock::time_point, std::size_t>> retry_queue_;
   Clock::time_point t0_;
   std::string error_;
@@ -135,8 +140,13 @@ Load::Load(const LoadOptions& o) : o_(o), ranks_(static_cast<std::size_t>(o.rank
   const ts::Dialect d = o.dialect;
   unique_id_.resize(static_cast<std::size_t>(o.value_bytes));
   for (std::size_t i = 0; i < unique_id_.size(); ++i) unique_id_[i] = static_cast<char>(i % 251);
-  init_ = (d == ts::Dialect::kValidated ? ts::encode_validate() : std::string()) +
-          encode(d, ts::Op::kAdd, {kInitKey}, {}, 1);
+  if (d == ts::Dialect::kValidated) {
+    ts::Request ping;
+    ping.op = ts::Op::kPing;
+    ping.nonce = kPingNonce;
+    ping_ = ts::encode_validate() + ts::encode_request(d, ping);
+  }
+  init_ = encode(d, ts::Op::kAdd, {kInitKey}, {}, 1);
   set_id_ = encode(d, ts::Op::kSet, {kUniqueIdKey}, {unique_id_});
   wait_id_ = encode(d, ts::Op::kWait, {kUniqueIdKey});
   get_id_ = encode(d, ts::Op::kGet, {kUniqueIdKey});
@@ -145,7 +155,17 @@ Load::Load(const LoadOptions& o) : o_(o), ranks_(static_cast<std::size_t>(o.rank
   wait_last_ = encode(d, ts::Op::kWait, {kLastWorkerKey});
   addr_.sin_family = AF_INET;
   addr_.sin_port = htons(static_cast<std::uint16_t>(o.port));
-  addr_.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (inet_pton(AF_INET, o.host.c_str(), &addr_.sin_addr) != 1) {
+    error_ = "not an IPv4 address: '" + o.host + "'";
+  }
+}
+
+// Rank i's source address when the ranks come from many: 127.1.0.1 onwards, skipping .0 and .255.
+in_addr source_address(std::size_t i, int count) {
+  const auto k = static_cast<std::uint32_t>(i % static_cast<std::size_t>(count));
+  in_addr a{};
+  a.s_addr = htonl((127u << 24) | (1u << 16) | ((k / 254) << 8) | (k % 254 + 1));
+  return a;
 }
 
 Load::~Load() {
@@ -165,6 +185,15 @@ void Load::start_connect(std::size_t i) {
   if (r.fd < 0) return fail(i, std::string("socket: ") + std::strerror(errno));
   const int one = 1;
   setsockopt(r.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // as torch's client does
+  if (o_.source_addresses > 1) {
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr = source_address(i, o_.source_addresses);
+    // The port is chosen at connect, per destination: no address runs out of ephemeral ports.
+    setsockopt(r.fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    if (::bind(r.fd, reinterpret_cast<const sockaddr*>(&from), sizeof from) != 0)
+      return fail(i, std::string("bind: ") + std::strerror(errno));
+  }
   r.stage = Stage::kConnecting;
   ++connecting_;
   epoll_event ev{};
@@ -249,9 +278,10 @@ void Load::on_event(std::size_t i, std::uint32_t events) {
 void Load::on_connected(std::size_t i) {
   Rank& r = ranks_[i];
   r.connected = Clock::now();
-  r.stage = Stage::kInit;
+  r.stage = ping_.empty() ? Stage::kInit : Stage::kPing;
   set_interest(i, false);
-  send(i, init_);
+  requests_ += ping_.empty() ? 1 : 2;
+  send(i, ping_.empty() ? init_ : ping_);
 }
 
 void Load::on_readable(std::size_t i) {
@@ -290,6 +320,17 @@ void Load::advance(std::size_t i) {
   const auto n = static_cast<std::int64_t>(o_.ranks);
   while (error_.empty() && !r.in.empty()) {
     switch (r.stage) {
+      case Stage::kPing: {
+        if (r.in.size() < 4) return;
+        std::uint32_t nonce = 0;
+        std::memcpy(&nonce, r.in.data(), 4);
+        if (nonce != kPingNonce) return fail(i, "PING answered " + std::to_string(nonce));
+        r.in.erase(0, 4);
+        r.stage = Stage::kInit;
+        ++requests_;
+        send(i, init_);
+        break;
+      }
       case Stage::kInit: {
         std::int64_t v = 0;
         if (!take_i64(v)) return;
@@ -298,9 +339,11 @@ void Load::advance(std::size_t i) {
         if (i == 0) {  // rank 0 publishes the id (SET has no answer) and goes on
           r.unique_id = Clock::now();
           r.stage = Stage::kBarrierAdd;
+          requests_ += 2;
           send(i, set_id_ + barrier_add_);
         } else {
           r.stage = Stage::kUniqueIdWait;
+          ++requests_;
           send(i, wait_id_);
         }
         break;
@@ -309,6 +352,7 @@ void Load::advance(std::size_t i) {
         bool got = false;
         if (!take_stop_waiting(got) || !got) return;
         r.stage = Stage::kUniqueIdGet;
+        ++requests_;
         send(i, get_id_);
         break;
       }
@@ -323,6 +367,7 @@ void Load::advance(std::size_t i) {
         r.in.erase(0, 8 + len);
         r.unique_id = Clock::now();
         r.stage = Stage::kBarrierAdd;
+        ++requests_;
         send(i, barrier_add_);
         break;
       }
@@ -331,6 +376,7 @@ void Load::advance(std::size_t i) {
         if (!take_i64(v)) return;
         if (v < 1 || v > n) return fail(i, "ADD barrier answered " + std::to_string(v));
         r.stage = Stage::kBarrierWait;
+        requests_ += v == n ? 2 : 1;
         send(i, v == n ? set_last_ + wait_last_ : wait_last_);  // the last one in opens it
         break;
       }
@@ -367,6 +413,10 @@ LoadResult Load::run() {
     result.error = std::string("epoll_create1: ") + std::strerror(errno);
     return result;
   }
+  if (!error_.empty()) {
+    result.error = error_;
+    return result;
+  }
   std::vector<epoll_event> events(1024);
   const double cpu0 = cpu_seconds();
   t0_ = Clock::now();
@@ -397,6 +447,7 @@ LoadResult Load::run() {
   }
   result.generator_cpu_s = cpu_seconds() - cpu0;
   result.connect_retries = retries_;
+  result.requests = requests_;
   if (!error_.empty()) {
     result.error = error_ + "; ranks: " + progress();
     return result;
@@ -417,4 +468,4 @@ LoadResult run_bootstrap(const LoadOptions& options) {
   return load.run();
 }
 
-}  // namespace bootstrap_bench
+}  // namespace bootstrap_load
