@@ -223,10 +223,7 @@ KeyValueStore::WaiterId KeyValueStore::wait(std::vector<std::string> keys, TimeP
   }
   const WaiterId id = next_waiter_++;
   // Watch every key, present or not: a present key may be deleted before the others appear.
-  for (const auto& k : keys) {
-    auto& list = watchers_[k];
-    if (std::find(list.begin(), list.end(), id) == list.end()) list.push_back(id);
-  }
+  for (const auto& k : keys) watchers_[k].insert(id);
   deadlines_.emplace(deadline, id);
   waiters_.emplace(id, Waiter{std::move(keys), deadline, std::move(done)});
   return id;
@@ -238,7 +235,7 @@ void KeyValueStore::remove_waiter(WaiterId id) {
   for (const auto& k : it->second.keys) {
     auto w = watchers_.find(k);
     if (w == watchers_.end()) continue;
-    std::erase(w->second, id);
+    w->second.erase(id);
     if (w->second.empty()) watchers_.erase(w);
   }
   deadlines_.erase({it->second.deadline, id});

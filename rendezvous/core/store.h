@@ -107,7 +107,9 @@ class KeyValueStore {
   std::unordered_map<std::string, std::string> data_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
   std::size_t total_bytes_ = 0;
-  std::unordered_map<std::string, std::vector<WaiterId>> watchers_;
+  // Per key, its waiters in the order they came (ids grow): thousands of ranks wait on one key
+  // at a barrier, so adding and removing one must not scan the others.
+  std::unordered_map<std::string, std::set<WaiterId>> watchers_;
   std::map<WaiterId, Waiter> waiters_;
   std::set<std::pair<TimePoint, WaiterId>> deadlines_;
   WaiterId next_waiter_ = 1;

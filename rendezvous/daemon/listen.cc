@@ -12,6 +12,12 @@ namespace ctrun::rendezvous {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
+namespace {
+
+constexpr int kAcceptBurst = 256;
+
+}  // namespace
+
 void accept_loop(tcp::acceptor& acceptor, std::function<bool()> keep_going,
                  std::function<void(tcp::socket)> on_accept,
                  std::function<void(const std::string&)> on_error) {
@@ -40,6 +46,15 @@ void accept_loop(tcp::acceptor& acceptor, std::function<bool()> keep_going,
       return;
     }
     on_accept(std::move(socket));
+    // Then whatever else the accept queue holds, before anything else runs: under a storm of
+    // connects (every rank of a job at once) a queue accepted one per turn of the loop fills,
+    // and each SYN the kernel then drops costs its client a second.
+    acceptor.non_blocking(true, ec);
+    for (int more = 0; !ec && more < kAcceptBurst && keep_going(); ++more) {
+      tcp::socket next(acceptor.get_executor());
+      acceptor.accept(next, ec);
+      if (!ec) on_accept(std::move(next));
+    }
     accept_loop(acceptor, std::move(keep_going), std::move(on_accept), std::move(on_error));
   });
 }

@@ -34,15 +34,27 @@ class Session : public std::enable_shared_from_this<Session> {
     std::function<void(const std::string& peer, const std::string& why)> on_tls_failure;
   };
 
+  // A buffer the size of a read, shared by the plain sessions of one server: the loop is
+  // single-threaded and the service consumes each read before the next, so a plain session
+  // needs no buffer of its own while it waits (a store with 65,536 idle connections would hold
+  // 4 GiB of them). A TLS stream reads into one of its own.
+  using ReadBuffer = std::array<char, 64 * 1024>;
+
   Session(TlsStream stream, ConnectionId id, Service& service, std::size_t max_pending, Hooks hooks,
-          std::weak_ptr<int> server_alive)
+          std::weak_ptr<int> server_alive, ReadBuffer& shared)
       : stream_(std::move(stream)),
         id_(id),
         server_alive_(std::move(server_alive)),
         service_(service),
         max_pending_(max_pending),
         hooks_(std::move(hooks)),
-        ready_(!stream_.tls()) {}
+        buffer_(stream_.tls() ? *(own_buffer_ = std::make_unique<ReadBuffer>()) : shared),
+        ready_(!stream_.tls()) {
+    if (!stream_.tls()) {
+      boost::system::error_code ignored;
+      stream_.socket().non_blocking(true, ignored);
+    }
+  }
 
   void start() {
     if (ready_) return read();
@@ -135,9 +147,24 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void read() {
-    stream_.async_read_some(asio::buffer(buffer_),
-                            [self = shared_from_this()](boost::system::error_code ec,
-                                                        std::size_t n) { self->on_read(ec, n); });
+    if (own_buffer_) {
+      stream_.async_read_some(asio::buffer(buffer_),
+                              [self = shared_from_this()](boost::system::error_code ec,
+                                                          std::size_t n) { self->on_read(ec, n); });
+      return;
+    }
+    stream_.socket().async_wait(
+        tcp::socket::wait_read,
+        [self = shared_from_this()](boost::system::error_code ec) { self->on_readable(ec); });
+  }
+
+  // A plain socket has bytes (or was closed): read them into the shared buffer now.
+  void on_readable(boost::system::error_code ec) {
+    if (closed_ || server_alive_.expired()) return;
+    std::size_t n = 0;
+    if (!ec) n = stream_.socket().read_some(asio::buffer(buffer_), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) return read();
+    on_read(ec, n);
   }
 
   void on_read(boost::system::error_code ec, std::size_t n) {
@@ -200,7 +227,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::size_t max_pending_;
   Hooks hooks_;
   std::string peer_;
-  std::array<char, 64 * 1024> buffer_;
+  std::unique_ptr<ReadBuffer> own_buffer_;  // TLS only
+  ReadBuffer& buffer_;
   std::string pending_;
   std::string in_flight_;
   bool ready_;  // plain, or TLS after its handshake: bytes may flow
@@ -325,7 +353,7 @@ class Server::Impl final : public Transport {
                              [this](const std::string& peer, const std::string& why) {
                                tls_failed(peer, why);
                              }},
-              alive_);
+              alive_, read_buffer_);
           session->set_peer(peer);
           sessions_.emplace(id, session);
           service_.on_connect(id, std::move(peer), worker_store_job);
@@ -370,6 +398,7 @@ class Server::Impl final : public Transport {
   tcp::acceptor acceptor_;
   asio::steady_timer timer_;
   Service service_;
+  Session::ReadBuffer read_buffer_;  // the plain sessions'
   std::unordered_map<ConnectionId, std::shared_ptr<Session>> sessions_;
   std::unordered_map<std::string, std::shared_ptr<tcp::acceptor>> worker_store_acceptors_;
   ConnectionId next_id_ = 1;

@@ -744,7 +744,7 @@ void Service::Impl::op_join(Connection& c, std::uint64_t id, const Json& req) {
     fail(c, *c.join_request, Error{ErrorCode::kConflict, "superseded by a newer join"});
   }
   c.join_request = id;
-  deliver(job, std::move(notices).value());
+  deliver(job, std::move(notices).value(), /*acknowledged=*/false);
 }
 
 // A node that reconnects on a new connection takes its binding along.
@@ -789,14 +789,18 @@ void Service::Impl::op_resume(Connection& c, std::uint64_t id, const Json& req) 
         Json{{"round", r.round()}, {"formed", r.formed()}, {"state", job_state_name(r.state())}});
 }
 
-void Service::Impl::deliver(Job& job, std::vector<Notice> notices) {
+void Service::Impl::deliver(Job& job, std::vector<Notice> notices, bool acknowledged) {
   // Every member of a round learns the job's restart count as the round formed: read after
   // the join, a peer's restart for a failure in this very round could already be in it (its
   // workers would then think this round a later attempt than the others' do).
   if (job.rendezvous->round_restart_count_unset()) {
     job.rendezvous->set_round_restart_count(static_cast<int>(restarts_used(job.store)));
   }
-  record_rendezvous(job);  // before anyone hears of the change
+  // Before anyone hears of the change. A change nobody hears of yet (a join waiting for its
+  // round, what a tick did without notices) is recorded with the next that is heard of: a join
+  // storm of N agents writes the rendezvous once, not N times (a daemon restarted meanwhile does
+  // not know the waiting joins, whose agents are told so at resume and join again).
+  if (acknowledged || !notices.empty()) record_rendezvous(job);
   // A job whose store torch's clients use: a size the open-file limit cannot serve is said now,
   // before its workers start.
   if (job.worker_store_port != 0 || options_.worker_store_job == job.name) {
@@ -964,7 +968,7 @@ void Service::Impl::tick() {
   for (auto& [name, job] : jobs_) {
     job->store.expire(now);
     if (job->rendezvous) {
-      deliver(*job, job->rendezvous->tick());
+      deliver(*job, job->rendezvous->tick(), /*acknowledged=*/false);
       close_dropped_nodes(*job);
     }
     if (job->quorum) deliver_quorum(*job, job->quorum->tick());

@@ -68,7 +68,9 @@ class Service::Impl {
   // Sends an error and closes: for protocol violations.
   void reject(Connection& c, std::uint64_t id, const Error& e);
   void drop(ConnectionId id, const std::string& why);
-  void deliver(Job& job, std::vector<Notice> notices);
+  // Sends each notice to its node; `acknowledged`: the caller answers a request about the
+  // change, so it is recorded (--state_dir) even when no notice goes out.
+  void deliver(Job& job, std::vector<Notice> notices, bool acknowledged = true);
   void close_dropped_nodes(Job& job);
   Job& job_of(Connection& c);
   void gc_jobs();

@@ -30,6 +30,7 @@ constexpr const char* kBarrierKey = "/store_based_barrier_key:1";
 constexpr const char* kLastWorkerKey = "/store_based_barrier_key:1:last_worker";
 
 constexpr std::uint32_t kPingNonce = 0x5eed1234;
+constexpr int kFirstSourcePort = 1024;
 constexpr int kConnectAttempts = 5;
 constexpr auto kRetryDelay = std::chrono::milliseconds(50);
 
@@ -116,6 +117,7 @@ class Load {
   void send(std::size_t i, const std::string& bytes);
   void set_interest(std::size_t i, bool write);
   void retry_or_fail(std::size_t i, const std::string& why);
+  bool bind_next_port(int fd);
   void fail(std::size_t i, const std::string& why);
   std::string progress() const;
 
@@ -130,6 +132,7 @@ class Load {
   int connecting_ = 0;
   int done_ = 0;
   int retries_ = 0;
+  int next_port_ = kFirstSourcePort;
   long requests_ = 0;
   std::deque<std::pair<Clock::time_point, std::size_t>> retry_queue_;
   Clock::time_point t0_;
@@ -193,6 +196,8 @@ void Load::start_connect(std::size_t i) {
     setsockopt(r.fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
     if (::bind(r.fd, reinterpret_cast<const sockaddr*>(&from), sizeof from) != 0)
       return fail(i, std::string("bind: ") + std::strerror(errno));
+  } else if (!bind_next_port(r.fd)) {
+    return fail(i, std::string("bind: ") + std::strerror(errno));
   }
   r.stage = Stage::kConnecting;
   ++connecting_;
@@ -212,6 +217,24 @@ void Load::start_connect(std::size_t i) {
     r.fd = -1;
     retry_or_fail(i, std::strerror(err));
   }
+}
+
+// From one address, each connection's source port is picked here, in turn, rather than by the
+// kernel's search for a free ephemeral port, which grows with the ports in use and would make
+// the generator, not the server, what a run of thousands of ranks measures.
+bool Load::bind_next_port(int fd) {
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_addr = addr_.sin_addr;  // the address the server sees: the one it listens on
+  for (int tries = 0; tries < 1000; ++tries) {
+    next_port_ = next_port_ >= 65535 ? kFirstSourcePort : next_port_ + 1;
+    from.sin_port = htons(static_cast<std::uint16_t>(next_port_));
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&from), sizeof from) == 0) return true;
+    if (errno != EADDRINUSE) return false;
+  }
+  return false;
 }
 
 void Load::retry_or_fail(std::size_t i, const std::string& why) {

@@ -43,8 +43,7 @@ const char* label(const std::string& backend) {
 struct Settings {
   std::vector<int> ranks = {1024, 4096, 16384, 65536};
   // Addresses the ranks come from: 1 (one host, or pods behind one SNAT address) and many. From
-  // one address at most the ephemeral port range can connect to one port (28,231 by default),
-  // so larger N come from many addresses only.
+  // one address at most 64,511 connections reach one port, so larger N come from many only.
   std::vector<int> sources = {1, 256};
   int reps = 3;
   int timeout_s = 120;
@@ -53,12 +52,9 @@ struct Settings {
   std::vector<std::string> backends = kBackends;
 };
 
-// The ports one address can connect from (net.ipv4.ip_local_port_range).
-int ephemeral_ports() {
-  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
-  int low = 0, high = 0;
-  return in >> low >> high && high >= low ? high - low + 1 : 28232;
-}
+// The connections one address can open to one port: the load generator picks each source port
+// itself from 1024 up (the kernel's own search would stop at net.ipv4.ip_local_port_range).
+constexpr int kPortsOfOneAddress = 65535 - 1024;
 
 struct Measurement {
   bool ok = false;
@@ -179,7 +175,7 @@ using Results = std::map<std::string, std::map<Case, Cell>>;
 
 std::vector<Case> cases_of(const Settings& s) {
   std::vector<Case> out;
-  const int ports = ephemeral_ports();
+  const int ports = kPortsOfOneAddress;
   for (int n : s.ranks) {
     for (int k : s.sources) {
       if (k == 1 && n > ports) continue;  // one address cannot open that many connections
@@ -292,11 +288,11 @@ void print_report(const Results& results, const Settings& s) {
                   sources_text(c.sources).c_str(), cell.failure->c_str());
     }
   }
-  if (std::any_of(s.ranks.begin(), s.ranks.end(), [](int n) { return n > ephemeral_ports(); })) {
+  if (std::any_of(s.ranks.begin(), s.ranks.end(), [](int n) { return n > kPortsOfOneAddress; })) {
     std::printf(
-        "\nFrom one address at most %d connections reach one port (net.ipv4.ip_local_port_range): "
+        "\nFrom one address at most %d connections reach one port (source ports 1024-65535): "
         "larger N come from many addresses only.\n",
-        ephemeral_ports());
+        kPortsOfOneAddress);
   }
 
   if (torch && ours) {
@@ -368,14 +364,18 @@ int orchestrate(const Settings& s, const std::string& json_out) {
   // The load generator holds a descriptor per rank, and so does each server: both run with the
   // most this machine allows (as root, 1,048,576, what the packaged ctrund unit sets).
   const long nofile = bench::raise_nofile_limit();
-  const int most = *std::max_element(s.ranks.begin(), s.ranks.end());
-  if (most + 64L > nofile) {
-    std::cerr << "bootstrap_bench: RLIMIT_NOFILE " << nofile << " is too low for " << most
-              << " ranks\n";
-    return 1;
-  }
   const std::string dir = bench::make_temp_dir("bootstrap_bench.");
-  const std::vector<Case> cases = cases_of(s);
+  std::vector<Case> cases;
+  for (const Case& c : cases_of(s)) {
+    if (c.ranks + 64L <= nofile) {
+      cases.push_back(c);
+    } else {  // a machine whose hard limit no process here may pass
+      std::printf(
+          "%d ranks: not run, the open-file limit here is %ld (hard, and no "
+          "CAP_SYS_RESOURCE to raise it): one process cannot hold %d connections\n",
+          c.ranks, nofile, c.ranks);
+    }
+  }
   Results results;
   bool ours_failed = false;
   for (int rep = 0; rep < s.reps; ++rep) {

@@ -9,8 +9,8 @@
 
 namespace bootstrap_bench {
 
-// ctrun's worker store as an agent that hosts the rendezvous serves it, with its defaults; a
-// node of `round_ranks` workers joins first, so the job's round is as big as the load.
+// ctrun's worker store as an agent that hosts the rendezvous serves it, with its defaults;
+// nodes of `round_ranks` workers in all join first, so the job's round is as big as the load.
 int run_ctrun_server(const std::string& port_file, int round_ranks);
 
 }  // namespace bootstrap_bench
