@@ -282,6 +282,12 @@ void Rendezvous::set_round_restart_count(int count) {
   ++revision_;
 }
 
+std::optional<int> Rendezvous::member_restart_count(const std::string& node_id) const {
+  auto it = nodes_.find(node_id);
+  if (!formed_ || it == nodes_.end() || it->second.place != Place::kMember) return std::nullopt;
+  return round_restart_count_;
+}
+
 std::optional<RoundAssignment> Rendezvous::assignment(const std::string& node_id) const {
   auto at = std::find(members_.begin(), members_.end(), node_id);
   if (!formed_ || at == members_.end()) return std::nullopt;

@@ -89,6 +89,9 @@ class Rendezvous {
   // -1 until set; a new round starts at -1 again.
   void set_round_restart_count(int count);
   bool round_restart_count_unset() const { return formed_ && round_restart_count_ < 0; }
+  // What assignment(node_id)->restart_count says, for a member of the formed round (nullopt
+  // for anyone else), without building every member's assignment.
+  std::optional<int> member_restart_count(const std::string& node_id) const;
   const std::string& open_reason() const { return open_reason_; }  // why round() opened
   const std::string& end_reason() const { return end_reason_; }
   // Why `node_id` was removed, while it is among the last few removed.

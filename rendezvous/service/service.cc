@@ -818,9 +818,10 @@ void Service::Impl::deliver(Job& job, std::vector<Notice> notices, bool acknowle
     Connection& c = *it->second;
     switch (n.kind) {
       case Notice::Kind::kRoundFormed:
-        if (auto told = job.rendezvous->assignment(n.node_id);
-            told && told->round == n.assignment.round) {
-          n.assignment.restart_count = told->restart_count;
+        // (One node at a time: a round of thousands must not build every assignment for each.)
+        if (auto told = job.rendezvous->member_restart_count(n.node_id);
+            told && job.rendezvous->round() == n.assignment.round) {
+          n.assignment.restart_count = *told;
         } else {  // formed and reopened at once: this answer is moot, the count now will do
           n.assignment.restart_count = static_cast<int>(restarts_used(job.store));
         }

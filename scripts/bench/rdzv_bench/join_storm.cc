@@ -2,11 +2,15 @@
 
 #include <boost/asio.hpp>
 
+#include <netinet/in.h>
+
 #include <memory>
 #include <vector>
 
 #include "ctrun/rendezvous/frame.h"
 #include "rendezvous/core/rendezvous.h"
+#include "rendezvous/protocol/auth.h"
+#include "rendezvous/protocol/message.h"
 
 namespace rdzv_bench {
 namespace {
@@ -43,6 +47,7 @@ class Storm {
   };
 
   void connect_more();
+  void start_connect(std::size_t i);
   void on_connected(std::size_t i, const boost::system::error_code& ec);
   void wait_readable(std::size_t i);
   void on_readable(std::size_t i);
@@ -76,18 +81,14 @@ StormResult Storm::run() {
   rank_taken_.assign(n, false);
   for (std::size_t i = 0; i < n; ++i) {
     nodes_.push_back(std::make_unique<Node>(io_));
-    joins_.push_back(rdzv::encode_frame(
-        Json{{"op", "join"},
-             {"id", 1},
-             {"node", "node-" + std::to_string(i)},
-             {"host", "127.0.0.1"},
-             {"local_world_size", 1},
-             {"master_port", 29500},
-             {"min_nodes", o_.nodes},
-             {"max_nodes", o_.nodes},
-             {"join_timeout_ms", 1000 * o_.join_deadline.count()},
-             // Nodes stay silent while they wait: keep the daemon from dropping them.
-             {"keep_alive_interval_ms", 1000 * o_.join_deadline.count()}}));
+    joins_.push_back(rdzv::encode_frame(Json{{"op", "join"},
+                                             {"id", 1},
+                                             {"node", "node-" + std::to_string(i)},
+                                             {"host", "127.0.0.1"},
+                                             {"local_world_size", 1},
+                                             {"master_port", 29500},
+                                             {"min_nodes", o_.nodes},
+                                             {"max_nodes", o_.nodes}}));
   }
   arm_deadline(o_.connect_deadline, "connect and hello");
   connect_more();
@@ -119,9 +120,28 @@ void Storm::connect_more() {
   while (connecting_ < kMaxConnecting && next_to_connect_ < nodes_.size()) {
     const std::size_t i = next_to_connect_++;
     ++connecting_;
-    nodes_[i]->socket.async_connect(
-        endpoint_, [this, i](const boost::system::error_code& ec) { on_connected(i, ec); });
+    start_connect(i);
   }
+}
+
+// Node i connects from 127.1.x.y, `nodes_per_address` nodes to an address (the port is chosen at
+// connect, per destination).
+void Storm::start_connect(std::size_t i) {
+  Node& node = *nodes_[i];
+  boost::system::error_code ec;
+  node.socket.close(ec);
+  node.socket.open(tcp::v4(), ec);
+  const int one = 1;
+  setsockopt(node.socket.native_handle(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+  const auto k = static_cast<std::uint32_t>(i / static_cast<std::size_t>(o_.nodes_per_address));
+  const asio::ip::address_v4 from((127u << 24) | (1u << 16) | ((k / 254) << 8) | (k % 254 + 1));
+  node.socket.bind(tcp::endpoint(from, 0), ec);
+  if (ec) {
+    fail(i, "bind " + from.to_string() + ": " + ec.message());
+    return;
+  }
+  node.socket.async_connect(endpoint_,
+                            [this, i](const boost::system::error_code& e) { on_connected(i, e); });
 }
 
 void Storm::on_connected(std::size_t i, const boost::system::error_code& ec) {
@@ -132,9 +152,7 @@ void Storm::on_connected(std::size_t i, const boost::system::error_code& ec) {
       fail(i, "connect: " + ec.message());
       return;
     }
-    node.socket.close(ignored);
-    node.socket.async_connect(
-        endpoint_, [this, i](const boost::system::error_code& e) { on_connected(i, e); });
+    start_connect(i);
     return;
   }
   --connecting_;
@@ -187,8 +205,13 @@ bool Storm::handle_frame(std::size_t i, const Json& frame) {
   if (frame.contains("event")) {  // the challenge, or a push such as round_reopened
     if (node.stage != Stage::kChallenge || frame["event"] != "challenge") return true;
     node.stage = Stage::kHello;
-    send(i, rdzv::encode_frame(Json{
-                {"op", "hello"}, {"id", 0}, {"version", rdzv::kProtocolVersion}, {"job", o_.job}}));
+    Json hello{{"op", "hello"}, {"id", 0}, {"version", rdzv::kProtocolVersion}, {"job", o_.job}};
+    if (o_.token) {
+      const auto& nonce = frame["nonce"].get_binary();
+      hello["proof"] = rdzv::to_binary(
+          rdzv::client_proof(*o_.token, std::string(nonce.begin(), nonce.end()), o_.job));
+    }
+    send(i, rdzv::encode_frame(hello));
     return true;
   }
   if (frame.contains("error")) return fail(i, "error answer " + frame.dump().substr(0, 300));

@@ -1,9 +1,12 @@
 // A load generator that plays N rendezvous nodes from one single-threaded process: N TCP
-// connections to ctrund, each says hello, then all join one job with min = max = N at once.
+// connections to ctrund from many addresses of 127.0.0.0/8 (as agents on many hosts), each says
+// hello (proving the token, as a packaged daemon asks), then all join one job with min = max = N
+// at once, with the agents' default timeouts.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace rdzv_bench {
@@ -12,6 +15,8 @@ struct StormOptions {
   int port = 0;
   int nodes = 16;
   std::string job = "rdzv_bench";
+  std::optional<std::string> token;           // the daemon's, proven in each hello
+  int nodes_per_address = 512;                // under ctrund's default per-host limit of 1024
   std::chrono::seconds connect_deadline{60};  // all connected and greeted by then
   std::chrono::seconds join_deadline{120};    // all joins answered by then
 };

@@ -290,3 +290,38 @@ TEST_CASE("state: a daemon shutting down keeps its nodes in the recorded rendezv
   auto a = second.connect_hello("job");
   CHECK(second.call(a, Json{{"op", "resume"}, {"node", "a"}})["ok"] == true);
 }
+
+TEST_CASE(
+    "state: a join storm writes the rendezvous once, when its round forms, and a join "
+    "nobody was answered is not kept") {
+  MemoryStateLog log;
+  ServiceHarness h(recorded_by(log));
+  auto rdzv_records = [&log] {
+    std::size_t n = 0;
+    for (const auto& r : log.journal) n += r.value("t", "") == "rdzv";
+    return n;
+  };
+  constexpr int kNodes = 64;
+  std::vector<ConnectionId> nodes;
+  for (int i = 0; i < kNodes; ++i) {
+    nodes.push_back(h.connect_hello());
+    h.send(nodes.back(), with_id(join_request("n" + std::to_string(i), kNodes, kNodes), 1));
+    if (i + 1 < kNodes) CHECK(rdzv_records() == 0);  // waiting: nobody was told anything
+  }
+  CHECK(rdzv_records() == 1);  // the round formed: recorded before the answers went out
+  for (auto id : nodes) CHECK(h.transport.take(id)["ok"] == true);
+
+  // A node that waits (the round is full) was told nothing: nothing is written for it. A
+  // restarted daemon knows the formed round, not the waiting node, whose resume then gets the
+  // not_found that sends its agent to join again.
+  const ConnectionId late = h.connect_hello();
+  h.send(late, with_id(join_request("late", kNodes, kNodes), 1));
+  CHECK_FALSE(h.transport.has(late));
+  CHECK(rdzv_records() == 1);
+  ServiceHarness restarted(recorded_by(log));
+  REQUIRE(restarted.service->restore());
+  const ConnectionId back = restarted.connect_hello();
+  CHECK(restarted.call(back, {{"op", "resume"}, {"node", "n0"}})["ok"] == true);
+  const ConnectionId never = restarted.connect_hello();
+  CHECK(is_error(restarted.call(never, {{"op", "resume"}, {"node", "late"}}), "not_found"));
+}
