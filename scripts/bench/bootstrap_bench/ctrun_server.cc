@@ -40,7 +40,12 @@ int run_ctrun_server(const std::string& port_file, int round_ranks) {
   // The job's round: nodes of up to 4096 workers each (a node's most) join as the agents of a
   // job that size would, and keep alive; the port file is written once the round has formed.
   constexpr int kMostPerNode = 4096;
-  const int nodes = (round_ranks + kMostPerNode - 1) / kMostPerNode;
+  const int nodes = (round_ranks + kMostPerNode - 1) / kMostPerNode;  // 0: no round, no file
+  if (nodes == 0) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
   std::atomic<bool> stopping{false};
   std::atomic<int> formed{0};
   std::mutex mutex;

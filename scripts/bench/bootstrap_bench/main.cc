@@ -21,6 +21,7 @@
 
 #include "../common/process.h"
 #include "bootstrap_load.h"
+#include "ctrun/rendezvous/client.h"
 #include "servers.h"
 
 namespace {
@@ -418,6 +419,75 @@ int orchestrate(const Settings& s, const std::string& json_out) {
   return ours_failed ? 1 : 0;
 }
 
+// --restarts: a job restarted again and again on one agent's store. A node of `ranks` workers
+// joins (this process, as an agent does), the ranks bootstrap and go, the node joins again (a
+// restart: a new round), and so on; the server's RSS and the job's key count are read every so
+// many restarts. Flat is the goal: a round's keys go once nothing can read them.
+int run_restarts(int restarts, int ranks, const std::string& dir) {
+  namespace rdzv = ctrun::rendezvous;
+  bench::install_cleanup_handlers();
+  const std::string port_file = dir + "/restarts.port";
+  Child::Options o;
+  o.argv = {self_path(), "--role", "ctrun_server", "--port_file", port_file, "--round_ranks", "0"};
+  o.stderr_path = dir + "/restarts.log";
+  Child server = Child::spawn(o);
+  auto port = bench::wait_for_port_file(port_file, Clock::now() + std::chrono::seconds(30));
+  if (!port) {
+    std::cerr << "bootstrap_bench: the server did not start; see " << o.stderr_path << "\n";
+    return 1;
+  }
+  rdzv::ClientOptions co;
+  co.host = "127.0.0.1";
+  co.port = static_cast<std::uint16_t>(*port);
+  co.job = "bootstrap";
+  auto node = rdzv::Client::connect(co);
+  if (!node) {
+    std::cerr << "bootstrap_bench: " << node.error().message << "\n";
+    return 1;
+  }
+  const long rss0 = read_vm_rss_kib(server.pid());
+  std::printf(
+      "\nbootstrap_bench --restarts: one agent's store, a job of %d ranks restarted %d times "
+      "(each round: a node joins, its ranks bootstrap and leave); the server's RSS and the "
+      "job's keys\n\n| restarts | server RSS (MiB) | growth since start (MiB) | keys in the "
+      "store |\n|---------:|-----------------:|-------------------------:|------------------:|\n",
+      ranks, restarts);
+  for (int r = 1; r <= restarts; ++r) {
+    auto joined = node.value()->call({{"op", "join"},
+                                      {"node", "node0"},
+                                      {"host", "127.0.0.1"},
+                                      {"master_port", *port},
+                                      {"min_nodes", 1},
+                                      {"max_nodes", 1},
+                                      {"local_world_size", ranks}},
+                                     std::chrono::seconds(30));
+    if (!joined) {
+      std::cerr << "bootstrap_bench: restart " << r << ": " << joined.error().message << "\n";
+      return 1;
+    }
+    bootstrap_load::LoadOptions load;
+    load.port = *port;
+    load.ranks = ranks;
+    load.dialect = ts::Dialect::kValidated;
+    load.timeout = std::chrono::seconds(30);
+    const auto result = bootstrap_load::run_bootstrap(load);
+    if (!result.ok) {
+      std::cerr << "bootstrap_bench: restart " << r << ": " << result.error << "\n";
+      return 1;
+    }
+    if (r == 1 || r % (restarts / 10 > 0 ? restarts / 10 : 1) == 0) {
+      const long rss = read_vm_rss_kib(server.pid());
+      const auto keys = node.value()->num_keys();
+      std::printf("| %8d | %16.1f | %24.1f | %17lld |\n", r, static_cast<double>(rss) / 1024.0,
+                  static_cast<double>(rss - rss0) / 1024.0,
+                  keys ? static_cast<long long>(keys.value()) : -1LL);
+      std::fflush(stdout);
+    }
+  }
+  server.stop();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -443,6 +513,10 @@ int main(int argc, char** argv) {
                "the server's accept queue stays short");
   app.add_option("--backends", s.backends, "of tcpstore, ctrun, ctrun_v2")->delimiter(',');
   app.add_flag("--quick", quick, "one repetition");
+  int restarts = 0, restart_ranks = 64;
+  app.add_option("--restarts", restarts,
+                 "instead: restart a job this many times on one store and follow its memory");
+  app.add_option("--restart_ranks", restart_ranks, "with --restarts: the job's ranks");
   app.add_option("--json_out", json_out, "also write one row per backend and N as JSON lines");
   CLI11_PARSE(app, argc, argv);
 
@@ -474,6 +548,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (quick) s.reps = 1;
+  if (restarts > 0) {
+    if (restart_ranks < 1 || restart_ranks > 4096) {
+      std::cerr << "bootstrap_bench: --restart_ranks must be 1..4096\n";
+      return 2;
+    }
+    const std::string dir = bench::make_temp_dir("bootstrap_bench.");
+    const int code = run_restarts(restarts, restart_ranks, dir);
+    if (code == 0) bench::remove_tree(dir);
+    return code;
+  }
   std::sort(s.ranks.begin(), s.ranks.end());
   return orchestrate(s, json_out);
 }
