@@ -183,6 +183,8 @@ rdzv::Status Agent::Impl::setup() {
     python_helper_dir_ = dir;
   }
 
+  probe_workers_torch();
+
   config_.min_nodes = o.min_nodes;
   config_.max_nodes = o.max_nodes;
   config_.join_timeout = seconds(o.rdzv_conf.join_timeout);
@@ -291,6 +293,10 @@ Task<void> Agent::Impl::connect() {
           "performance in your application as needed.");
     }
   }
+  // Workers start only once connected: by then the workers' torch is known (its probe ran
+  // beside the connect), so no start waits on it.
+  co_await torch_probed();
+  if (exiting_) co_return;
   post(std::move(connected));
 }
 

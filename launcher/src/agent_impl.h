@@ -142,6 +142,12 @@ class Agent::Impl {
   rdzv::Result<WorkerSpec> worker_spec(const Attempt& attempt, const rdzv::RoundAssignment& round,
                                        int restart_count, int local_rank);
   rdzv::Status start_workers(const rdzv::RoundAssignment& round, int restart_count);
+  // Python workers: asks their interpreter ($PYTHON_EXEC, python3) which torch it has
+  // (kTorchVersionProbe), at setup, so that they get what that torch's agent gives; connect()
+  // waits for the answer (bounded).
+  void probe_workers_torch();
+  Task<void> read_workers_torch(std::string python_exec);
+  Task<void> torch_probed();
   rdzv::Status restart_worker(int local_rank, int restart_count);
   Task<void> stop_workers(int signo);
   // --duplicate-std{out,err}-filters: LOG_DIR/RUN_ID/attempt_N/filtered_<stream>.log, opened
@@ -268,6 +274,8 @@ class Agent::Impl {
   std::vector<std::string> stderr_places_;  // by local rank: where its stderr goes, in words
   std::vector<std::string> lost_logs_;      // log files a write to failed, in this run
   bool workers_run_python_ = false;         // the entrypoint runs under $PYTHON_EXEC
+  bool torch_probe_pending_ = false;        // probe_workers_torch() has not answered yet
+  std::optional<TorchVersion> workers_torch_;
   std::map<int, std::string> hung_stacks_;  // by pid, this group's workers killed as hung
 
   // ---- the faults ----

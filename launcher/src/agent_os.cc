@@ -28,6 +28,11 @@ namespace ctrun::launcher {
 namespace asio = boost::asio;
 namespace rdzv = ctrun::rendezvous;
 
+std::string python_executable() {
+  const char* python = std::getenv("PYTHON_EXEC");
+  return python && *python ? python : "python3";
+}
+
 std::string random_uuid() {
   std::string hex = rdzv::random_hex(16);
   hex[12] = '4';

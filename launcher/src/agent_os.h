@@ -13,6 +13,8 @@ namespace ctrun::launcher {
 
 // A random UUID (version 4), the form torchrun gives a --standalone run id.
 std::string random_uuid();
+// The interpreter of Python entrypoints: $PYTHON_EXEC, else python3 (torchrun's rule).
+std::string python_executable();
 // True when `host` names an address of this machine (torchrun's test for hosting the store).
 bool is_local_host(const std::string& host);
 // A port nobody listens on right now, on `host` (torchrun picks MASTER_PORT the same way);

@@ -13,6 +13,7 @@
 
 #include "adopted_children.h"
 #include "agent_os.h"
+#include "captured_run.h"
 #include "ctrun/launcher/log_line_prefix.h"
 #include "ctrun/launcher/worker_env.h"
 #include "native_stack_probe.h"
@@ -82,6 +83,33 @@ void Agent::Impl::report_lost_log(const std::string& whose, const std::string& p
   lost_logs_.push_back(path);
 }
 
+void Agent::Impl::probe_workers_torch() {
+  // Only for Python entrypoints, whose workers start that interpreter anyway: an executable's
+  // torch cannot be told (a C++ trainer, a wrapper script), and its workers get both names.
+  const std::string python_exec = python_executable();
+  if (worker_command(options_, python_exec).executable != python_exec) return;
+  torch_probe_pending_ = true;
+  spawn(read_workers_torch(python_exec));
+}
+
+Task<void> Agent::Impl::read_workers_torch(std::string python_exec) {
+  const std::vector<std::string> args = {"-c", kTorchVersionProbe};
+  const CapturedRun run =
+      co_await run_captured(io_.get_executor(), python_exec, args, std::chrono::seconds(10), 4096);
+  if (run.succeeded) {
+    workers_torch_ = parse_torch_version(run.text);
+  } else if (run.started) {
+    log("cannot tell which torch the workers have (" + python_exec +
+        "): " + (run.timed_out ? std::string("no answer within 10 s") : run.text) +
+        "; they get both NCCL_ASYNC_ERROR_HANDLING and TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  }
+  torch_probe_pending_ = false;
+}
+
+Task<void> Agent::Impl::torch_probed() {
+  while (torch_probe_pending_) co_await linger(std::chrono::milliseconds(2));
+}
+
 // What every worker of an attempt shares: the filtered logs, the command, the environment.
 rdzv::Result<Agent::Impl::Attempt> Agent::Impl::prepare_attempt(int restart_count) {
   const LaunchOptions& o = options_;
@@ -93,8 +121,7 @@ rdzv::Result<Agent::Impl::Attempt> Agent::Impl::prepare_attempt(int restart_coun
   attempt.stdout_filtered = stdout_filtered.value();
   attempt.stderr_filtered = stderr_filtered.value();
   attempt.set_omp = local_world_size_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr;
-  const char* python = std::getenv("PYTHON_EXEC");
-  const std::string python_exec = python && *python ? python : "python3";
+  const std::string python_exec = python_executable();
   attempt.command = worker_command(o, python_exec);
   workers_run_python_ = attempt.command.executable == python_exec;
   attempt.base = current_environment();
@@ -127,6 +154,7 @@ rdzv::Result<WorkerSpec> Agent::Impl::worker_spec(const Attempt& attempt,
   in.error_file = dir + "/error.json";
   in.set_omp_num_threads = attempt.set_omp;
   in.python_fault_handler = o.worker_timeout > 0 && workers_run_python_;
+  in.torch = workers_torch_;
   in.replica_id = node_id_ + "/" + std::to_string(local_rank);
   if (!o.fault_report.empty()) {
     in.result_file = dir + "/result";

@@ -758,7 +758,8 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
     o.numa_binding = v->text;
   }
   const ArgValue* signals = given("signals_to_handle");
-  for (const auto& name : split(signals ? signals->text : "SIGTERM,SIGINT,SIGHUP,SIGQUIT", ',')) {
+  if (signals) o.signals_text = signals->text;
+  for (const auto& name : split(o.signals_text, ',')) {
     auto signo = signal_from_name(trim(name));
     if (!signo || *signo == SIGKILL) {
       return bad(source_label(*signals, "--signals_to_handle") + ": '" + trim(name) +

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <optional>
+#include <string_view>
 
 #include "rendezvous/etcd/etcd.h"
 
@@ -77,9 +78,18 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
       {"TORCHELASTIC_RUN_ID", in.run_id},
       {"TORCHELASTIC_USE_AGENT_STORE", in.use_agent_store ? "True" : "False"},
       {"TORCHELASTIC_ERROR_FILE", in.error_file},
-      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
-      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
   };
+  // NCCL's async error handling as the workers' torch's own agent sets it: the user's value, else
+  // 1, under the name that torch reads (2.2 on warns about the old one, twice a rank).
+  const bool old_torch = in.torch && *in.torch < TorchVersion{2, 2};
+  const bool new_torch = in.torch && !old_torch;
+  for (const char* name : {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}) {
+    const bool torch_reads =
+        std::string_view(name) == "NCCL_ASYNC_ERROR_HANDLING" ? !new_torch : !old_torch;
+    if (torch_reads) vars[name] = variable_in(base, name).value_or("1");
+  }
+  // torch 2.x's agent tells its workers which signals it handles (--signals-to-handle).
+  if (!in.torch || in.torch->major >= 2) vars["TORCHELASTIC_SIGNALS_TO_HANDLE"] = o.signals_text;
   // How the workers get in where the agent did: file paths only, never a secret itself.
   const rendezvous::StoreAccess& access = in.store.access;
   const bool etcd = in.store.backend == rendezvous::StoreAddress::Backend::kEtcd;
@@ -149,6 +159,32 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   }
   return env;
 }
+
+std::optional<TorchVersion> parse_torch_version(const std::string& text) {
+  TorchVersion v;
+  std::size_t pos = 0;
+  auto number = [&](int& out) {
+    const std::size_t start = pos;
+    while (pos < text.size() && pos - start < 6 && text[pos] >= '0' && text[pos] <= '9') ++pos;
+    if (pos == start) return false;
+    out = std::stoi(text.substr(start, pos - start));
+    return true;
+  };
+  if (!number(v.major) || pos >= text.size() || text[pos++] != '.' || !number(v.minor)) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+const char* const kTorchVersionProbe =
+    "import importlib.util as u, os\n"
+    "s = u.find_spec('torch')\n"
+    "d = list(s.submodule_search_locations or []) if s else []\n"
+    "p = os.path.join(d[0], 'version.py') if d else ''\n"
+    "ns = {}\n"
+    "if p and os.path.isfile(p):\n"
+    "    exec(compile(open(p).read(), p, 'exec'), ns)\n"
+    "print(ns.get('__version__', ''))\n";
 
 WorkerCommand worker_command(const LaunchOptions& o, const std::string& python_exec) {
   const bool python_script =

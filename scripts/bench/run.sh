@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs every benchmark of issues 2, 3, 4, 7, 16, 18, 19, 26 and 23 and prints their tables with ratios:
 #   store_bench       ctrund vs PyTorch's TCPStore: set+get throughput (1/4/16 client processes), latency
-#   bootstrap_bench   process-group bootstrap store traffic of 256/1024/4096 ranks: the agent's
-#                     worker store vs PyTorch's TCPStore server
-#   rdzv_bench        ctrund rendezvous of 16..4096 nodes: formation time, daemon peak memory
+#   bootstrap_bench   process-group bootstrap store traffic of 1024..65536 ranks, from one address
+#                     and from 256: the agent's worker store (its defaults, a round of N ranks) vs
+#                     PyTorch's TCPStore server; and a job restarted 1,000 times on one store
+#   rdzv_bench        ctrund as packaged (--state_dir, --token_file) forming a round of 16..8192
+#                     nodes: formation time, daemon peak memory
 #   c10d_rdzv_bench   torch's c10d dynamic rendezvous vs ctrund at 16 and 64 nodes
 #   backend_rdzv_bench  one round of 16..1024 agents through the agent's Backend: etcd vs ctrund, and
 #                     each over mutual TLS vs plain (ctrund to 1024 nodes, etcd to 256)
@@ -68,6 +70,7 @@ run() {  # every benchmark is bounded: none may hang the run
 
 run 1200 "$bench/store_bench" "${quick[@]}"
 run 900 "$bench/bootstrap_bench" "${quick[@]}"
+run 600 "$bench/bootstrap_bench" --restarts 1000
 run 900 "$bench/rdzv_bench" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/c10d_rdzv_bench.py" --rdzv_bench "$bench/rdzv_bench" "${quick[@]}"
 run 900 "$bench/backend_rdzv_bench" "${quick[@]}"

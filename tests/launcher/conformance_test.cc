@@ -719,6 +719,53 @@ std::vector<Row> kubeflow_rows() {
   };
 }
 
+// What each torch's own agent gives its workers for NCCL and signals (issue 43): torch 1.13's
+// against the reference; torch 2.x's through a stand-in interpreter whose torch says 2.11 (the
+// agent asks the workers' Python which torch it has), ctrun only.
+std::vector<Row> torch_variable_rows() {
+  const std::string torch2 = "torch 1.13's agent gives torch 1.13's variables";
+  const Env as_torch2 = {{"PYTHON_EXEC", kScripts + "/torch2_python.sh"}};
+  Env user_torch2 = as_torch2;
+  user_torch2.emplace_back("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3");
+  return {
+      {.name = "torch 1.13's workers: NCCL_ASYNC_ERROR_HANDLING=1, nothing of torch 2.x",
+       .source = "torch 1.13 local_elastic_agent._start_workers",
+       .args = {"--nnodes=1", "--nproc_per_node=2", "--rdzv_id=4242", "--monitor_interval=1",
+                kTouch, kTouchDir},
+       .files = ranks(2),
+       .expect = {{"NCCL_ASYNC_ERROR_HANDLING", "1"},
+                  {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "<unset>"},
+                  {"TORCHELASTIC_SIGNALS_TO_HANDLE", "<unset>"}}},
+      {.name = "torch 1.13's workers keep a user's NCCL_ASYNC_ERROR_HANDLING=0",
+       .source = "torch 1.13 local_elastic_agent: os.getenv(NCCL_ASYNC_ERROR_HANDLING, 1)",
+       .args = {"--nnodes=1", "--nproc_per_node=2", "--rdzv_id=4242", "--monitor_interval=1",
+                kTouch, kTouchDir},
+       .env = {{"NCCL_ASYNC_ERROR_HANDLING", "0"}},
+       .files = ranks(2),
+       .expect = {{"NCCL_ASYNC_ERROR_HANDLING", "0"}}},
+      {.name = "torch 2.x's workers: TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and the signals handled, "
+               "not the deprecated name",
+       .source = "torch main local_elastic_agent._start_workers, launcher/api.py launch_agent",
+       .args = {"--nnodes=1", "--nproc_per_node=2", "--rdzv_id=4242", "--monitor_interval=1",
+                "--signals_to_handle=SIGTERM,SIGUSR1", kTouch, kTouchDir},
+       .env = as_torch2,
+       .files = ranks(2),
+       .expect = {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+                  {"NCCL_ASYNC_ERROR_HANDLING", "<unset>"},
+                  {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGUSR1"}},
+       .ctrun_only = torch2},
+      {.name = "torch 2.x's workers keep a user's TORCH_NCCL_ASYNC_ERROR_HANDLING=3",
+       .source = "torch main local_elastic_agent: os.getenv(TORCH_NCCL_ASYNC_ERROR_HANDLING, 1)",
+       .args = {"--nnodes=1", "--nproc_per_node=1", "--rdzv_id=4242", "--monitor_interval=1",
+                kTouch, kTouchDir},
+       .env = user_torch2,
+       .files = ranks(1),
+       .expect = {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"},
+                  {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"}},
+       .ctrun_only = torch2},
+  };
+}
+
 // PyTorch main's command lines with flags torch 1.13 does not have: ctrun only.
 std::vector<Row> newer_flag_rows() {
   const std::string dashed = "torch 1.13 knows only the underscore spellings (main: both)";
@@ -787,6 +834,10 @@ TEST_CASE("conformance: Kubeflow PyTorchJob PET_ variables under ctrun and torch
 }
 
 TEST_CASE("conformance: PyTorch main's newer flags (ctrun only)") { run_rows(newer_flag_rows()); }
+
+TEST_CASE("conformance: each torch's NCCL and signal variables for its workers") {
+  run_rows(torch_variable_rows());
+}
 
 // Scenarios whose workers need torch: is_torchelastic_launched() and init_process_group with
 // env:// and tcp:// at the launcher's master port (two workers, not test_run.py's four: each

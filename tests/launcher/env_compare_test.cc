@@ -36,9 +36,14 @@ const std::set<std::string> kOnlyTorchrun = {
     "LC_CTYPE",  // Python's locale coercion in the torchrun process (PEP 538), inherited
     "PWD",       // set by the shell that starts torchrun inside the namespace
 };
-const std::set<std::string> kOnlyCtrun = {"CTRUN_STORE_BACKEND", "CTRUN_STORE_ADDR",
-                                          "CTRUN_STORE_PORT", "CTRUN_STORE_PREFIX",
-                                          "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
+// The workers here are an executable, whose torch ctrun cannot tell: they get torch 2.x's names
+// beside 1.13's (a Python entrypoint's get its own torch's: the conformance rows of issue 43).
+const std::set<std::string> kOnlyCtrun = {"CTRUN_STORE_BACKEND",
+                                          "CTRUN_STORE_ADDR",
+                                          "CTRUN_STORE_PORT",
+                                          "CTRUN_STORE_PREFIX",
+                                          "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                                          "TORCHELASTIC_SIGNALS_TO_HANDLE"};
 // Keys whose values must be identical.
 const std::vector<std::string> kSameValue = {"RANK",
                                              "LOCAL_RANK",

@@ -81,6 +81,50 @@ TEST_CASE("worker env: OMP_NUM_THREADS, the token and the heartbeat file only wh
   CHECK(env.count("CTRUN_HEARTBEAT_FILE") == 0);
 }
 
+TEST_CASE("worker env: each torch's NCCL and signal variables, and the user's values kept") {
+  LaunchOptions o;
+  o.signals_text = "SIGTERM,SIGUSR1";
+  WorkerEnvInputs in;
+  in.options = &o;
+  SECTION("torch 1.13: its agent's one name, and nothing of 2.x") {
+    in.torch = TorchVersion{1, 13};
+    auto env = as_map(worker_environment({}, in));
+    CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "1");
+    CHECK(env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);
+    CHECK(env.count("TORCHELASTIC_SIGNALS_TO_HANDLE") == 0);
+    env = as_map(worker_environment({"NCCL_ASYNC_ERROR_HANDLING=0"}, in));
+    CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "0");
+  }
+  SECTION("torch 2.1 still reads the old name; 2.2 on the new one, which does not warn") {
+    in.torch = TorchVersion{2, 1};
+    auto env = as_map(worker_environment({}, in));
+    CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "1");
+    CHECK(env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);
+    in.torch = TorchVersion{2, 11};
+    env = as_map(worker_environment({"TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}, in));
+    CHECK(env.count("NCCL_ASYNC_ERROR_HANDLING") == 0);
+    CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3");
+    CHECK(env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGUSR1");
+  }
+  SECTION("a torch not known (a C++ trainer): both names, the user's values kept") {
+    auto env = as_map(worker_environment({"NCCL_ASYNC_ERROR_HANDLING=2"}, in));
+    CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "2");
+    CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+    CHECK(env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGUSR1");
+  }
+}
+
+TEST_CASE("worker env: torch's version read from its version.py's text") {
+  CHECK(parse_torch_version("2.11.0+cu130\n") == TorchVersion{2, 11});
+  CHECK(parse_torch_version("1.13.0a0") == TorchVersion{1, 13});
+  CHECK(parse_torch_version("2.6.0") == TorchVersion{2, 6});
+  CHECK_FALSE(parse_torch_version(""));
+  CHECK_FALSE(parse_torch_version("\n"));
+  CHECK_FALSE(parse_torch_version("torch"));
+  CHECK_FALSE(parse_torch_version("2"));
+  CHECK_FALSE(parse_torch_version("2.x"));
+}
+
 TEST_CASE("worker command: python scripts, modules and executables") {
   LaunchOptions o;
   o.entrypoint = "train.py";

@@ -17,6 +17,12 @@ KEYS = [
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS",
     "TEST_SENTINEL_PARENT", "PYTHONUNBUFFERED",
 ]
+# Written as <unset> when absent: which torch's variables a worker got (each torch's own agent
+# gives its own).
+TORCH_KEYS = [
+    "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE",
+]
 
 
 def main() -> None:
@@ -39,6 +45,7 @@ def main() -> None:
     if args.fail or attempt < args.fail_until:
         raise RuntimeError(f"conformance worker rank {rank} fails (attempt {attempt})")
     lines = [f"{k}={os.environ[k]}" for k in KEYS if k in os.environ]
+    lines += [f"{k}={os.environ.get(k, '<unset>')}" for k in TORCH_KEYS]
     lines.append("argv=" + " ".join(sys.argv[1:]))
     lines.append("main=" + __name__)
     if args.local_rank is not None:

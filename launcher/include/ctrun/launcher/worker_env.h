@@ -23,8 +23,26 @@ struct RoundPlacement {
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: restarts of the job so far
 };
 
+// The torch a Python worker imports, as major and minor release: what torch's own agent of that
+// release gives its workers differs (NCCL_ASYNC_ERROR_HANDLING up to 2.1,
+// TORCH_NCCL_ASYNC_ERROR_HANDLING from 2.2, TORCHELASTIC_SIGNALS_TO_HANDLE in 2.x).
+struct TorchVersion {
+  int major = 0;
+  int minor = 0;
+  auto operator<=>(const TorchVersion&) const = default;
+};
+// "2.11.0+cu130", "1.13.0a0": the release; nullopt for anything else.
+std::optional<TorchVersion> parse_torch_version(const std::string& text);
+// What the agent runs to learn it, without importing torch (which takes seconds): `python -c`
+// this prints torch/version.py's __version__ of the torch the worker would import, or nothing.
+extern const char* const kTorchVersionProbe;
+
 struct WorkerEnvInputs {
   const LaunchOptions* options = nullptr;
+  // The workers' torch, when the agent found it (Python entrypoints: the torch of $PYTHON_EXEC or
+  // python3); nullopt: not known (an executable, no torch), and both generations' names are
+  // given.
+  std::optional<TorchVersion> torch;
   std::string run_id;
   int local_world_size = 1;
   int local_rank = 0;
