@@ -136,6 +136,7 @@ Task<void> Agent::Impl::linger(rdzv::Duration d) {
 
 rdzv::Status Agent::Impl::setup() {
   const LaunchOptions& o = options_;
+  for (const auto& w : o.warnings) log("warning: " + w);
   run_id_ = o.standalone ? random_uuid() : o.rdzv_id;
   node_id_ = rdzv::local_host_name() + ":" + std::to_string(getpid()) + ":" + rdzv::random_hex(4);
 
@@ -386,9 +387,6 @@ Task<std::optional<int>> Agent::Impl::perform(AgentAction a) {
         failed.at = std::chrono::system_clock::now();
         post({.kind = AgentInput::Kind::kWorkerExit, .exit = failed});
       }
-      break;
-    case K::kForwardSignal:
-      for (int r = 0; r < local_world_size_; ++r) workers_->kill(r, a.signo);
       break;
     case K::kAwaitFailureWindow:
       spawn(await_failure_window());

@@ -9,13 +9,6 @@ namespace ctrun::launcher {
 
 namespace rdzv = ctrun::rendezvous;
 
-namespace {
-
-// Slurm's warning of a coming preemption or time limit: for the workers, not a stop.
-bool is_warning(int signo) { return signo == SIGUSR1 || signo == SIGUSR2; }
-
-}  // namespace
-
 AgentMachine::AgentMachine(AgentMachineConfig config) : config_(std::move(config)) {}
 
 std::vector<AgentAction> AgentMachine::start() {
@@ -141,15 +134,6 @@ void AgentMachine::act(const AgentInput& input) {
 void AgentMachine::on_signal(const AgentInput& input) {
   const int signo = input.signo;
   const std::string name = signal_name(signo);
-  if (is_warning(signo)) {
-    // The workers decide what to do (checkpoint, then exit or go on); the job is not stopped.
-    const bool running = phase_ == Phase::kRunning;
-    log("received " + name +
-        (running ? ": forwarded to the workers" : ": no workers running, not forwarded"));
-    record("signal", {{"signal", name}, {"action", running ? "forwarded" : "none"}});
-    if (running) emit({.kind = AgentAction::Kind::kForwardSignal, .signo = signo});
-    return;
-  }
   if (!started_once_) exit_signal_ = signo;
   if (stop_signalled_) {
     // A second stop: the user means now. The workers' process groups are killed on exit.

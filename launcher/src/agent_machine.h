@@ -75,7 +75,6 @@ struct AgentAction {
     kConnect,             // connect, keep-alives, the budget in the store -> kConnected
     kJoin,                // join the next round -> kJoined
     kStartWorkers,        // `round`, `restart_count` -> kWorkersStarted
-    kForwardSignal,       // `signo` to every worker
     kAwaitFailureWindow,  // -> kFailureWindowOver
     kStopWorkers,         // `signo`, the grace, then SIGKILL -> kWorkersStopped
     // --fault_tolerance=step: start local rank `exit.local_rank` again, alone, with

@@ -759,17 +759,19 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
   }
   const ArgValue* signals = given("signals_to_handle");
   if (signals) o.signals_text = signals->text;
-  for (const auto& name : split(o.signals_text, ',')) {
+  // As torch's agent: a name it cannot register a handler for is warned about and left out.
+  auto names = split(o.signals_text, ',');
+  if (names.empty()) names.emplace_back();  // "": torch's agent warns about the one empty name
+  for (const auto& name : names) {
     auto signo = signal_from_name(trim(name));
-    if (!signo || *signo == SIGKILL) {
-      return bad(source_label(*signals, "--signals_to_handle") + ": '" + trim(name) +
-                 "' is not a signal that can be handled");
+    if (!signo || *signo == SIGKILL || *signo == SIGSTOP) {
+      const std::string flag = signals ? source_label(*signals, "--signals_to_handle")
+                                       : std::string("--signals_to_handle");
+      o.warnings.push_back(flag + ": '" + trim(name) +
+                           "' is not a signal that can be handled: not handled");
+      continue;
     }
     o.signals_to_handle.push_back(*signo);
-  }
-  if (signals && o.signals_to_handle.empty()) {
-    return bad(source_label(*signals, "--signals_to_handle") +
-               ": expected signal names like SIGTERM,SIGINT, got ''");
   }
   if (const ArgValue* v = given("shutdown_timeout")) {
     auto n = python_int(v->text);

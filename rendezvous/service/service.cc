@@ -179,10 +179,10 @@ std::size_t Service::Impl::job_ranks(Job& job) {
   return job.ranks;
 }
 
-std::size_t Service::Impl::worker_store_limit(const Job* job) {
+std::size_t Service::Impl::worker_store_limit(Job* job) {
   const WorkerStoreLimits& l = options_.worker_store_limits;
   if (l.max_connections > 0) return l.max_connections;
-  const std::size_t ranks = job ? job_ranks(const_cast<Job&>(*job)) : 0;
+  const std::size_t ranks = job ? job_ranks(*job) : 0;
   return std::max(l.minimum, l.per_rank * ranks + l.margin);
 }
 

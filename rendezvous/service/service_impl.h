@@ -55,7 +55,7 @@ class Service::Impl {
   // understands). Each admits and counts, or refuses and says so.
   bool admit_ctrund(ConnectionId id, const std::string& peer);
   bool admit_tcpstore(Job& job, const std::string& peer);
-  std::size_t worker_store_limit(const Job* job);
+  std::size_t worker_store_limit(Job* job);  // null: a job not seen yet
   // Ranks of every node the job's rendezvous knows (0 without one), cached by its revision;
   // says once per size when the open-file limit cannot serve them.
   std::size_t job_ranks(Job& job);

@@ -170,8 +170,14 @@ TEST_CASE("options: bad values name the flag and what was expected") {
         0);
   CHECK(parse_error({"--rdzv_conf=join_timeout=soon", "x"}).find("--rdzv_conf: join_timeout") == 0);
   CHECK(parse_error({"--rdzv_conf=is_host=maybe", "x"}).find("is_host") != std::string::npos);
-  CHECK(parse_error({"--signals_to_handle=SIGFOO", "x"}).find("SIGFOO") != std::string::npos);
-  CHECK(parse_error({"--signals_to_handle=SIGKILL", "x"}).find("SIGKILL") != std::string::npos);
+  // Names torch's agent cannot register a handler for: warned about and left out, not refused.
+  const LaunchOptions odd = parse_ok({"--signals_to_handle=SIGFOO,SIGUSR2,SIGKILL", "x"});
+  CHECK(odd.signals_to_handle == std::vector<int>{SIGUSR2});
+  REQUIRE(odd.warnings.size() == 2);
+  CHECK(odd.warnings[0] ==
+        "--signals_to_handle: 'SIGFOO' is not a signal that can be handled: not handled");
+  CHECK(odd.warnings[1].find("'SIGKILL'") != std::string::npos);
+  CHECK(parse_ok({"x"}).warnings.empty());
   CHECK(parse_error({"--local_ranks_filter=a", "x"}).find("--local_ranks_filter") == 0);
   CHECK(parse_error({"--nnodes=2", "--node_rank=2", "x"}).find("--node_rank: 2 is not below") == 0);
   CHECK(parse_error({"-m", "--no_python", "x"}).find("cannot be used together") !=
@@ -512,7 +518,11 @@ TEST_CASE("options: values read as torchrun's types read them") {
   CHECK(parse_error({"x"}, {{"PET_REDIRECTS", ""}}).rfind("PET_REDIRECTS (--redirects)", 0) == 0);
   CHECK(parse_error({"--rdzv_id=", "x"}) == "--rdzv_id: expected a job id, got ''");
   CHECK(parse_error({"--master_addr=", "x"}) == "--master_addr: is empty");
-  CHECK(parse_error({"--signals_to_handle=", "x"}).find("--signals_to_handle") == 0);
+  const LaunchOptions none = parse_ok({"--signals_to_handle=", "x"});
+  CHECK(none.signals_to_handle.empty());
+  CHECK(none.warnings ==
+        std::vector<std::string>{"--signals_to_handle: '' is not a signal that can be handled: not "
+                                 "handled"});
   CHECK(parse_error({"--nproc_per_node=xpu", "x"}).find("xpu is not supported") !=
         std::string::npos);
   // Choices are checked from the variable too, naming it.

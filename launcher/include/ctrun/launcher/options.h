@@ -124,8 +124,11 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string local_addr;
-  std::vector<int> signals_to_handle;                          // signal numbers
+  // Signal numbers. A name torch's agent cannot register a handler for (unknown, SIGKILL,
+  // SIGSTOP) is left out with a line in `warnings`, as torchrun only warns.
+  std::vector<int> signals_to_handle;
   std::string signals_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // as given (the workers are told)
+  std::vector<std::string> warnings;  // said by the agent at start
   // --shutdown_timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 (whole seconds).
   double shutdown_timeout = 30;
   // LOCAL_RANK=0 for every worker and CUDA_VISIBLE_DEVICES narrowed to the worker's device.
