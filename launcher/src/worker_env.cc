@@ -2,7 +2,6 @@
 
 #include <map>
 #include <optional>
-#include <string_view>
 
 #include "rendezvous/etcd/etcd.h"
 
@@ -83,10 +82,10 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   // 1, under the name that torch reads (2.2 on warns about the old one, twice a rank).
   const bool old_torch = in.torch && *in.torch < TorchVersion{2, 2};
   const bool new_torch = in.torch && !old_torch;
-  for (const char* name : {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}) {
-    const bool torch_reads =
-        std::string_view(name) == "NCCL_ASYNC_ERROR_HANDLING" ? !new_torch : !old_torch;
-    if (torch_reads) vars[name] = variable_in(base, name).value_or("1");
+  auto user_or_1 = [&base](const char* name) { return variable_in(base, name).value_or("1"); };
+  if (!new_torch) vars["NCCL_ASYNC_ERROR_HANDLING"] = user_or_1("NCCL_ASYNC_ERROR_HANDLING");
+  if (!old_torch) {
+    vars["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = user_or_1("TORCH_NCCL_ASYNC_ERROR_HANDLING");
   }
   // torch 2.x's agent tells its workers which signals it handles (--signals-to-handle).
   if (!in.torch || in.torch->major >= 2) vars["TORCHELASTIC_SIGNALS_TO_HANDLE"] = o.signals_text;

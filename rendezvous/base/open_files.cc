@@ -20,6 +20,10 @@ rlim_t nr_open() {
 
 }  // namespace
 
+std::string open_file_limit_text(std::uint64_t limit) {
+  return limit == kNoFileLimit ? std::string("unlimited") : std::to_string(limit);
+}
+
 OpenFileLimit open_file_limit() {
   rlimit now{};
   if (::getrlimit(RLIMIT_NOFILE, &now) != 0) return {};

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace ctrun::rendezvous {
 
@@ -14,6 +15,9 @@ struct OpenFileLimit {
   std::uint64_t soft = 0;
   std::uint64_t hard = 0;
 };
+
+// A limit as logs say it: the number, or "unlimited".
+std::string open_file_limit_text(std::uint64_t limit);
 
 // The limit in force now (soft and hard); {0, 0} if it cannot be read.
 OpenFileLimit open_file_limit();

@@ -44,10 +44,6 @@ bool write_port_file(const std::string& path, std::uint16_t port) {
   return true;
 }
 
-std::string open_files_text(const rdzv::OpenFileLimit& l) {
-  return l.soft == rdzv::kNoFileLimit ? std::string("unlimited") : std::to_string(l.soft);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,7 +198,7 @@ int main(int argc, char** argv) {
            : (tls_files.client_ca_file.empty() ? "TLS" : "TLS, client certificates required");
   rdzv::log_line("ctrund", "listening on " + server.value()->endpoint() + " (" + security +
                                "; token " + (options.service.token ? "required" : "not required") +
-                               "; open files " + open_files_text(files) + ")");
+                               "; open files " + rdzv::open_file_limit_text(files.soft) + ")");
   if (!write_port_file(port_file, server.value()->port())) return 1;
   if (metrics && !write_port_file(metrics_port_file, metrics->port())) return 1;
 

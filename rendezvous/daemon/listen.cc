@@ -29,10 +29,9 @@ void accept_loop(tcp::acceptor& acceptor, std::function<bool()> keep_going,
       std::string line = "accept failed: " + ec.message();
       if (ec == asio::error::no_descriptors) {
         const OpenFileLimit files = open_file_limit();
-        line +=
-            " (the open-file limit is " + std::to_string(files.soft) + ", hard limit " +
-            (files.hard == kNoFileLimit ? std::string("unlimited") : std::to_string(files.hard)) +
-            ": raise it, e.g. LimitNOFILE= for the ctrund service)";
+        line += " (the open-file limit is " + open_file_limit_text(files.soft) + ", hard limit " +
+                open_file_limit_text(files.hard) +
+                ": raise it, e.g. LimitNOFILE= for the ctrund service)";
       }
       on_error(line);
       auto retry = std::make_shared<asio::steady_timer>(acceptor.get_executor(),

@@ -801,9 +801,10 @@ void Service::Impl::deliver(Job& job, std::vector<Notice> notices, bool acknowle
   // storm of N agents writes the rendezvous once, not N times (a daemon restarted meanwhile does
   // not know the waiting joins, whose agents are told so at resume and join again).
   if (acknowledged || !notices.empty()) record_rendezvous(job);
-  // A job whose store torch's clients use: a size the open-file limit cannot serve is said now,
-  // before its workers start.
-  if (job.worker_store_port != 0 || options_.worker_store_job == job.name) {
+  // A job whose store torch's clients use, when the round moved (a round forms or reopens only
+  // with notices, so ticks without any cost nothing): a size the open-file limit cannot serve is
+  // said now, before its workers start.
+  if (!notices.empty() && (job.worker_store_port != 0 || options_.worker_store_job == job.name)) {
     job_ranks(job);
     drop_stale_rounds(job);  // a new round: the last one's keys go once its workers have
   }
