@@ -204,9 +204,9 @@ rdzv::Status Agent::Impl::setup() {
   endpoint_port_ = backend.endpoints.front().port;
   requested_rank_ = plan.value().requested_rank;
   if (plan.value().try_host) {
-    auto hosted = host_rendezvous();
+    auto hosted = o.standalone ? host_standalone() : host_rendezvous();
     if (hosted) {
-      backend.endpoints.front().port = endpoint_port_;
+      backend.endpoints.front() = {endpoint_host_, endpoint_port_};
     } else if (plan.value().must_host) {
       return hosted.error();
     } else {
@@ -243,6 +243,23 @@ rdzv::Status Agent::Impl::setup() {
     }
   });
   return rdzv::ok_status();
+}
+
+// torch 2.x's --standalone: the workers' store on this node's address, --local_addr or the
+// fully qualified host name, which MASTER_ADDR then names. Where nothing can listen there (a
+// name for an address this network namespace lacks), 127.0.0.1 as before.
+rdzv::Status Agent::Impl::host_standalone() {
+  const std::string loopback = endpoint_host_;
+  endpoint_host_ = !options_.local_addr.empty() ? options_.local_addr : fully_qualified_host_name();
+  if (endpoint_host_ != loopback) {
+    auto hosted = host_rendezvous();
+    if (hosted) return hosted;
+    log("--standalone: cannot listen on " + endpoint_host_ + " (" + hosted.error().message +
+        "): the job's store is on " + loopback + " instead");
+    endpoint_host_ = loopback;
+    endpoint_port_ = 0;
+  }
+  return host_rendezvous();
 }
 
 // The rendezvous this agent hosts, on endpoint_host_:endpoint_port_ (0: any free port).
@@ -327,8 +344,12 @@ Task<int> Agent::Impl::run_job() {
   if (options_.stop_on_stdin_close) watch_stdin();
   if (options_.worker_timeout > 0) arm_heartbeat_check();
 
-  if (auto s = setup(); !s) {
-    log("error: " + s.error().message);
+  // The health port first: a probe has its answer while the rendezvous is still being reached.
+  rdzv::Status started = start_health_check();
+  if (started) started = setup();
+  if (started) started = start_file_timer();
+  if (!started) {
+    log("error: " + started.error().message);
     co_return kAgentExitFailure;
   }
   machine_.emplace(

@@ -27,11 +27,13 @@
 #include "fault_injector.h"
 #include "fault_report.h"
 #include "fault_timeline.h"
+#include "file_timer_server.h"
 #include "filtered_log.h"
 #include "heartbeat_monitor.h"
 #include "numa_binding.h"
 #include "rendezvous/backend/backend.h"
 #include "rendezvous/base/event_log.h"
+#include "rendezvous/daemon/http_server.h"
 #include "rendezvous/daemon/server.h"
 #include "worker_runner.h"
 
@@ -61,6 +63,7 @@ class Agent::Impl {
   rdzv::Status setup();
   Task<void> connect();
   rdzv::Status host_rendezvous();
+  rdzv::Status host_standalone();
   bool use_agent_store() const;  // TORCHELASTIC_USE_AGENT_STORE
   // One action of the machine; the agent's exit code when it is kExit.
   Task<std::optional<int>> perform(AgentAction action);
@@ -189,6 +192,14 @@ class Agent::Impl {
     return attempt_dir(machine_->restart_count(), local_rank);
   }
 
+  // ---- agent_watchdogs.cc: torch's file timer server and health port ----
+  // TORCHELASTIC_ENABLE_FILE_TIMER=1: the pipe made and served (its path goes to the workers).
+  rdzv::Status start_file_timer();
+  void file_timer_expired(const FileTimerReap& reap);
+  // TORCHELASTIC_HEALTH_CHECK_PORT: up from the agent's start to its exit.
+  rdzv::Status start_health_check();
+  rdzv::HttpReply health_reply() const;
+
   // ---- agent_faults.cc: --faults and `ctrun fault` ----
   // Reads the plan (setup); what falls due is carried out while workers run.
   rdzv::Status load_fault_plan();
@@ -276,7 +287,9 @@ class Agent::Impl {
   bool workers_run_python_ = false;         // the entrypoint runs under $PYTHON_EXEC
   bool torch_probe_pending_ = false;        // probe_workers_torch() has not answered yet
   std::optional<TorchVersion> workers_torch_;
-  std::map<int, std::string> hung_stacks_;  // by pid, this group's workers killed as hung
+  std::map<int, std::string> hung_stacks_;           // by pid, this group's workers killed as hung
+  std::unique_ptr<FileTimerServer> file_timer_;      // TORCHELASTIC_ENABLE_FILE_TIMER=1
+  std::unique_ptr<rdzv::HttpServer> health_server_;  // TORCHELASTIC_HEALTH_CHECK_PORT
 
   // ---- the faults ----
   std::optional<FaultInjector> faults_;  // --faults

@@ -494,4 +494,31 @@ void AgentMachine::record(std::string name, rdzv::Json fields) {
   emit({.kind = AgentAction::Kind::kRecord, .name = std::move(name), .fields = std::move(fields)});
 }
 
+const char* phase_name(AgentMachine::Phase phase) {
+  using Phase = AgentMachine::Phase;
+  switch (phase) {
+    case Phase::kConnecting:
+      return "connecting";
+    case Phase::kJoining:
+      return "joining";
+    case Phase::kStarting:
+      return "starting";
+    case Phase::kRunning:
+      return "running";
+    case Phase::kFailing:
+      return "failing";
+    case Phase::kStopping:
+      return "stopping";
+    case Phase::kCounting:
+      return "counting";
+    case Phase::kFinishing:
+      return "finishing";
+    case Phase::kEnding:
+      return "ending";
+    case Phase::kDone:
+      return "done";
+  }
+  return "unknown";
+}
+
 }  // namespace ctrun::launcher

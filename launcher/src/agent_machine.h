@@ -198,4 +198,7 @@ class AgentMachine {
   WorkerExit first_failure_;
 };
 
+// The phase in one lowercase word ("running"), as the health port reports it.
+const char* phase_name(AgentMachine::Phase phase);
+
 }  // namespace ctrun::launcher

@@ -41,6 +41,47 @@ std::string random_uuid() {
          hex.substr(16, 4) + "-" + hex.substr(20);
 }
 
+std::string fully_qualified_host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
+  const std::string host = name;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return host;
+  // gethostbyaddr_r, as Python's gethostbyaddr: the entry's name and aliases.
+  hostent entry{};
+  hostent* result = nullptr;
+  std::vector<char> buf(16384);
+  int error = 0;
+  const void* addr = nullptr;
+  socklen_t len = 0;
+  int family = found->ai_family;
+  if (family == AF_INET) {
+    addr = &reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr;
+    len = sizeof(in_addr);
+  } else if (family == AF_INET6) {
+    addr = &reinterpret_cast<const sockaddr_in6*>(found->ai_addr)->sin6_addr;
+    len = sizeof(in6_addr);
+  }
+  std::string fqdn = host;
+  if (addr != nullptr &&
+      gethostbyaddr_r(addr, len, family, &entry, buf.data(), buf.size(), &result, &error) == 0 &&
+      result != nullptr && result->h_name != nullptr) {
+    std::vector<std::string> names = {result->h_name};
+    for (char** alias = result->h_aliases; alias && *alias; ++alias) names.emplace_back(*alias);
+    fqdn = names.front();
+    for (const auto& n : names) {
+      if (n.find('.') != std::string::npos) {
+        fqdn = n;
+        break;
+      }
+    }
+  }
+  freeaddrinfo(found);
+  return fqdn;
+}
+
 bool is_local_host(const std::string& host) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;

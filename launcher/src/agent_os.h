@@ -15,6 +15,10 @@ namespace ctrun::launcher {
 std::string random_uuid();
 // The interpreter of Python entrypoints: $PYTHON_EXEC, else python3 (torchrun's rule).
 std::string python_executable();
+// This machine's fully qualified name as Python's socket.getfqdn() finds it (torch 2.x's
+// MASTER_ADDR for --standalone): the host name's entry by address, its first name or alias
+// holding a dot, else its name; the bare host name when the lookup fails.
+std::string fully_qualified_host_name();
 // True when `host` names an address of this machine (torchrun's test for hosting the store).
 bool is_local_host(const std::string& host);
 // A port nobody listens on right now, on `host` (torchrun picks MASTER_PORT the same way);

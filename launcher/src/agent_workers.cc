@@ -167,6 +167,7 @@ rdzv::Result<WorkerSpec> Agent::Impl::worker_spec(const Attempt& attempt,
     std::remove(in.fault_file.c_str());  // a planned exception is for the process it was sent to
   }
   in.python_helper_dir = python_helper_dir_;
+  if (file_timer_) in.timer_file = file_timer_->path();
   if (heartbeat_files_on()) {
     in.heartbeat_file = dir + "/heartbeat";
     if (std::FILE* f = std::fopen(in.heartbeat_file.c_str(), "w")) std::fclose(f);
@@ -313,6 +314,7 @@ Task<void> Agent::Impl::stop_workers(int signo) {
     fault_timeline_.workers_stopped(std::chrono::system_clock::now());
   }
   while (!stopped) co_await done.async_wait(asio::as_tuple(asio::use_awaitable));
+  if (file_timer_) file_timer_->clear();  // the timers of workers that are no more
   // What the workers left that escaped their process groups (a setsid daemon) goes too.
   if (world_.adopt_orphans) kill_adopted_children(workers_->pids());
 }

@@ -125,6 +125,7 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
     }
     vars.emplace("CUDA_VISIBLE_DEVICES", device);
   }
+  if (!in.timer_file.empty()) vars["TORCHELASTIC_TIMER_FILE"] = in.timer_file;
   if (!in.heartbeat_file.empty()) vars.emplace("CTRUN_HEARTBEAT_FILE", in.heartbeat_file);
   if (!in.result_file.empty()) vars.emplace("CTRUN_RESULT_FILE", in.result_file);
   if (!in.fault_file.empty()) vars.emplace("CTRUN_FAULT_FILE", in.fault_file);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <string_view>
 
 #include "rendezvous/base/event_log.h"
 #include "rendezvous/base/log.h"
@@ -19,7 +20,7 @@
 #include "rendezvous/base/token.h"
 #include "rendezvous/base/version.h"
 #include "rendezvous/core/metrics.h"
-#include "rendezvous/daemon/metrics_server.h"
+#include "rendezvous/daemon/http_server.h"
 #include "rendezvous/daemon/server.h"
 #include "rendezvous/tls/tls_context.h"
 
@@ -42,6 +43,19 @@ bool write_port_file(const std::string& path, std::uint16_t port) {
     return false;
   }
   return true;
+}
+
+// --metrics_port's pages: the Prometheus text at /metrics, a link to it at /.
+rdzv::HttpReply metrics_reply(std::string_view target, rdzv::Server& daemon) {
+  if (target == "/metrics" || target.starts_with("/metrics?")) {
+    return {200, "text/plain; version=0.0.4; charset=utf-8",
+            rdzv::prometheus_text(daemon.metrics())};
+  }
+  if (target == "/") {
+    return {200, "text/html; charset=utf-8",
+            "<html><body><a href=\"/metrics\">ctrund metrics</a></body></html>\n"};
+  }
+  return {404, "text/plain; charset=utf-8", "not found: try /metrics\n"};
 }
 
 }  // namespace
@@ -176,15 +190,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   server.value()->start();
-  std::unique_ptr<rdzv::MetricsServer> metrics;
+  std::unique_ptr<rdzv::HttpServer> metrics;
   if (metrics_port >= 0) {
     rdzv::Server& daemon = *server.value();
-    auto created = rdzv::MetricsServer::create(
-        io, options.host, static_cast<std::uint16_t>(metrics_port),
-        [&daemon] { return rdzv::prometheus_text(daemon.metrics()); },
+    auto created = rdzv::HttpServer::create(
+        io, options.host, static_cast<std::uint16_t>(metrics_port), "ctrund",
+        [&daemon](std::string_view target) { return metrics_reply(target, daemon); },
         metrics_tls ? options.tls : nullptr);
     if (!created) {
-      std::cerr << "ctrund: error: " << created.error().message << "\n";
+      std::cerr << "ctrund: error: --metrics_port: " << created.error().message << "\n";
       return 1;
     }
     metrics = std::move(created).value();

@@ -111,6 +111,17 @@ bool wait_for_text(const std::string& path, const std::string& text,
   return false;
 }
 
+std::string python_fqdn() {
+  const std::string out = temp_path("fqdn");
+  ChildProcess python({"/usr/bin/python3", "-c", "import socket; print(socket.getfqdn(), end='')"},
+                      out);
+  const bool done = python.wait(std::chrono::seconds(30)) == std::optional<int>(0);
+  std::string name = done ? read_file(out) : "";
+  ::unlink(out.c_str());
+  if (name.empty()) throw std::runtime_error("python_fqdn: python3 said nothing");
+  return name;
+}
+
 std::uint16_t free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error("free_port: socket failed");

@@ -47,6 +47,9 @@ bool wait_for_text(const std::string& path, const std::string& text,
 std::string temp_path(const std::string& name);
 // A TCP port on 127.0.0.1 that was free a moment ago.
 std::uint16_t free_port();
+// This machine's name as Python's socket.getfqdn() says it (/usr/bin/python3): torch 2.x's
+// MASTER_ADDR for --standalone, which ctrun gives too.
+std::string python_fqdn();
 // Whether this process may make a loopback-only network namespace (unshare -n; needs root).
 bool can_unshare_network();
 

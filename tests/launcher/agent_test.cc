@@ -83,7 +83,7 @@ TEST_CASE("agent: standalone with 1 and with 4 workers") {
       CHECK(env["LOCAL_WORLD_SIZE"] == std::to_string(n));
       CHECK(env["GROUP_RANK"] == "0");
       CHECK(env["ROLE_NAME"] == "default");
-      CHECK(env["MASTER_ADDR"] == "127.0.0.1");
+      CHECK(env["MASTER_ADDR"] == python_fqdn());  // as torch 2.x: the store on this node
       CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
       CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");  // the agent's daemon serves it
       CHECK(env["OMP_NUM_THREADS"] == (n > 1 ? "1" : "<unset>"));
@@ -94,9 +94,32 @@ TEST_CASE("agent: standalone with 1 and with 4 workers") {
     }
     CHECK(ports.size() == 1);  // one master for everybody
     // ... which is the agent's own daemon, serving the job's store as torch's TCPStore.
-    CHECK(read_file(s.path("agent.log"))
-              .find("hosting the rendezvous on 127.0.0.1:" + *ports.begin() + "\n") !=
-          std::string::npos);
+    const std::string log = read_file(s.path("agent.log"));
+    CHECK(log.find("hosting the rendezvous on ") != std::string::npos);
+    CHECK(log.find(":" + *ports.begin() + "\n") != std::string::npos);
+  }
+}
+
+TEST_CASE("agent: standalone's store on --local_addr, or on 127.0.0.1 where it cannot listen") {
+  Scratch s;
+  // 127.0.0.2 is this machine's (all of 127.0.0.0/8 is); 198.18.0.99 is nobody's here.
+  for (const auto& [local_addr, master] : std::vector<std::pair<std::string, std::string>>{
+           {"127.0.0.2", "127.0.0.2"}, {"198.18.0.99", "127.0.0.1"}}) {
+    const std::string log = s.path("agent-" + local_addr + ".log");
+    ChildProcess agent(
+        ctrun_args({"--standalone", "--nproc_per_node=2", "--local_addr=" + local_addr,
+                    TEST_WORKER_PATH, "env", s.path("env-" + local_addr)}),
+        log);
+    REQUIRE(agent.wait(30s) == std::optional<int>(0));
+    INFO(read_file(log));
+    for (int rank = 0; rank < 2; ++rank) {
+      auto env = read_env_file(s.path("env-" + local_addr + "." + std::to_string(rank)));
+      CHECK(env["MASTER_ADDR"] == master);
+      CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");
+    }
+    const bool fell_back =
+        read_file(log).find("--standalone: cannot listen on 198.18.0.99 (") != std::string::npos;
+    CHECK(fell_back == (master == "127.0.0.1"));
   }
 }
 

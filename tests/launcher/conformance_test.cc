@@ -45,6 +45,7 @@ const std::string kTouch = kScripts + "/touch_rank.py";
 const std::string kTouchSh = kScripts + "/touch_rank.sh";
 const std::string kIsLaunched = kScripts + "/is_launched.py";
 const std::string kInitMethod = kScripts + "/init_method.py";
+const std::string kFileTimer = kScripts + "/file_timer.py";
 
 // torch 1.13 raises (a traceback, exit 1) where ctrun refuses the command line in one line with
 // exit 2 (docs/env.md, "The command line, flag by flag").
@@ -109,6 +110,8 @@ struct Places {
     s = replace_all(std::move(s), "{logs}", logs);
     s = replace_all(std::move(s), "{port2}", port2);
     s = replace_all(std::move(s), "{port}", port);
+    if (s.find("{fqdn}") != std::string::npos)
+      s = replace_all(std::move(s), "{fqdn}", python_fqdn());
     return replace_all(std::move(s), "{scripts}", kScripts);
   }
 };
@@ -805,6 +808,12 @@ std::vector<Row> newer_flag_rows() {
        .console = {"[rank0]: creating ", "[rank1]: creating ", "[rank2]: creating ",
                    "[rank3]: creating "},
        .ctrun_only = "the prefix template is read by torchrun 2.2 and later"},
+      {.name = "standalone: MASTER_ADDR is the fully qualified host name, as torch 2.x's",
+       .source = "torch main dynamic_rendezvous: RendezvousStoreInfo.build, socket.getfqdn()",
+       .args = {"--standalone", "--nproc-per-node=2", kTouch, kTouchDir},
+       .files = ranks(2),
+       .expect = {{"MASTER_ADDR", "{fqdn}"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}},
+       .ctrun_only = "torch 1.13 gives localhost and no agent store"},
       {.name = "virtual-local-rank",
        .source = "test_run.py test_virtual_local_rank (without a GPU: the variables only)",
        .args = {"--standalone", "--nproc-per-node=2", "--virtual-local-rank", kTouch, kTouchDir},
@@ -837,6 +846,24 @@ TEST_CASE("conformance: PyTorch main's newer flags (ctrun only)") { run_rows(new
 
 TEST_CASE("conformance: each torch's NCCL and signal variables for its workers") {
   run_rows(torch_variable_rows());
+}
+
+// torch's file timer (issue 43): with TORCHELASTIC_ENABLE_FILE_TIMER=1 the launcher serves the
+// pipe it names in TORCHELASTIC_TIMER_FILE, and kills a worker that overruns its timer; the job
+// then restarts as after any failure.
+TEST_CASE("conformance: the file timer kills a worker that overruns, under both") {
+  run_rows({
+      {.name = "TORCHELASTIC_ENABLE_FILE_TIMER=1, one overrun",
+       .source = "torch local_elastic_agent._setup_local_watchdog, timer/file_based_local_timer.py",
+       .args = {"--nnodes=1", "--nproc_per_node=1", "--max_restarts=1", "--monitor_interval=1",
+                kFileTimer, "--touch_file_dir={dir}"},
+       .env = {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}},
+       .files = ranks(1),
+       .expect = {{"timer_file_is_pipe", "True"},
+                  {"timer_file_name", "watchdog_timer_"},
+                  {"TORCHELASTIC_RESTART_COUNT", "1"}},
+       .attempts = {{"attempts.0", "0\n1\n"}}},
+  });
 }
 
 // Scenarios whose workers need torch: is_torchelastic_launched() and init_process_group with

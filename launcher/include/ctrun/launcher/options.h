@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ctrun/rendezvous/endpoint.h"
@@ -195,5 +196,8 @@ Result<Endpoint> parse_rdzv_endpoint(const std::string& text, std::uint16_t defa
 
 std::optional<int> signal_from_name(const std::string& name);
 std::string signal_name(int signo);
+// TORCHELASTIC_HEALTH_CHECK_PORT's value: a port from 1 to 65535 (blanks around it allowed, as
+// torch's int() allows them); nothing otherwise.
+std::optional<std::uint16_t> health_check_port(std::string_view value);
 
 }  // namespace ctrun::launcher

@@ -67,6 +67,9 @@ struct WorkerEnvInputs {
   // dumps every thread's stack on the agent's SIGABRT (--worker_timeout).
   bool python_fault_handler = false;
   bool set_omp_num_threads = false;  // OMP_NUM_THREADS unset and more than one local worker
+  // TORCHELASTIC_TIMER_FILE: the pipe of the agent's file timer server
+  // (TORCHELASTIC_ENABLE_FILE_TIMER=1); empty: the agent's own value, if any, passes through.
+  std::string timer_file;
   // --fault_tolerance=step: the worker's replica slot (CTRUN_REPLICA_ID), which its replacement
   // keeps.
   std::string replica_id;

@@ -1,4 +1,4 @@
-#include "rendezvous/daemon/metrics_server.h"
+#include "rendezvous/daemon/http_server.h"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -24,29 +24,23 @@ constexpr std::uint32_t kMaxHeaderBytes = 8 * 1024;
 constexpr auto kSessionTimeout = std::chrono::seconds(10);  // per request, first byte to last
 
 http::response<http::string_body> answer(const http::request<http::empty_body>& req,
-                                         const MetricsServer::Render& render) {
+                                         const std::string& name,
+                                         const HttpServer::Handler& handler) {
   http::response<http::string_body> res;
   res.version(req.version());
   res.keep_alive(req.keep_alive());
-  res.set(http::field::server, "ctrund");
+  res.set(http::field::server, name);
   const bool head = req.method() == http::verb::head;
   if (req.method() != http::verb::get && !head) {
     res.result(http::status::method_not_allowed);
     res.set(http::field::allow, "GET, HEAD");
     res.set(http::field::content_type, "text/plain; charset=utf-8");
     res.body() = "only GET and HEAD\n";
-  } else if (req.target() == "/metrics" || req.target().starts_with("/metrics?")) {
-    res.result(http::status::ok);
-    res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    res.body() = render();
-  } else if (req.target() == "/") {
-    res.result(http::status::ok);
-    res.set(http::field::content_type, "text/html; charset=utf-8");
-    res.body() = "<html><body><a href=\"/metrics\">ctrund metrics</a></body></html>\n";
   } else {
-    res.result(http::status::not_found);
-    res.set(http::field::content_type, "text/plain; charset=utf-8");
-    res.body() = "not found: try /metrics\n";
+    HttpReply reply = handler(std::string_view(req.target().data(), req.target().size()));
+    res.result(static_cast<http::status>(reply.status));
+    res.set(http::field::content_type, reply.content_type);
+    res.body() = std::move(reply.body);
   }
   res.prepare_payload();
   if (head) res.body().clear();  // Content-Length stays that of the GET answer
@@ -55,10 +49,15 @@ http::response<http::string_body> answer(const http::request<http::empty_body>& 
 
 }  // namespace
 
-class MetricsServer::Impl : public std::enable_shared_from_this<Impl> {
+class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
  public:
-  Impl(asio::io_context& io, Render render, std::shared_ptr<asio::ssl::context> tls)
-      : io_(io), acceptor_(io), render_(std::move(render)), tls_(std::move(tls)) {}
+  Impl(asio::io_context& io, std::string name, Handler handler,
+       std::shared_ptr<asio::ssl::context> tls)
+      : io_(io),
+        acceptor_(io),
+        name_(std::move(name)),
+        handler_(std::move(handler)),
+        tls_(std::move(tls)) {}
 
   Status bind(const std::string& host, std::uint16_t port) {
     if (auto s = listen_on(acceptor_, host, port); !s) return s;
@@ -78,7 +77,7 @@ class MetricsServer::Impl : public std::enable_shared_from_this<Impl> {
         [weak](tcp::socket socket) {
           auto self = weak.lock();
           boost::system::error_code ignored;
-          // A scraper needs few connections; the daemon's clients come first.
+          // A scraper or a probe needs few connections; the owner's own work comes first.
           if (self->sessions_.size() >= kMaxSessions) {
             socket.close(ignored);
           } else {
@@ -131,7 +130,7 @@ class MetricsServer::Impl : public std::enable_shared_from_this<Impl> {
       (void)n;
       if (read_error) break;  // closed, timed out or not HTTP: nothing to answer
       const auto& req = parser.get();
-      auto res = answer(req, render_);
+      auto res = answer(req, name_, handler_);
       const bool keep = res.keep_alive();
       auto [write_error, m] =
           co_await http::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
@@ -150,7 +149,8 @@ class MetricsServer::Impl : public std::enable_shared_from_this<Impl> {
 
   asio::io_context& io_;
   tcp::acceptor acceptor_;
-  Render render_;
+  std::string name_;
+  Handler handler_;
   std::shared_ptr<asio::ssl::context> tls_;  // set: HTTPS
   std::uint16_t port_ = 0;
   std::string endpoint_;
@@ -159,21 +159,20 @@ class MetricsServer::Impl : public std::enable_shared_from_this<Impl> {
   bool stopped_ = false;
 };
 
-Result<std::unique_ptr<MetricsServer>> MetricsServer::create(
-    asio::io_context& io, const std::string& host, std::uint16_t port, Render render,
-    std::shared_ptr<asio::ssl::context> tls) {
-  auto impl = std::make_shared<Impl>(io, std::move(render), std::move(tls));
-  if (auto s = impl->bind(host, port); !s) {
-    return Error{s.error().code, "--metrics_port: " + s.error().message};
-  }
-  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl)));
+Result<std::unique_ptr<HttpServer>> HttpServer::create(asio::io_context& io,
+                                                       const std::string& host, std::uint16_t port,
+                                                       std::string name, Handler handler,
+                                                       std::shared_ptr<asio::ssl::context> tls) {
+  auto impl = std::make_shared<Impl>(io, std::move(name), std::move(handler), std::move(tls));
+  if (auto s = impl->bind(host, port); !s) return s.error();
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
-MetricsServer::MetricsServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
-MetricsServer::~MetricsServer() { impl_->stop(); }
-std::uint16_t MetricsServer::port() const { return impl_->port_; }
-const std::string& MetricsServer::endpoint() const { return impl_->endpoint_; }
-void MetricsServer::start() { impl_->accept(); }
-void MetricsServer::stop() { impl_->stop(); }
+HttpServer::HttpServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpServer::~HttpServer() { impl_->stop(); }
+std::uint16_t HttpServer::port() const { return impl_->port_; }
+const std::string& HttpServer::endpoint() const { return impl_->endpoint_; }
+void HttpServer::start() { impl_->accept(); }
+void HttpServer::stop() { impl_->stop(); }
 
 }  // namespace ctrun::rendezvous

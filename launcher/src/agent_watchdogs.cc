@@ -1,0 +1,103 @@
+// The agent's two watchdog services that torch's agent offers through its environment:
+// TORCHELASTIC_ENABLE_FILE_TIMER (the workers' file timers, file_timer_server.h) and
+// TORCHELASTIC_HEALTH_CHECK_PORT (a liveness endpoint for a scheduler's probe).
+#include <chrono>
+#include <cstdlib>
+
+#include "agent_impl.h"
+#include "agent_os.h"
+
+namespace ctrun::launcher {
+
+rdzv::Status Agent::Impl::start_file_timer() {
+  const char* enabled = std::getenv("TORCHELASTIC_ENABLE_FILE_TIMER");
+  if (!enabled || std::string_view(enabled) != "1") return rdzv::ok_status();
+  const char* given = std::getenv("TORCHELASTIC_TIMER_FILE");
+  const std::string path = given && *given ? given : default_file_timer_path(random_uuid());
+  FileTimerServer::Hooks hooks;
+  hooks.worker_of_group = [this](int pgid) -> std::optional<int> {
+    for (int local_rank = 0; local_rank < local_world_size_; ++local_rank) {
+      if (workers_->running_pid(local_rank) == pgid) return local_rank;
+    }
+    return std::nullopt;
+  };
+  hooks.reaped = [this](const FileTimerReap& reap) { file_timer_expired(reap); };
+  hooks.say = [](const std::string& line) { log("warning: " + line); };
+  auto server = FileTimerServer::create(io_, path, std::move(hooks));
+  if (!server) return server.error();
+  file_timer_ = std::move(server).value();
+  log("file timer server on " + path + " (TORCHELASTIC_ENABLE_FILE_TIMER=1)");
+  return rdzv::ok_status();
+}
+
+void Agent::Impl::file_timer_expired(const FileTimerReap& reap) {
+  const int rank = machine_ ? machine_->round().rank_offset + reap.local_rank : reap.local_rank;
+  const bool worker_itself = workers_->running_pid(reap.local_rank) == reap.pid;
+  std::string scopes;
+  for (const auto& s : reap.scopes) scopes += (scopes.empty() ? "'" : ", '") + s + "'";
+  const std::string why =
+      "file timer '" + reap.signal_scope + "' expired: killed with " + signal_name(reap.signal);
+  log("worker rank " + std::to_string(rank) + " (local rank " + std::to_string(reap.local_rank) +
+      (worker_itself ? ", pid " : ", its process ") + std::to_string(reap.pid) +
+      "): expired file timers [" + scopes + "]: sent " + signal_name(reap.signal));
+  rdzv::Json expired = rdzv::Json::array();
+  for (const auto& s : reap.scopes) expired.push_back(s);
+  event("file_timer_expired", {{"rank", rank},
+                               {"local_rank", reap.local_rank},
+                               {"pid", reap.pid},
+                               {"scopes", std::move(expired)},
+                               {"signal", signal_name(reap.signal)}});
+  // The failure report names the timer, not just the signal, when the worker dies of it.
+  if (worker_itself) write_error_file_if_absent(worker_dir(reap.local_rank) + "/error.json", why);
+}
+
+rdzv::Status Agent::Impl::start_health_check() {
+  const char* value = std::getenv("TORCHELASTIC_HEALTH_CHECK_PORT");
+  if (!value) return rdzv::ok_status();
+  const std::optional<std::uint16_t> port = health_check_port(value);
+  if (!port) {
+    // torch's agent says the same and goes on without it.
+    log("warning: TORCHELASTIC_HEALTH_CHECK_PORT='" + std::string(value) +
+        "' is not a port number (1-65535): no health check server");
+    return rdzv::ok_status();
+  }
+  auto server = rdzv::HttpServer::create(io_, "", *port, "ctrun",
+                                         [this](std::string_view) { return health_reply(); });
+  if (!server) {
+    return rdzv::Error{server.error().code, "TORCHELASTIC_HEALTH_CHECK_PORT=" + std::string(value) +
+                                                ": " + server.error().message};
+  }
+  health_server_ = std::move(server).value();
+  health_server_->start();
+  log("health check on http://" + health_server_->endpoint() +
+      "/ (TORCHELASTIC_HEALTH_CHECK_PORT)");
+  return rdzv::ok_status();
+}
+
+// Answered by the agent's own event loop, so an answer is the proof of life: an agent that is
+// stuck answers nothing and the probe's timeout fails it. The body says where the agent is.
+rdzv::HttpReply Agent::Impl::health_reply() const {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  rdzv::Json body = {
+      {"status", "alive"},
+      {"alive_time", std::chrono::duration_cast<std::chrono::seconds>(now).count()},
+      {"phase", phase_name(phase_)},
+      {"run_id", run_id_},
+      {"node", node_id_},
+      {"restart_count", machine_ ? machine_->restart_count() : 0},
+  };
+  if (machine_ && machine_->workers_running()) {
+    rdzv::Json workers = rdzv::Json::array();
+    const rdzv::RoundAssignment& round = machine_->round();
+    body["group_rank"] = round.group_rank;
+    for (int local_rank = 0; local_rank < local_world_size_; ++local_rank) {
+      workers.push_back({{"rank", round.rank_offset + local_rank},
+                         {"local_rank", local_rank},
+                         {"pid", workers_->running_pid(local_rank)}});
+    }
+    body["workers"] = std::move(workers);
+  }
+  return {200, "application/json", body.dump() + "\n"};
+}
+
+}  // namespace ctrun::launcher
