@@ -28,6 +28,17 @@ int ClusterJob::running() const {
   return static_cast<int>(std::count(running_.begin(), running_.end(), true));
 }
 
+std::string ssh_error_line(const std::vector<std::string>& stderr_lines) {
+  for (auto it = stderr_lines.rbegin(); it != stderr_lines.rend(); ++it) {
+    const std::string& line = *it;
+    // "2026-11-27T23:51:39.744Z ctrun: ...": rendezvous::log_line's, the host's agent speaking.
+    const bool agent_line =
+        line.size() > 25 && line[4] == '-' && line[10] == 'T' && line[23] == 'Z' && line[24] == ' ';
+    if (!agent_line && !line.empty()) return line;
+  }
+  return "";
+}
+
 ClusterActions ClusterJob::session_ended(int host, const SessionEnd& end) {
   ClusterActions a;
   if (host < 0 || host >= static_cast<int>(hosts_.size()) || !running_[host]) return a;
@@ -42,8 +53,10 @@ ClusterActions ClusterJob::session_ended(int host, const SessionEnd& end) {
     std::string why;
     if (end.signal != 0) {
       why = "ssh was killed by " + signal_name(end.signal);
-    } else if (end.exit_code == 255 && !end.ssh_error.empty()) {
-      why = end.ssh_error;
+    } else if (end.exit_code == 255) {
+      why = !end.ssh_error.empty()
+                ? end.ssh_error
+                : "ssh ended with code 255 and said nothing: the connection to the host was lost";
     } else {
       why = "its agent exited with code " + std::to_string(end.exit_code);
       if (!end.job_failure.empty()) why += " (" + first_failure(end.job_failure) + ")";

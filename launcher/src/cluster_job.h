@@ -14,6 +14,10 @@
 
 namespace ctrun::launcher {
 
+// The last line of a session's stderr that ssh wrote about the connection: ctrun's own log
+// lines from the host (a time stamp, then "ctrun") are the agent's, never ssh's. Empty: none.
+std::string ssh_error_line(const std::vector<std::string>& stderr_lines);
+
 // How one host's session ended.
 struct SessionEnd {
   int exit_code = 0;  // ssh's: the agent's code, 255 when ssh itself failed

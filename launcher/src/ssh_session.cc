@@ -83,8 +83,7 @@ struct SshSession::State : std::enable_shared_from_this<SshSession::State> {
     const int status = *native_status;
     if (WIFEXITED(status)) end.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) end.signal = WTERMSIG(status);
-    const auto err_lines = err_tail.lines();
-    if (!err_lines.empty()) end.ssh_error = err_lines.back();
+    end.ssh_error = ssh_error_line(err_tail.lines());
     for (const auto* tail : {&out_tail, &err_tail}) {
       for (const auto& line : tail->lines()) {
         const auto at = line.find(kJobFailedLine);

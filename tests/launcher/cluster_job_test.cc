@@ -84,3 +84,17 @@ TEST_CASE("cluster_job: a signal stops every host, and a second one ends the ses
   CHECK(last.exit_signal == SIGINT);
   CHECK(job.running() == 0);
 }
+
+TEST_CASE("cluster job: ssh's own last line names a lost connection, never the agent's log") {
+  CHECK(ssh_error_line({"ssh: connect to host b port 22: Connection refused"}) ==
+        "ssh: connect to host b port 22: Connection refused");
+  CHECK(ssh_error_line({"Timeout, server c not responding.",
+                        "2026-11-27T23:51:39.744Z ctrun: round 0: group rank 2 of 3"}) ==
+        "Timeout, server c not responding.");
+  CHECK(ssh_error_line({"2026-11-27T23:51:39.744Z ctrun: round 0: group rank 2 of 3"}).empty());
+  ClusterJob job({"a", "b", "c"}, 2);
+  auto lost = job.session_ended(2, exited(255));
+  REQUIRE(lost.lines.size() == 2);
+  CHECK(lost.lines[0] ==
+        "host c: ssh ended with code 255 and said nothing: the connection to the host was lost");
+}

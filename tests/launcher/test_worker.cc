@@ -10,6 +10,9 @@
 //   dumpenv FILE_PREFIX    write the whole environment to FILE_PREFIX.<RANK>, exit 0
 //   until_alone FILE       write the pid to FILE.<RANK>; exit 0 once the only node in the round,
 //                          else sleep (a node-loss test: the survivor finishes by itself)
+//   until_fewer N FILE     write the pid to FILE.<RANK>; exit 0 once the round has fewer than N
+//                          nodes, else sleep (an elastic job re-formed without a lost node
+//                          finishes by itself)
 //   orphan_then_fail FILE  first attempt: leave a sleeping child (pid in FILE), exit 3
 //   hang_once PREFIX       heartbeats (ctrun::worker::heartbeat) every 20 ms; on the first attempt
 //                          local rank 1 stops beating after 0.5 s and sleeps with SIGTERM
@@ -186,6 +189,12 @@ int main(int argc, char** argv) {
   if (mode == "until_alone" && argc > 2) {
     std::ofstream(std::string(argv[2]) + "." + env("RANK")) << getpid() << "\n";
     if (env("GROUP_WORLD_SIZE") == "1") return 0;
+    std::this_thread::sleep_for(std::chrono::seconds(300));
+    return 0;
+  }
+  if (mode == "until_fewer" && argc > 3) {
+    std::ofstream(std::string(argv[3]) + "." + env("RANK")) << getpid() << "\n";
+    if (std::atoi(env("GROUP_WORLD_SIZE").c_str()) < std::atoi(argv[2])) return 0;
     std::this_thread::sleep_for(std::chrono::seconds(300));
     return 0;
   }

@@ -47,10 +47,9 @@ bool installed(const char* path) { return access(path, X_OK) == 0; }
 TEST_CASE("slurm: srun ctrun --slurm trains mlp with the node, rank and run id Slurm gives") {
   if (geteuid() != 0 || !installed("/usr/sbin/slurmctld") || !installed("/usr/sbin/slurmd") ||
       !installed("/usr/sbin/munged") || !installed("/usr/bin/srun")) {
-    WARN(
-        "skipped: needs root and Debian's slurmctld, slurmd, munge and slurm-client "
+    CTRUN_SKIP(
+        "needs root and Debian's slurmctld, slurmd, munge and slurm-client "
         "(scripts/setup.sh installs them)");
-    return;
   }
   ScratchDir s("slurm");
   LocalSlurm slurm(s);
