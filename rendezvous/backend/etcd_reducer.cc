@@ -390,6 +390,10 @@ EtcdReducer::Notice EtcdReducer::notice() {
                   std::nullopt};
   }
   if (!r.has_node(node_id_)) {
+    // Told once: the node is in no round until it joins again. Told again, a drop read after a
+    // reconnect (the state still without the node) would stop the new lease's renewals while
+    // the agent joins again on it, and the lease would run out under the round it joins.
+    running_round_.reset();
     return Notice{std::nullopt, "dropped from job '" + job_ + "': " +
                                     r.departure(node_id_).value_or("removed by another node")};
   }
