@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issues 2, 3, 4, 7, 16, 18, 19, 26 and 23 and prints their tables with ratios:
+# Runs every benchmark of issues 2, 3, 4, 7, 16, 18, 19, 26, 23 and 41 and prints their tables with ratios:
 #   store_bench       ctrund vs PyTorch's TCPStore: set+get throughput (1/4/16 client processes), latency
 #   bootstrap_bench   process-group bootstrap store traffic of 1024..65536 ranks, from one address
 #                     and from 256: the agent's worker store (its defaults, a round of N ranks) vs
@@ -21,6 +21,9 @@
 #   hostfile_bench    ctrun --hosts over ssh (cold, warm) vs pdsh and sequential ssh, 2/4/8 hosts
 #   fault_bench       recovery from each kind of injected fault (ctrun --faults): restart mode vs
 #                     --fault_tolerance=step, from the fault reports
+#   lost_node_bench   a lost machine (a host's link cut, its processes alive) in a 2:3 job on
+#                     network-namespace hosts: cut to the survivors' next step, ctrun vs torchrun
+#                     with defaults, ctrun tuned, and a no-fault check of the tuning under load
 # Usage: scripts/bench/run.sh [--quick]
 # Builds build-bench/ first if needed (one job at a time: the machine is shared; BENCH_JOBS=N
 # to change). Everything runs inside a loopback-only network namespace, because TCPStore binds
@@ -82,4 +85,5 @@ run 1800 /usr/bin/python3 "$root/scripts/bench/ft_bench.py" "${quick[@]}"
 run 1800 /usr/bin/python3 "$root/scripts/bench/zero_bench.py" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/hostfile_bench.py" --ctrun "$build/launcher/ctrun" --ctrund "$build/rendezvous/daemon/ctrund" "${quick[@]}"
 run 1800 /usr/bin/python3 "$root/scripts/bench/fault_bench.py" "${quick[@]}"
+run 2400 /usr/bin/python3 "$root/scripts/bench/lost_node_bench.py" --ctrun "$build/launcher/ctrun" --ctrund "$build/rendezvous/daemon/ctrund" "${quick[@]}"
 exit $status
