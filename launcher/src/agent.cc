@@ -21,9 +21,8 @@
 #include "python_helper.h"
 #include "rendezvous/backend/backend.h"
 #include "rendezvous/base/log.h"
+#include "rendezvous/base/random.h"
 #include "rendezvous/base/token.h"
-#include "rendezvous/protocol/auth.h"
-#include "rendezvous/protocol/message.h"
 #include "rendezvous_plan.h"
 #include "worker_group.h"
 

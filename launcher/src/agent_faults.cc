@@ -14,7 +14,7 @@
 #include "fault_plan.h"
 #include "link_cut.h"
 #include "rendezvous/base/log.h"
-#include "rendezvous/protocol/message.h"
+#include "rendezvous/protocol/fault_keys.h"
 
 namespace ctrun::launcher {
 

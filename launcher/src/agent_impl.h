@@ -35,6 +35,7 @@
 #include "rendezvous/base/event_log.h"
 #include "rendezvous/daemon/http_server.h"
 #include "rendezvous/daemon/server.h"
+#include "rendezvous/protocol/fault_keys.h"
 #include "worker_runner.h"
 
 namespace ctrun::launcher {

@@ -19,7 +19,7 @@
 #include <sstream>
 
 #include "ctrun/rendezvous/json.h"
-#include "rendezvous/protocol/auth.h"
+#include "rendezvous/base/random.h"
 
 extern char** environ;
 

@@ -18,7 +18,7 @@
 #include "ctrun/launcher/worker_env.h"
 #include "native_stack_probe.h"
 #include "rendezvous/base/log.h"
-#include "rendezvous/protocol/message.h"
+#include "rendezvous/protocol/fault_keys.h"
 
 namespace ctrun::launcher {
 

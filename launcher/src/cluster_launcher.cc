@@ -23,6 +23,7 @@
 #include "ctrun/rendezvous/endpoint.h"
 #include "host_list.h"
 #include "hosted_rendezvous.h"
+#include "rendezvous/base/local_address.h"
 #include "rendezvous/base/log.h"
 #include "rendezvous/base/token.h"
 #include "rendezvous/daemon/server.h"
@@ -43,34 +44,13 @@ int fail(const std::string& message) {
   return 2;
 }
 
-// The address of this machine that packets to `host` leave from (a UDP socket connected to it
-// sends nothing): the one the hosts reach the rendezvous at.
+// The address of this machine that the hosts reach the rendezvous at: the one packets to
+// `host` leave from (ssh's port; base/local_address.h).
 rdzv::Result<std::string> local_address_towards(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), "22", &hints, &found); rc != 0) {
-    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
-                       "host " + host + ": cannot resolve its name: " + gai_strerror(rc)};
-  }
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(found, freeaddrinfo);
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    const bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
-    ::close(fd);
-    if (!ok) continue;
-    char text[NI_MAXHOST];
-    if (getnameinfo(reinterpret_cast<sockaddr*>(&local), len, text, sizeof(text), nullptr, 0,
-                    NI_NUMERICHOST) == 0) {
-      return std::string(text);
-    }
-  }
-  return rdzv::Error{rdzv::ErrorCode::kBadRequest,
-                     "host " + host + ": no route from this machine to it"};
+  auto address = rdzv::local_address_towards(host, 22);
+  if (!address)
+    return rdzv::Error{address.error().code, "host " + host + ": " + address.error().message};
+  return address;
 }
 
 // A directory of this user's alone for ssh's shared connections.

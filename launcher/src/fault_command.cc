@@ -8,7 +8,7 @@
 #include "ctrun/rendezvous/store_client.h"
 #include "fault_plan.h"
 #include "rendezvous/base/token.h"
-#include "rendezvous/etcd/etcd.h"
+#include "rendezvous/protocol/fault_keys.h"
 #include "subcommand.h"
 
 namespace ctrun::launcher {
@@ -54,7 +54,7 @@ int run_fault_command(const std::vector<std::string>& args, const EnvLookup& env
 
   rdzv::StoreAddress address;
   if (target.etcd()) {
-    auto members = rdzv::etcd::parse_endpoints(endpoint);
+    auto members = rdzv::parse_endpoint_list(endpoint);
     if (!members) return fail(members.error().message, 2);
     auto access = target_store_access(target);
     if (!access) return fail(access.error().message, 2);

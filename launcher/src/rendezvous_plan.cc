@@ -1,6 +1,6 @@
 #include "rendezvous_plan.h"
 
-#include "rendezvous/etcd/etcd.h"
+#include "ctrun/rendezvous/endpoint.h"
 
 namespace ctrun::launcher {
 
@@ -12,7 +12,7 @@ bool tls_protocol(const std::string& protocol) { return protocol == "https" || p
 
 rdzv::Result<rdzv::StoreAccess> etcd_access(const std::string& endpoint,
                                             const RendezvousConf& conf) {
-  auto https = rdzv::etcd::endpoints_https(endpoint);
+  auto https = rdzv::endpoint_list_https(endpoint);
   if (!https) return https.error();
   if (https.value() && !conf.protocol.empty() && !tls_protocol(conf.protocol)) {
     return rdzv::Error{rdzv::ErrorCode::kBadRequest, "--rdzv_conf: protocol=" + conf.protocol +
@@ -93,7 +93,7 @@ rdzv::Result<RendezvousPlan> plan_rendezvous(
   }
   if (o.node_rank_given) plan.requested_rank = o.node_rank;
   if (etcd) {
-    auto endpoints = rdzv::etcd::parse_endpoints(o.rdzv_endpoint);
+    auto endpoints = rdzv::parse_endpoint_list(o.rdzv_endpoint);
     if (!endpoints) return endpoints.error();
     auto access = store_access(true, o.rdzv_endpoint, o.rdzv_conf);
     if (!access) return access.error();

@@ -8,6 +8,7 @@
 #include "rendezvous/base/token.h"
 #include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_jobs.h"
+#include "rendezvous/protocol/fault_keys.h"
 #include "status_view.h"
 #include "subcommand.h"
 
@@ -42,7 +43,7 @@ rdzv::Result<rdzv::Json> run_read(boost::asio::io_context& io,
 int etcd_status(const RendezvousTarget& target, rdzv::Duration limit, bool json) {
   const std::string& endpoint = target.endpoint;
   const std::string& id = target.id;
-  auto endpoints = rdzv::etcd::parse_endpoints(endpoint);
+  auto endpoints = rdzv::parse_endpoint_list(endpoint);
   if (!endpoints) return fail(endpoints.error().message, 2);
   auto access = target_store_access(target);
   if (!access) return fail(access.error().message, 2);

@@ -3,7 +3,7 @@
 #include <map>
 #include <optional>
 
-#include "rendezvous/etcd/etcd.h"
+#include "ctrun/rendezvous/endpoint.h"
 
 namespace ctrun::launcher {
 namespace {
@@ -94,7 +94,7 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   const bool etcd = in.store.backend == rendezvous::StoreAddress::Backend::kEtcd;
   if (etcd) {
     vars["CTRUN_STORE_BACKEND"] = "etcd";
-    vars["CTRUN_STORE_ADDR"] = rendezvous::etcd::format_endpoints(in.store.etcd_endpoints);
+    vars["CTRUN_STORE_ADDR"] = rendezvous::format_endpoint_list(in.store.etcd_endpoints);
     vars["CTRUN_STORE_PREFIX"] = in.store.prefix;
     if (!access.user.empty()) {
       vars["CTRUN_STORE_USER"] = access.user;

@@ -1,5 +1,7 @@
 // make_backend: the service a BackendSpec names, built.
 #include "rendezvous/backend/backend.h"
+
+#include "ctrun/rendezvous/client.h"
 #include "rendezvous/etcd/etcd_client.h"
 
 namespace ctrun::rendezvous {
@@ -14,17 +16,7 @@ Status read_backend_secrets(BackendSpec& spec) {
 
 std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, BackendSpec spec) {
   if (spec.service == BackendSpec::Service::kEtcd) {
-    EtcdBackendOptions options;
-    options.endpoints = std::move(spec.endpoints);
-    options.access = std::move(spec.access);
-    options.password = std::move(spec.etcd_password);
-    options.job = std::move(spec.job);
-    options.connect_timeout = spec.connect_timeout;
-    options.lease_ttl = spec.lease_ttl;
-    options.log = std::move(spec.log);
-    options.events = std::move(spec.events);
-    options.connect_kv = std::move(spec.connect_kv);
-    return make_etcd_backend(io, std::move(options));
+    return make_etcd_backend(io, std::move(spec));
   }
   ClientOptions options;
   options.host = spec.endpoints.front().host;

@@ -14,14 +14,18 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
-#include "ctrun/rendezvous/client.h"
+#include "ctrun/rendezvous/clock.h"
 #include "ctrun/rendezvous/endpoint.h"
+#include "ctrun/rendezvous/error.h"
+#include "ctrun/rendezvous/json.h"
+#include "ctrun/rendezvous/round.h"
 #include "ctrun/rendezvous/store_address.h"
+#include "ctrun/rendezvous/task.h"
 #include "rendezvous/backend/backend_spec.h"
-#include "rendezvous/base/event_log.h"
-#include "rendezvous/core/rendezvous.h"
 
 namespace ctrun::rendezvous {
+
+struct ClientOptions;  // ctrun/rendezvous/client.h: make_ctrund_backend's callers include it
 
 namespace etcd {
 class Kv;
@@ -94,24 +98,10 @@ std::unique_ptr<Backend> make_ctrund_backend(boost::asio::io_context& io, Client
 // frame that cannot be read is as good as a lost daemon (kConnectionLost, saying why).
 std::optional<BackendEvent> backend_event_from_frame(const Json& frame);
 
-struct EtcdBackendOptions {
-  std::vector<Endpoint> endpoints;
-  StoreAccess access;    // TLS and the user, passed on to the workers' store
-  std::string password;  // the user's, read by the caller from access.password_file
-  std::string job = "default";
-  Duration connect_timeout = std::chrono::seconds(60);
-  // The node's lease; with no keep-alive for this long its key vanishes and the others drop it.
-  Duration lease_ttl = std::chrono::seconds(15);
-  // The Rendezvous's log lines and events (ctrund's), from the agent whose write made them.
-  std::function<void(const std::string&)> log;
-  EventSink events;
-  // How the backend reaches etcd, once per connection it keeps (the state's, the lease's and
-  // the store's); absent: a gateway Client of `endpoints`. Tests pass an in-memory etcd.
-  std::function<std::unique_ptr<etcd::Kv>(const etcd::ClientOptions&)> connect_kv;
-};
-
-// etcd, through its HTTP gateway (docs/etcd_gateway.md); the keys it uses: etcd_jobs.h.
-std::unique_ptr<Backend> make_etcd_backend(boost::asio::io_context& io, EtcdBackendOptions options);
+// etcd, through its HTTP gateway (docs/etcd_gateway.md); the keys it uses: etcd_jobs.h. Of
+// `spec`: the members, the job, TLS and the user (with etcd_password read), the connect
+// timeout, the lease's TTL, the log and events, and connect_kv (tests: an in-memory etcd).
+std::unique_ptr<Backend> make_etcd_backend(boost::asio::io_context& io, BackendSpec spec);
 
 // Reads the secrets `spec` names from their files into it (etcd's password, from
 // access.password_file): an error names the file, never its contents.

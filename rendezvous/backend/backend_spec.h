@@ -36,7 +36,8 @@ struct BackendSpec {
   // etcd: the Rendezvous runs in the agents, so its log lines and events come from them.
   std::function<void(const std::string&)> log;
   EventSink events;
-  // etcd: how to reach it (EtcdBackendOptions::connect_kv); absent: the gateway client.
+  // etcd: how to reach it, once per connection the backend keeps; absent: the gateway client
+  // (tests pass an in-memory etcd).
   std::function<std::unique_ptr<etcd::Kv>(const etcd::ClientOptions&)> connect_kv;
 };
 

@@ -1,5 +1,7 @@
 // The Backend over ctrund: every call is the AsyncClient's own; pushed frames become events.
 #include "rendezvous/backend/backend.h"
+
+#include "ctrun/rendezvous/client.h"
 #include "rendezvous/protocol/message.h"
 
 namespace ctrun::rendezvous {

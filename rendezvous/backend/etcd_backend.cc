@@ -16,10 +16,11 @@
 
 #include "rendezvous/backend/backend.h"
 #include "rendezvous/backend/etcd_reducer.h"
+#include "rendezvous/base/local_address.h"
+#include "rendezvous/base/random.h"
 #include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_jobs.h"
 #include "rendezvous/etcd/etcd_store.h"
-#include "rendezvous/protocol/auth.h"
 
 namespace ctrun::rendezvous {
 
@@ -37,32 +38,17 @@ std::int64_t whole_seconds_up(Duration d) {
   return std::max<std::int64_t>(2, (ms + 999) / 1000);  // etcd's shortest lease is about 2 s
 }
 
-// This host's address on the way to `ep`: a "connected" UDP socket sends nothing.
-std::string local_address_towards(asio::io_context& io, const Endpoint& ep) {
-  boost::system::error_code ec;
-  asio::ip::udp::resolver resolver(io);
-  auto found = resolver.resolve(ep.host, std::to_string(ep.port), ec);
-  if (ec || found.empty()) return "";
-  asio::ip::udp::socket socket(io);
-  const auto target = found.begin()->endpoint();
-  socket.open(target.protocol(), ec);
-  if (!ec) socket.connect(target, ec);
-  if (ec) return "";
-  const auto local = socket.local_endpoint(ec);
-  return ec ? "" : local.address().to_string();
-}
-
 Task<void> sleep_for(asio::io_context& io, Duration d) {
   asio::steady_timer t(io, d);
   co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
 // One connection to etcd: the options' own, else a gateway Client.
-std::unique_ptr<etcd::Kv> connect_kv(asio::io_context& io, const EtcdBackendOptions& options,
+std::unique_ptr<etcd::Kv> connect_kv(asio::io_context& io, const BackendSpec& options,
                                      etcd::ClientOptions client) {
   client.tls = options.access.tls;
   client.user = options.access.user;
-  client.password = options.password;
+  client.password = options.etcd_password;
   if (options.connect_kv) return options.connect_kv(client);
   return std::make_unique<etcd::Client>(io, client);
 }
@@ -73,7 +59,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
  public:
   using Change = EtcdReducer::Change;
 
-  EtcdRendezvous(asio::io_context& io, EtcdBackendOptions options)
+  EtcdRendezvous(asio::io_context& io, BackendSpec options)
       : io_(io),
         options_(std::move(options)),
         job_(options_.job, clock_),
@@ -115,7 +101,9 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       backoff = std::min<Duration>(backoff * 2, std::chrono::seconds(2));
     }
     if (local_address_.empty() && !options_.endpoints.empty()) {
-      local_address_ = local_address_towards(io_, options_.endpoints.front());
+      const Endpoint& first = options_.endpoints.front();
+      auto address = local_address_towards(first.host, first.port);
+      local_address_ = address ? address.value() : "";
     }
     if (!watching_) {
       watching_ = true;
@@ -519,7 +507,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   }
 
   asio::io_context& io_;
-  EtcdBackendOptions options_;
+  BackendSpec options_;
   SteadyClock clock_;
   EtcdReducer job_;
   std::unique_ptr<etcd::Kv> client_;
@@ -542,7 +530,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
 
 class EtcdBackend final : public Backend {
  public:
-  EtcdBackend(asio::io_context& io, EtcdBackendOptions options)
+  EtcdBackend(asio::io_context& io, BackendSpec options)
       : impl_(std::make_shared<EtcdRendezvous>(io, std::move(options))) {}
   ~EtcdBackend() override { impl_->close(); }
 
@@ -605,7 +593,7 @@ class EtcdBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_etcd_backend(asio::io_context& io, EtcdBackendOptions options) {
+std::unique_ptr<Backend> make_etcd_backend(asio::io_context& io, BackendSpec options) {
   return std::make_unique<EtcdBackend>(io, std::move(options));
 }
 

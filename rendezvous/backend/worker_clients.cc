@@ -12,11 +12,11 @@
 #include <mutex>
 
 #include "ctrun/rendezvous/client.h"
+#include "rendezvous/base/random.h"
 #include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_jobs.h"
 #include "rendezvous/etcd/etcd_quorum.h"
 #include "rendezvous/etcd/etcd_store.h"
-#include "rendezvous/protocol/auth.h"
 
 namespace ctrun::rendezvous {
 namespace {

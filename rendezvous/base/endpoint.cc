@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 
 namespace ctrun::rendezvous {
 namespace {
@@ -49,6 +50,59 @@ Result<Endpoint> parse_endpoint(const std::string& text, std::uint16_t default_p
 std::string format_endpoint(const Endpoint& endpoint) {
   const bool v6 = endpoint.host.find(':') != std::string::npos;
   return (v6 ? "[" + endpoint.host + "]" : endpoint.host) + ":" + std::to_string(endpoint.port);
+}
+
+Result<bool> endpoint_list_https(const std::string& text) {
+  std::optional<bool> https;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    start = comma + 1;
+    std::optional<bool> this_one;
+    if (item.rfind("https://", 0) == 0) this_one = true;
+    if (item.rfind("http://", 0) == 0) this_one = false;
+    if (!this_one) continue;
+    if (https && *https != *this_one) {
+      return Error{ErrorCode::kBadRequest,
+                   "--rdzv_endpoint: '" + text + "' mixes http:// and https:// members"};
+    }
+    https = this_one;
+  }
+  return https.value_or(false);
+}
+
+Result<std::vector<Endpoint>> parse_endpoint_list(const std::string& text,
+                                                  std::uint16_t default_port) {
+  if (auto https = endpoint_list_https(text); !https) return https.error();
+  std::vector<Endpoint> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    std::string item = text.substr(start, comma - start);
+    start = comma + 1;
+    if (item.rfind("https://", 0) == 0) item = item.substr(8);
+    if (item.rfind("http://", 0) == 0) item = item.substr(7);
+    while (!item.empty() && item.back() == '/') item.pop_back();
+    if (item.empty()) {
+      return Error{ErrorCode::kBadRequest,
+                   "--rdzv_endpoint: empty etcd endpoint in '" + text + "'"};
+    }
+    auto ep = parse_endpoint(item, default_port);
+    if (!ep) return ep.error();
+    out.push_back(std::move(ep).value());
+  }
+  return out;
+}
+
+std::string format_endpoint_list(const std::vector<Endpoint>& endpoints) {
+  std::string out;
+  for (const auto& ep : endpoints) {
+    // Appended piece by piece: g++ 12 -O3 sees a false -Wrestrict in `"," + string`.
+    if (!out.empty()) out += ',';
+    out += format_endpoint(ep);
+  }
+  return out;
 }
 
 }  // namespace ctrun::rendezvous

@@ -143,48 +143,6 @@ std::string prefix_end(const std::string& prefix) {
   return std::string(1, '\0');  // every key: etcd's "from key to the end"
 }
 
-Result<bool> endpoints_https(const std::string& text) {
-  std::optional<bool> https;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    start = comma + 1;
-    std::optional<bool> this_one;
-    if (item.rfind("https://", 0) == 0) this_one = true;
-    if (item.rfind("http://", 0) == 0) this_one = false;
-    if (!this_one) continue;
-    if (https && *https != *this_one) {
-      return Error{ErrorCode::kBadRequest,
-                   "--rdzv_endpoint: '" + text + "' mixes http:// and https:// members"};
-    }
-    https = this_one;
-  }
-  return https.value_or(false);
-}
-
-Result<std::vector<Endpoint>> parse_endpoints(const std::string& text) {
-  if (auto https = endpoints_https(text); !https) return https.error();
-  std::vector<Endpoint> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    std::string item = text.substr(start, comma - start);
-    start = comma + 1;
-    if (item.rfind("https://", 0) == 0) item = item.substr(8);
-    if (item.rfind("http://", 0) == 0) item = item.substr(7);
-    while (!item.empty() && item.back() == '/') item.pop_back();
-    if (item.empty()) {
-      return Error{ErrorCode::kBadRequest,
-                   "--rdzv_endpoint: empty etcd endpoint in '" + text + "'"};
-    }
-    auto ep = parse_endpoint(item, kDefaultPort);
-    if (!ep) return ep.error();
-    out.push_back(std::move(ep).value());
-  }
-  return out;
-}
-
 Operation put_op(std::string key, std::string value, std::int64_t lease) {
   return Operation{Operation::Kind::kPut, std::move(key), std::move(value), "", lease};
 }
@@ -200,16 +158,6 @@ Operation delete_op(std::string key, std::string range_end) {
 Compare unchanged_since(const std::string& key, std::int64_t mod_revision) {
   return Compare{key, mod_revision == 0 ? Compare::Target::kCreate : Compare::Target::kMod,
                  Compare::Result::kEqual, mod_revision, ""};
-}
-
-std::string format_endpoints(const std::vector<Endpoint>& endpoints) {
-  std::string out;
-  for (const auto& ep : endpoints) {
-    // Appended piece by piece: g++ 12 -O3 sees a false -Wrestrict in `"," + string`.
-    if (!out.empty()) out += ',';
-    out += format_endpoint(ep);
-  }
-  return out;
 }
 
 Json put_request(const std::string& key, const std::string& value, std::int64_t lease) {

@@ -21,15 +21,8 @@ Result<std::string> base64_decode(const std::string& text);
 // The range_end that makes a range request cover every key starting with `prefix`.
 std::string prefix_end(const std::string& prefix);
 
-// --rdzv_endpoint for etcd: endpoints (parse_endpoint's forms, port 2379 by default) separated
-// by commas, tried in turn; an "http://" or "https://" scheme is accepted (endpoints_https says
-// which; one for all members).
-inline constexpr std::uint16_t kDefaultPort = 2379;
-Result<std::vector<Endpoint>> parse_endpoints(const std::string& text);
-// Whether the members are given as https:// ones; mixing the two schemes is an error.
-Result<bool> endpoints_https(const std::string& text);
-// "h1:2379,h2:2379": what parse_endpoints reads back.
-std::string format_endpoints(const std::vector<Endpoint>& endpoints);
+// An etcd member's port when --rdzv_endpoint names none (the lists: endpoint.h).
+inline constexpr std::uint16_t kDefaultPort = kEtcdDefaultPort;
 
 struct KeyValue {
   std::string key;

@@ -1,4 +1,5 @@
 #include "rendezvous/etcd/etcd_jobs.h"
+#include "rendezvous/protocol/fault_keys.h"
 
 #include <map>
 #include <optional>

@@ -5,11 +5,11 @@
 #include <set>
 #include <vector>
 
+#include "rendezvous/base/random.h"
 #include "rendezvous/core/quorum.h"
 #include "rendezvous/etcd/etcd_jobs.h"
 #include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/etcd/watch_until.h"
-#include "rendezvous/protocol/auth.h"
 
 namespace ctrun::rendezvous {
 namespace {

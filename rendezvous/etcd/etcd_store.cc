@@ -7,9 +7,9 @@
 #include <random>
 #include <set>
 
+#include "rendezvous/base/random.h"
 #include "rendezvous/core/store.h"
 #include "rendezvous/etcd/watch_until.h"
-#include "rendezvous/protocol/auth.h"
 
 namespace ctrun::rendezvous::etcd {
 namespace {

@@ -3,7 +3,6 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
 
 #include <cstring>
 #include <stdexcept>
@@ -20,24 +19,6 @@ std::string hmac_sha256(const std::string& key, const std::string& data) {
 }
 
 }  // namespace
-
-std::string random_bytes(std::size_t n) {
-  std::string out(n, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1) {
-    throw std::runtime_error("OpenSSL RAND_bytes failed");
-  }
-  return out;
-}
-
-std::string random_hex(std::size_t bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : random_bytes(bytes)) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
 
 std::string client_proof(const std::string& token, const std::string& server_nonce,
                          const std::string& job) {

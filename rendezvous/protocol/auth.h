@@ -10,14 +10,12 @@
 #include <string>
 
 #include "ctrun/rendezvous/error.h"
+#include "rendezvous/base/random.h"  // the nonces
 
 namespace ctrun::rendezvous {
 
 inline constexpr std::size_t kNonceBytes = 32;
 
-std::string random_bytes(std::size_t n);
-// `bytes` random bytes as 2*`bytes` lowercase hex digits.
-std::string random_hex(std::size_t bytes);
 std::string client_proof(const std::string& token, const std::string& server_nonce,
                          const std::string& job);
 std::string server_proof(const std::string& token, const std::string& client_nonce,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "rendezvous/core/quorum.h"
+#include "rendezvous/protocol/fault_keys.h"
 #include "rendezvous/protocol/tcpstore_wire.h"
 #include "rendezvous/service/service.h"
 

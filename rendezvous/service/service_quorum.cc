@@ -1,6 +1,6 @@
 // ctrund's `quorum` and `quorum_heartbeat` ops: the per-step quorum of a fault-tolerant job
 // (core/quorum.h decides; this file binds replicas to connections and delivers answers).
-#include "rendezvous/protocol/auth.h"
+#include "rendezvous/base/random.h"
 #include "rendezvous/protocol/message.h"
 #include "rendezvous/service/service_impl.h"
 

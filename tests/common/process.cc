@@ -122,6 +122,22 @@ std::string python_fqdn() {
   return name;
 }
 
+SilentListener::SilentListener(bool every_interface) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(every_interface ? INADDR_ANY : INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(fd_, 16) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd_ >= 0) ::close(fd_);
+    throw std::runtime_error("SilentListener: cannot listen");
+  }
+  port_ = ntohs(addr.sin_port);
+}
+
+SilentListener::~SilentListener() { ::close(fd_); }
+
 std::uint16_t free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error("free_port: socket failed");

@@ -45,6 +45,22 @@ std::optional<std::string> wait_for_file(const std::string& path,
 bool wait_for_text(const std::string& path, const std::string& text,
                    std::chrono::milliseconds timeout);
 std::string temp_path(const std::string& name);
+// A listening socket that is never accepted from: connects complete (the kernel's backlog), and
+// nothing is ever answered, like a hung daemon or another service holding a port. On 127.0.0.1,
+// or on every interface; a free port.
+class SilentListener {
+ public:
+  explicit SilentListener(bool every_interface = false);
+  ~SilentListener();
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+};
+
 // A TCP port on 127.0.0.1 that was free a moment ago.
 std::uint16_t free_port();
 // This machine's name as Python's socket.getfqdn() says it (/usr/bin/python3): torch 2.x's

@@ -17,6 +17,7 @@
 #include "fake_workers.h"
 #include "memory_etcd.h"
 #include "rendezvous/backend/backend.h"
+#include "rendezvous/core/rendezvous.h"
 
 using namespace ctrun::launcher;
 using namespace ctrun::testing;
@@ -65,7 +66,8 @@ struct InMemoryAgent {
   // success once in a round, then calls `then` with its join's answer.
   void second_node_joins(const std::string& job,
                          std::function<void(const rdzv::Result<rdzv::RoundAssignment>&)> then) {
-    rdzv::EtcdBackendOptions o;
+    rdzv::BackendSpec o;
+    o.service = rdzv::BackendSpec::Service::kEtcd;
     o.endpoints = {rdzv::Endpoint{"127.0.0.1", 2379}};
     o.job = job;
     o.connect_kv = [this](const rdzv::etcd::ClientOptions& c) { return etcd->connect(c); };

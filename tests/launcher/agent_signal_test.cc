@@ -28,29 +28,6 @@ namespace {
 
 constexpr auto kBound = 2s;  // 1 s promised; slack for a loaded 2-core machine
 
-// A listening socket that is never accepted from: connects complete (the kernel's backlog), and
-// nothing is ever answered, like a hung daemon or another service.
-class SilentListener {
- public:
-  SilentListener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    REQUIRE(::listen(fd_, 16) == 0);
-    socklen_t len = sizeof addr;
-    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    port_ = ntohs(addr.sin_port);
-  }
-  ~SilentListener() { ::close(fd_); }
-  std::uint16_t port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  std::uint16_t port_ = 0;
-};
-
 // Starts ctrun with `args` (TMPDIR in the scratch directory), lets it reach the phase, signals
 // it, and checks how it ends.
 void signal_in_phase(const ScratchDir& s, const std::vector<std::string>& args, int signo,

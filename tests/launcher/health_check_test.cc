@@ -106,21 +106,12 @@ TEST_CASE("health port: a value that is no port is a warning; a port in use is a
                   "health check server") != std::string::npos);
 
   // Someone else listens there: the probe would be answered by them, so the agent refuses.
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::listen(fd, 4) == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  const std::string taken = std::to_string(ntohs(addr.sin_port));
+  SilentListener other(/*every_interface=*/true);
+  const std::string taken = std::to_string(other.port());
   ChildProcess refused({"/usr/bin/env", "TORCHELASTIC_HEALTH_CHECK_PORT=" + taken, CTRUN_PATH,
                         "--standalone", "--nproc_per_node=1", TEST_WORKER_PATH, "exit", "0"},
                        s.path("refused.log"));
   CHECK(refused.wait(30s) == std::optional<int>(1));
-  ::close(fd);
   const std::string log = read_file(s.path("refused.log"));
   INFO(log);
   CHECK(log.find("error: TORCHELASTIC_HEALTH_CHECK_PORT=" + taken + ": ") != std::string::npos);

@@ -320,7 +320,7 @@ TEST_CASE("trainers: mlp on two nodes with --rdzv_backend=etcd meets in the job'
   // (with TCPStore at MASTER_ADDR nothing would be there).
   boost::asio::io_context io;
   ctrun::rendezvous::etcd::ClientOptions options;
-  options.endpoints = ctrun::rendezvous::etcd::parse_endpoints(etcd.endpoints()).value();
+  options.endpoints = ctrun::rendezvous::parse_endpoint_list(etcd.endpoints()).value();
   ctrun::rendezvous::etcd::Client client(io, options);
   const std::string prefix = ctrun::rendezvous::etcd_job_prefix(job) + "store/rdzv/";
   auto found = run_task(io, client.range(prefix, ctrun::rendezvous::etcd::prefix_end(prefix)));

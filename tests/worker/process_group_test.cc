@@ -95,7 +95,7 @@ TEST_CASE("process group: bootstraps through the job's keys in etcd (--rdzv_back
   for (int r = 0; r < 3; ++r) {
     envs.push_back(env_for(r, 3));
     envs.back().store = ctrun::rendezvous::etcd_store_address(
-        ctrun::rendezvous::etcd::parse_endpoints(etcd.endpoints()).value(), "rdzv/0/0/");
+        ctrun::rendezvous::parse_endpoint_list(etcd.endpoints()).value(), "rdzv/0/0/");
   }
   check_sum_and_gather(sum_and_gather(envs));
   for (auto& e : envs) e.restart_count = 1;

@@ -3,7 +3,6 @@
 #include <stdexcept>
 
 #include "ctrun/rendezvous/endpoint.h"
-#include "rendezvous/etcd/etcd.h"
 
 namespace ctrun::worker {
 namespace {
@@ -21,7 +20,7 @@ CtrunStore::CtrunStore(const rendezvous::StoreAddress& address, const std::strin
                        std::string key_prefix, std::chrono::milliseconds timeout)
     : c10d::Store(timeout), address_(address), job_(job), prefix_(std::move(key_prefix)) {
   if (address.backend == rendezvous::StoreAddress::Backend::kEtcd) {
-    where_ = "etcd " + rendezvous::etcd::format_endpoints(address.etcd_endpoints);
+    where_ = "etcd " + rendezvous::format_endpoint_list(address.etcd_endpoints);
   } else {
     where_ = rendezvous::format_endpoint({address.host, static_cast<std::uint16_t>(address.port)});
   }

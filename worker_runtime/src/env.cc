@@ -3,7 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "rendezvous/etcd/etcd.h"
+#include "ctrun/rendezvous/endpoint.h"
 
 namespace ctrun::worker {
 namespace {
@@ -105,7 +105,7 @@ Result<WorkerEnv> read_worker_env(const EnvLookup& env) {
   }
   if (auto host = env("CTRUN_STORE_ADDR"); host && store_backend == "etcd") {
     // The etcd members, as --rdzv_endpoint lists them.
-    auto endpoints = rendezvous::etcd::parse_endpoints(*host);
+    auto endpoints = rendezvous::parse_endpoint_list(*host);
     if (!endpoints)
       return bad("CTRUN_STORE_ADDR", "etcd endpoints host:port[,host:port...]", *host);
     rendezvous::StoreAccess access;

@@ -4,9 +4,6 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "ctrun/worker/heartbeat.h"
@@ -16,41 +13,13 @@
 #include "gloo_group.h"
 #include "make_group.h"
 #include "nccl_group.h"
+#include "rendezvous/base/local_address.h"
 
 namespace ctrun::worker {
 namespace {
 
 bool is_loopback(const std::string& host) {
   return host.rfind("127.", 0) == 0 || host == "localhost" || host == "::1";
-}
-
-// The address this host uses to reach `host`: connecting a UDP socket sends nothing but makes
-// the kernel pick the route and source address. Peers that reach the same daemon (or master)
-// can reach this host there, with no host-name resolution. Empty when it cannot tell.
-std::string local_address_towards(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return "";
-  std::string address;
-  for (addrinfo* ai = found; ai != nullptr && address.empty(); ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t length = sizeof local;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
-      char text[INET6_ADDRSTRLEN] = {};
-      const void* raw =
-          local.ss_family == AF_INET6
-              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
-      if (inet_ntop(local.ss_family, raw, text, sizeof text) != nullptr) address = text;
-    }
-    close(fd);
-  }
-  freeaddrinfo(found);
-  return address;
 }
 
 // LibTorch 2.x asks for its libuv TCPStore backend by default and refuses where it was built
@@ -138,8 +107,12 @@ std::unique_ptr<ProcessGroup> make_group(const WorkerEnv& env,
   // one host, the right interface on a cluster. GLOO_SOCKET_IFNAME, when set, wins.
   const std::string peer = env.store ? env.store->host : env.master_addr;
   const int peer_port = env.store ? env.store->port : env.master_port;
-  const std::string host =
-      is_loopback(peer) ? "127.0.0.1" : local_address_towards(peer, peer_port > 0 ? peer_port : 1);
+  std::string host = "127.0.0.1";
+  if (!is_loopback(peer)) {
+    const auto port = static_cast<std::uint16_t>(peer_port > 0 ? peer_port : 1);
+    auto towards = rendezvous::local_address_towards(peer, port);
+    host = towards ? towards.value() : "";  // empty: Gloo picks (and says so if it cannot)
+  }
   return make_gloo_group(store, rank, size, host, options.timeout);
 }
 

@@ -21,6 +21,7 @@
 #include <set>
 
 #include "../common/process.h"
+#include "ctrun/rendezvous/client.h"
 #include "rendezvous/backend/backend.h"
 #include "rendezvous/etcd/etcd.h"
 #include "test_certs.h"
@@ -162,7 +163,8 @@ std::unique_ptr<rdzv::Backend> make_node(asio::io_context& io, const std::string
     }
     return rdzv::make_ctrund_backend(io, o);
   }
-  rdzv::EtcdBackendOptions o;
+  rdzv::BackendSpec o;
+  o.service = rdzv::BackendSpec::Service::kEtcd;
   o.endpoints = {rdzv::Endpoint{"127.0.0.1", static_cast<std::uint16_t>(port)}};
   o.job = job;
   o.connect_timeout = kStartTimeout;

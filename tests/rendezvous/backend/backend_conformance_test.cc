@@ -1,6 +1,7 @@
 // One script of joins, newcomers, leaves, reports and store calls, run against both rendezvous
 // backends (a ctrund Server in this process; etcd, both a real one and the memory etcd): the
 // agent must not be able to tell them apart.
+#include "ctrun/rendezvous/client.h"
 #include "rendezvous/backend/backend.h"
 
 #include <algorithm>
@@ -293,8 +294,9 @@ TEST_CASE("backend conformance: etcd") {
   EtcdCluster etcd(dir, 1);
   asio::io_context io;
   const MakeBackend make = [&etcd](asio::io_context& on, const std::string& job) {
-    EtcdBackendOptions o;
-    o.endpoints = etcd::parse_endpoints(etcd.endpoints()).value();
+    BackendSpec o;
+    o.service = BackendSpec::Service::kEtcd;
+    o.endpoints = parse_endpoint_list(etcd.endpoints()).value();
     o.job = job;
     o.connect_timeout = 10s;
     o.lease_ttl = 3s;
@@ -304,7 +306,7 @@ TEST_CASE("backend conformance: etcd") {
   run_failure_script(io, make);
   run_crowd_script(io, make);
   etcd::ClientOptions o;
-  o.endpoints = etcd::parse_endpoints(etcd.endpoints()).value();
+  o.endpoints = parse_endpoint_list(etcd.endpoints()).value();
   etcd::Client raw(io, o);
   expect_no_join_requests(io, raw);
 }
@@ -313,7 +315,8 @@ TEST_CASE("backend conformance: etcd in memory") {
   asio::io_context io;
   auto etcd = MemoryEtcd::create(io);
   const MakeBackend make = [&etcd](asio::io_context& on, const std::string& job) {
-    EtcdBackendOptions o;
+    BackendSpec o;
+    o.service = BackendSpec::Service::kEtcd;
     o.endpoints = {Endpoint{"127.0.0.1", etcd::kDefaultPort}};  // this host's address: loopback
     o.job = job;
     o.connect_timeout = 10s;

@@ -131,7 +131,7 @@ TEST_CASE("quorum client: etcd forms each step's quorum as ctrund does") {
   CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("quorum_etcd");
   EtcdCluster etcd(dir, 1);
-  quorum_script(etcd_store_address(etcd::parse_endpoints(etcd.endpoints()).value(), ""),
+  quorum_script(etcd_store_address(parse_endpoint_list(etcd.endpoints()).value(), ""),
                 "quorum-script");
 }
 
@@ -139,7 +139,7 @@ TEST_CASE("quorum client: on etcd a replica that dies without leaving goes with 
   CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("quorum_etcd_lease");
   EtcdCluster etcd(dir, 1);
-  const auto address = etcd_store_address(etcd::parse_endpoints(etcd.endpoints()).value(), "");
+  const auto address = etcd_store_address(parse_endpoint_list(etcd.endpoints()).value(), "");
   std::vector<std::unique_ptr<QuorumClient>> clients;
   for (int i = 0; i < 2; ++i) clients.push_back(connect(address, "lease", "r" + std::to_string(i)));
   // r2 asks through an EtcdQuorum of its own that is dropped without leave(): as a worker

@@ -27,7 +27,7 @@ namespace {
 using Steady = std::chrono::steady_clock;
 
 StoreAddress etcd_address(const std::string& endpoints) {
-  return etcd_store_address(etcd::parse_endpoints(endpoints).value(), "");
+  return etcd_store_address(parse_endpoint_list(endpoints).value(), "");
 }
 
 std::unique_ptr<StoreClient> connect(const StoreAddress& address, const std::string& job) {
@@ -111,7 +111,7 @@ TEST_CASE("store client: c10d's operations on etcd") {
   // The keys are under the job's prefix, where a later job under the same id wipes them.
   boost::asio::io_context io;
   etcd::ClientOptions options;
-  options.endpoints = etcd::parse_endpoints(server.endpoints()).value();
+  options.endpoints = parse_endpoint_list(server.endpoints()).value();
   etcd::Client raw(io, options);
   auto found = run_task(io, raw.range(etcd_job_prefix("script") + "store/cas"));
   REQUIRE(found);

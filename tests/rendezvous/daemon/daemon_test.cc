@@ -21,6 +21,7 @@
 #include "process.h"
 #include "rendezvous/core/metrics.h"
 #include "rendezvous/daemon/server.h"
+#include "rendezvous/protocol/fault_keys.h"
 #include "rendezvous/protocol/message.h"
 #include "skip.h"
 

@@ -28,7 +28,7 @@ T run(boost::asio::io_context& io, etcd::Task<T> task, std::chrono::milliseconds
 
 etcd::ClientOptions options_for(const std::string& endpoints) {
   etcd::ClientOptions o;
-  o.endpoints = etcd::parse_endpoints(endpoints).value();
+  o.endpoints = parse_endpoint_list(endpoints).value();
   o.request_timeout = 10s;
   o.attempt_timeout = 2s;
   return o;

@@ -30,7 +30,7 @@ TEST_CASE("etcd codec: a prefix's range end") {
 }
 
 TEST_CASE("etcd codec: endpoints, several, with or without scheme and port") {
-  auto eps = parse_endpoints("h1:2379,http://h2:23790/,h3,[::1]:4000");
+  auto eps = parse_endpoint_list("h1:2379,http://h2:23790/,h3,[::1]:4000");
   REQUIRE(eps.ok());
   REQUIRE(eps.value().size() == 4);
   CHECK(eps.value()[0].host == "h1");
@@ -39,23 +39,23 @@ TEST_CASE("etcd codec: endpoints, several, with or without scheme and port") {
   CHECK(eps.value()[3].host == "::1");
   CHECK(eps.value()[3].port == 4000);
   // Written back in the form read (defaults filled in), as the agent hands it to workers.
-  CHECK(format_endpoints(eps.value()) == "h1:2379,h2:23790,h3:2379,[::1]:4000");
+  CHECK(format_endpoint_list(eps.value()) == "h1:2379,h2:23790,h3:2379,[::1]:4000");
   // https:// members: the same addresses, and endpoints_https says TLS; one scheme for all.
-  auto tls = parse_endpoints("https://h1:2379,https://[::1]:4000/");
+  auto tls = parse_endpoint_list("https://h1:2379,https://[::1]:4000/");
   REQUIRE(tls.ok());
-  CHECK(format_endpoints(tls.value()) == "h1:2379,[::1]:4000");
-  CHECK(endpoints_https("https://h1:2379,h2").value());
-  CHECK_FALSE(endpoints_https("http://h1:2379,h2").value());
-  CHECK_FALSE(endpoints_https("h1").value());
-  CHECK(parse_endpoints("https://h1,http://h2").error().message ==
+  CHECK(format_endpoint_list(tls.value()) == "h1:2379,[::1]:4000");
+  CHECK(endpoint_list_https("https://h1:2379,h2").value());
+  CHECK_FALSE(endpoint_list_https("http://h1:2379,h2").value());
+  CHECK_FALSE(endpoint_list_https("h1").value());
+  CHECK(parse_endpoint_list("https://h1,http://h2").error().message ==
         "--rdzv_endpoint: 'https://h1,http://h2' mixes http:// and https:// members");
-  CHECK_THAT(parse_endpoints("h1:,h2").error().message,
+  CHECK_THAT(parse_endpoint_list("h1:,h2").error().message,
              Catch::Matchers::ContainsSubstring("no port after ':' in 'h1:'"));
-  CHECK_THAT(parse_endpoints("::1").error().message,
+  CHECK_THAT(parse_endpoint_list("::1").error().message,
              Catch::Matchers::ContainsSubstring("in brackets, as [::1]:2379"));
-  CHECK_THAT(parse_endpoints("h1,,h2").error().message,
+  CHECK_THAT(parse_endpoint_list("h1,,h2").error().message,
              Catch::Matchers::ContainsSubstring("empty etcd endpoint"));
-  CHECK_THAT(parse_endpoints("h1:99999").error().message,
+  CHECK_THAT(parse_endpoint_list("h1:99999").error().message,
              Catch::Matchers::ContainsSubstring("'99999'"));
 }
 

@@ -2,6 +2,7 @@
 
 #include "catch.h"
 
+#include "rendezvous/protocol/fault_keys.h"
 #include "service_harness.h"
 
 using namespace ctrun::rendezvous;

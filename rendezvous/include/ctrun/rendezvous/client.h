@@ -26,12 +26,10 @@
 #include "ctrun/rendezvous/quorum_client.h"
 #include "ctrun/rendezvous/round.h"
 #include "ctrun/rendezvous/store_client.h"
+#include "ctrun/rendezvous/task.h"
 #include "ctrun/rendezvous/tls.h"
 
 namespace ctrun::rendezvous {
-
-template <typename T>
-using Task = boost::asio::awaitable<T>;
 
 struct ClientOptions {
   std::string host = "127.0.0.1";

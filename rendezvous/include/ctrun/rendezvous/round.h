@@ -17,23 +17,6 @@ namespace ctrun::rendezvous {
 // per restart it takes) and the budget (--max_restarts, set by every agent alike).
 inline constexpr const char* kRestartsKey = "ctrun/restarts";
 inline constexpr const char* kMaxRestartsKey = "ctrun/max_restarts";
-// Faults (docs/faults.md). `ctrun fault` adds one to kFaultRequestsKey and sets the fault, as a
-// plan's JSON holds one, under kFaultRequestPrefix + N; the agents of a job started with --faults
-// wait for the next N. The agent that injects a fault, planned or asked for, adds one to
-// kFaultsInjectedKey and sets what it did ({"time", "node", "rank", "what", ...}) under
-// kFaultInjectedPrefix + M, and for an asked-for fault under kFaultRequestPrefix + N +
-// kFaultRequestDoneSuffix, which `ctrun fault` waits for.
-inline constexpr const char* kFaultRequestsKey = "ctrun/fault_requests";
-inline constexpr const char* kFaultRequestPrefix = "ctrun/fault_request/";
-inline constexpr const char* kFaultRequestDoneSuffix = "/injected";
-inline constexpr const char* kFaultsInjectedKey = "ctrun/faults_injected";
-inline constexpr const char* kFaultInjectedPrefix = "ctrun/fault_injected/";
-// An injected store latency: {"ms": M, "seconds": S} set here makes ctrund (or an agent's
-// embedded daemon) answer the job's requests M ms late for S seconds from then.
-inline constexpr const char* kStoreLatencyKey = "ctrun/fault/store_latency";
-// Each node's address under its round's store prefix + kFaultHostKey + its group rank, set as
-// its workers start in a job with --faults: an agent cutting its link to a peer looks it up.
-inline constexpr const char* kFaultHostKey = "ctrun/fault/host/";
 // A counter's value as the stores keep it (decimal text, as c10d's add writes it); `otherwise`
 // when the text is not a number.
 long long counter_value(const std::string& text, long long otherwise);
