@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -137,6 +138,23 @@ SilentListener::SilentListener(bool every_interface) {
 }
 
 SilentListener::~SilentListener() { ::close(fd_); }
+
+std::string standalone_master_addr() {
+  const std::string name = python_fqdn();
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(name.c_str(), "0", &hints, &found) != 0) return "127.0.0.1";
+  bool listens = false;
+  for (addrinfo* a = found; a != nullptr && !listens; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    listens = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  freeaddrinfo(found);
+  return listens ? name : "127.0.0.1";
+}
 
 std::uint16_t free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

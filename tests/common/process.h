@@ -66,6 +66,10 @@ std::uint16_t free_port();
 // This machine's name as Python's socket.getfqdn() says it (/usr/bin/python3): torch 2.x's
 // MASTER_ADDR for --standalone, which ctrun gives too.
 std::string python_fqdn();
+// What ctrun --standalone gives as MASTER_ADDR here: python_fqdn() where something can listen
+// at the address it resolves to, else 127.0.0.1 (a host name this network namespace cannot
+// serve: ctrun says so and keeps its store on loopback).
+std::string standalone_master_addr();
 // Whether this process may make a loopback-only network namespace (unshare -n; needs root).
 bool can_unshare_network();
 

@@ -83,7 +83,7 @@ TEST_CASE("agent: standalone with 1 and with 4 workers") {
       CHECK(env["LOCAL_WORLD_SIZE"] == std::to_string(n));
       CHECK(env["GROUP_RANK"] == "0");
       CHECK(env["ROLE_NAME"] == "default");
-      CHECK(env["MASTER_ADDR"] == python_fqdn());  // as torch 2.x: the store on this node
+      CHECK(env["MASTER_ADDR"] == standalone_master_addr());  // as torch 2.x: this node
       CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
       CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");  // the agent's daemon serves it
       CHECK(env["OMP_NUM_THREADS"] == (n > 1 ? "1" : "<unset>"));

@@ -111,7 +111,7 @@ struct Places {
     s = replace_all(std::move(s), "{port2}", port2);
     s = replace_all(std::move(s), "{port}", port);
     if (s.find("{fqdn}") != std::string::npos)
-      s = replace_all(std::move(s), "{fqdn}", python_fqdn());
+      s = replace_all(std::move(s), "{fqdn}", standalone_master_addr());
     return replace_all(std::move(s), "{scripts}", kScripts);
   }
 };

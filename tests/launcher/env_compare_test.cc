@@ -119,7 +119,7 @@ TEST_CASE("env: ctrun gives workers torchrun's environment") {
       CHECK(torch.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
       CHECK(ours.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
       CHECK(torch.at("MASTER_ADDR") == "localhost");
-      CHECK(ours.at("MASTER_ADDR") == python_fqdn());
+      CHECK(ours.at("MASTER_ADDR") == standalone_master_addr());
     }
   }
   SECTION("static rendezvous: --nproc_per_node=2 --master_port") {

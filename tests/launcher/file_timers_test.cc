@@ -139,7 +139,7 @@ std::string request(int pid, const std::string& scope, double expiration, int si
 
 }  // namespace
 
-TEST_CASE("file timer server: a worker whose timer expires is killed; a stranger is not") {
+TEST_CASE("file timer server: a worker whose timer expires is killed, a stranger is not") {
   ctrun::testing::ScratchDir dir("file_timer");
   const std::string path = dir.path() + "/watchdog_timer_test";
   boost::asio::io_context io;

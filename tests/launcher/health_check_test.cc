@@ -95,7 +95,7 @@ TEST_CASE("health port: alive before the round forms, with the workers while the
   REQUIRE(running.wait(10s).has_value());
 }
 
-TEST_CASE("health port: a value that is no port is a warning; a port in use is an error") {
+TEST_CASE("health port: a value that is no port is a warning, a port in use is an error") {
   ScratchDir s("health_port_bad");
   ChildProcess warned({"/usr/bin/env", "TORCHELASTIC_HEALTH_CHECK_PORT=http", CTRUN_PATH,
                        "--standalone", "--nproc_per_node=1", TEST_WORKER_PATH, "exit", "0"},
