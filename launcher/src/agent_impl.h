@@ -125,7 +125,11 @@ class Agent::Impl {
   void spawn(Coroutine coroutine) {
     asio::co_spawn(io_, std::move(coroutine), asio::detached);
   }
+  // At the agent's end, also when it then re-raises a signal (no destructor runs): the file
+  // timer's pipe goes, and the health port closes.
   void cleanup() {
+    file_timer_.reset();
+    health_server_.reset();
     if (!temp_root_.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(temp_root_, ec);

@@ -215,3 +215,22 @@ TEST_CASE("agent: ctrun --hosts --dry_run prints each host's ssh command and sta
   CHECK(out.find("NCCL_DEBUG=WARN") != std::string::npos);
   CHECK(out.find("--stop_on_stdin_close --max_restarts=2 train.py --lr 0.1") != std::string::npos);
 }
+
+TEST_CASE("agent signals: the file timer's pipe goes with an agent a signal ends") {
+  ScratchDir s("signal_timer_pipe");
+  const std::string pipe = s.path("timer_pipe");
+  // A round that waits for a second node: the signal ends the agent itself (no destructor runs).
+  ChildProcess agent(
+      {"/usr/bin/env", "TORCHELASTIC_ENABLE_FILE_TIMER=1", "TORCHELASTIC_TIMER_FILE=" + pipe,
+       CTRUN_PATH, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+       "--rdzv_endpoint=127.0.0.1:" + std::to_string(free_port()), TEST_WORKER_PATH, "sleep", "30"},
+      s.path("agent.log"));
+  REQUIRE(wait_for_text(s.path("agent.log"), "joined round 0 (1 of 2", 30s));
+  REQUIRE(fs::is_fifo(pipe));
+  agent.signal(SIGINT);
+  const auto code = agent.wait(30s);
+  INFO(read_file(s.path("agent.log")));
+  REQUIRE(code.has_value());
+  CHECK(*code == 128 + SIGINT);
+  CHECK_FALSE(fs::exists(pipe));
+}
