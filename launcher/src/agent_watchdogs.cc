@@ -6,6 +6,7 @@
 
 #include "agent_impl.h"
 #include "agent_os.h"
+#include "file_timers.h"
 
 namespace ctrun::launcher {
 
@@ -33,19 +34,15 @@ rdzv::Status Agent::Impl::start_file_timer() {
 void Agent::Impl::file_timer_expired(const FileTimerReap& reap) {
   const int rank = machine_ ? machine_->round().rank_offset + reap.local_rank : reap.local_rank;
   const bool worker_itself = workers_->running_pid(reap.local_rank) == reap.pid;
-  std::string scopes;
-  for (const auto& s : reap.scopes) scopes += (scopes.empty() ? "'" : ", '") + s + "'";
   const std::string why =
       "file timer '" + reap.signal_scope + "' expired: killed with " + signal_name(reap.signal);
   log("worker rank " + std::to_string(rank) + " (local rank " + std::to_string(reap.local_rank) +
       (worker_itself ? ", pid " : ", its process ") + std::to_string(reap.pid) +
-      "): expired file timers [" + scopes + "]: sent " + signal_name(reap.signal));
-  rdzv::Json expired = rdzv::Json::array();
-  for (const auto& s : reap.scopes) expired.push_back(s);
+      "): expired file timers " + scope_list(reap.scopes) + ": sent " + signal_name(reap.signal));
   event("file_timer_expired", {{"rank", rank},
                                {"local_rank", reap.local_rank},
                                {"pid", reap.pid},
-                               {"scopes", std::move(expired)},
+                               {"scopes", reap.scopes},
                                {"signal", signal_name(reap.signal)}});
   // The failure report names the timer, not just the signal, when the worker dies of it.
   if (worker_itself) write_error_file_if_absent(worker_dir(reap.local_rank) + "/error.json", why);

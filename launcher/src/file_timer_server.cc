@@ -27,12 +27,6 @@ constexpr std::size_t kMaxLineBytes = 64 * 1024;
 // Bounds a flood of distinct scopes from a runaway worker.
 constexpr std::size_t kMaxTimers = 65536;
 
-std::string scope_list(const std::vector<std::string>& scopes) {
-  std::string text;
-  for (const auto& s : scopes) text += (text.empty() ? "" : ", ") + ("'" + s + "'");
-  return "[" + text + "]";
-}
-
 }  // namespace
 
 std::string default_file_timer_path(const std::string& uuid) {

@@ -44,6 +44,12 @@ rdzv::Result<FileTimerRequest> parse_file_timer_request(std::string_view line) {
   return request;
 }
 
+std::string scope_list(const std::vector<std::string>& scopes) {
+  std::string text;
+  for (const auto& s : scopes) text += (text.empty() ? "'" : ", '") + s + "'";
+  return "[" + text + "]";
+}
+
 void FileTimers::apply(const FileTimerRequest& request) {
   auto key = std::make_pair(request.pid, request.scope_id);
   if (request.expiration_time < 0) {

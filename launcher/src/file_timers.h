@@ -30,6 +30,9 @@ struct FileTimerRequest {
 // One request line (without its newline); an error naming what is wrong with it.
 rendezvous::Result<FileTimerRequest> parse_file_timer_request(std::string_view line);
 
+// Scopes as torch's server logs them: "['step', 'load']".
+std::string scope_list(const std::vector<std::string>& scopes);
+
 // A worker whose timers expired: every expired scope, earliest first, and the signal of the
 // earliest that has one (0: none has, and the worker is left alone, as torch does).
 struct FileTimerExpiry {

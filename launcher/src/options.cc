@@ -73,17 +73,9 @@ std::optional<int> signal_from_name(const std::string& name) {
 }
 
 std::optional<std::uint16_t> health_check_port(std::string_view value) {
-  const auto first = value.find_first_not_of(" \t\n");
-  if (first == std::string_view::npos) return std::nullopt;
-  value = value.substr(first, value.find_last_not_of(" \t\n") - first + 1);
-  if (value.empty() || value.size() > 5) return std::nullopt;
-  int port = 0;
-  for (char c : value) {
-    if (c < '0' || c > '9') return std::nullopt;
-    port = port * 10 + (c - '0');
-  }
-  if (port < 1 || port > 65535) return std::nullopt;
-  return static_cast<std::uint16_t>(port);
+  const auto port = python_int(std::string(value));  // what torch's int() takes
+  if (!port || *port < 1 || *port > 65535) return std::nullopt;
+  return static_cast<std::uint16_t>(*port);
 }
 
 std::string signal_name(int signo) {

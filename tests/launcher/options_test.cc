@@ -789,3 +789,12 @@ TEST_CASE("options: --faults and --fault_report") {
   CHECK(parse_error({"--standalone", "--faults=", "x"}) ==
         "--faults: expected a plan file, an inline plan or random:...");
 }
+
+TEST_CASE("options: TORCHELASTIC_HEALTH_CHECK_PORT is read as torch's int() reads it") {
+  for (const char* text : {"8080", " 8080\n", "+8080", "8_080", "08080"}) {
+    CHECK(ctrun::launcher::health_check_port(text) == std::optional<std::uint16_t>(8080));
+  }
+  for (const char* text : {"", "0", "-1", "65536", "http", "80 80", "8__080"}) {
+    CHECK_FALSE(ctrun::launcher::health_check_port(text).has_value());
+  }
+}

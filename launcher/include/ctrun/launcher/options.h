@@ -129,7 +129,7 @@ struct LaunchOptions {
   // SIGSTOP) is left out with a line in `warnings`, as torchrun only warns.
   std::vector<int> signals_to_handle;
   std::string signals_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // as given (the workers are told)
-  std::vector<std::string> warnings;  // said by the agent at start
+  std::vector<std::string> warnings;                           // said by the agent at start
   // --shutdown_timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 (whole seconds).
   double shutdown_timeout = 30;
   // LOCAL_RANK=0 for every worker and CUDA_VISIBLE_DEVICES narrowed to the worker's device.
@@ -196,8 +196,8 @@ Result<Endpoint> parse_rdzv_endpoint(const std::string& text, std::uint16_t defa
 
 std::optional<int> signal_from_name(const std::string& name);
 std::string signal_name(int signo);
-// TORCHELASTIC_HEALTH_CHECK_PORT's value: a port from 1 to 65535 (blanks around it allowed, as
-// torch's int() allows them); nothing otherwise.
+// TORCHELASTIC_HEALTH_CHECK_PORT's value: a port from 1 to 65535 written as torch's int() reads
+// it (blanks around it, a sign, '_' between digits); nothing otherwise.
 std::optional<std::uint16_t> health_check_port(std::string_view value);
 
 }  // namespace ctrun::launcher
