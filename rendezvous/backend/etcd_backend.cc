@@ -30,7 +30,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long one action keeps retrying a write that etcd did not take (members down, no quorum).
+// How long one action keeps retrying a write that etcd did not take (members down, no quorum),
+// or that lost every race while no other agent's write landed either.
 constexpr Duration kWriteTimeout = std::chrono::seconds(30);
 
 std::int64_t whole_seconds_up(Duration d) {
@@ -385,7 +386,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
 
   // Applies `change` to the state and writes it back if it moved, with compare-and-swap.
   Task<Status> mutate(Change change) {
-    const auto until = Clock::now() + kWriteTimeout;
+    auto until = Clock::now() + kWriteTimeout;
     int lost = 0;
     while (true) {
       if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
@@ -404,6 +405,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       if (!planned) co_return planned.error();
       if (!planned.value().write) co_return ok_status();
       const EtcdReducer::Write write = std::move(*planned.value().write);
+      const std::int64_t planned_on = job_.state_revision();
       auto written = co_await client_->txn(write.txn);
       if (written && written.value().succeeded) {
         job_.written(write, written.value().revision);
@@ -425,6 +427,9 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       // loss: the winner's write may take their joins in.
       co_await sleep_for(io_, etcd::contention_backoff(++lost));
       co_await reload_state();
+      // Another agent's write landed: the job moves on, and a join waits its turn (the oldest
+      // requests are taken in first), however many nodes join at once.
+      if (written && job_.state_revision() > planned_on) until = Clock::now() + kWriteTimeout;
       if (job_.holds(write)) {
         if (options_.log) {
           for (const auto& line : write.lines) options_.log(line);

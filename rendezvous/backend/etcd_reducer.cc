@@ -234,6 +234,10 @@ bool EtcdReducer::holds(const Write& write) const {
 
 EtcdReducer::Change EtcdReducer::enter(const NodeInfo& node, const RendezvousConfig& config) const {
   return [this, node, config](Edit& edit) -> Status {
+    // Taken in already (by another agent's write): the requests still waiting are their own
+    // agents' to write. Were every agent to go on taking in the others', a thousand of them
+    // would race for the one key and some would lose every race until their deadline.
+    if (!joins_.count(node_id_)) return ok_status();
     std::unique_ptr<Rendezvous>& r = edit.state;
     // Every node of an ended job is gone: the same id starts a new job, as with ctrund. Its
     // store (and its add markers) and its replicas' quorum go with the old job.
@@ -262,18 +266,23 @@ EtcdReducer::Change EtcdReducer::enter(const NodeInfo& node, const RendezvousCon
   };
 }
 
-// Takes the pending join requests into the running job, this node's first, at most
-// kJoinsPerWrite. Each is deleted by the same write, on condition that it is the very request
-// that was read: no request is ever taken in twice. Requests that do not fit the job (another
-// nnodes, a taken rank) are left to their agents, whose own join says why.
+// Takes the pending join requests into the running job, this node's first and then the oldest,
+// at most kJoinsPerWrite. Each is deleted by the same write, on condition that it is the very
+// request that was read: no request is ever taken in twice. Requests that do not fit the job
+// (another nnodes, a taken rank) are left to their agents, whose own join says why.
 Status EtcdReducer::take_in_joins(Edit& edit) const {
   Rendezvous& r = *edit.state;
   if (r.state() != JobState::kRunning) return ok_status();
+  // This node's own first, then the oldest: with more requests than one write takes, none
+  // waits behind later ones (taken in by id, the last ids lost every race of a 1,024-node job).
   std::vector<std::string> order;
-  if (joins_.count(node_id_)) order.push_back(node_id_);
   for (const auto& [id, kv] : joins_) {
     if (id != node_id_) order.push_back(id);
   }
+  std::stable_sort(order.begin(), order.end(), [this](const std::string& a, const std::string& b) {
+    return joins_.at(a).mod_revision < joins_.at(b).mod_revision;
+  });
+  if (joins_.count(node_id_)) order.insert(order.begin(), node_id_);
   for (const auto& id : order) {
     if (edit.applied.size() >= kJoinsPerWrite) break;
     const etcd::KeyValue& kv = joins_.at(id);

@@ -66,6 +66,8 @@ class EtcdReducer {
   // The state as cached, restored (null when the key does not exist); good until the cache
   // next changes.
   Result<const Rendezvous*> view();
+  // The revision of the cached state: another agent's write landing moves it.
+  std::int64_t state_revision() const { return state_rev_; }
 
   // --- Writes ---
   // What a change may do: replace the Rendezvous (a new job under the same id), add operations
@@ -107,7 +109,8 @@ class EtcdReducer {
   // that landed before its retry lost to it). Its save time makes a write unique.
   bool holds(const Write& write) const;
 
-  // The changes, as ctrund would make them for this node.
+  // The changes, as ctrund would make them for this node. `enter` takes in this node's pending
+  // request with the others it sees; once its own is in, it writes nothing.
   Change enter(const NodeInfo& node, const RendezvousConfig& config) const;
   Change report(bool succeeded, std::string message) const;
   Change leave() const;

@@ -129,13 +129,15 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "etcd reducer: one write takes in at most 120 requests, its own first, and skips misfits") {
+    "etcd reducer: one write takes in at most 120 requests, its own and then the oldest first, "
+    "and skips misfits") {
   ManualClock clock;
   Agent a("a", clock);
   std::vector<etcd::KeyValue> joins;
   for (int i = 0; i < 130; ++i) {
     const std::string id = std::string("n") + std::to_string(1000 + i);  // GCC bug 105651
-    joins.push_back(kv(kPrefix + "joins/" + id, request(id, nodes(1, 200)), 10 + i));
+    // The later the id, the older the request.
+    joins.push_back(kv(kPrefix + "joins/" + id, request(id, nodes(1, 200)), 150 - i));
   }
   joins.push_back(kv(kPrefix + "joins/m", request("m", nodes(2, 2)), 200));  // other nnodes
   joins.push_back(kv(kPrefix + "joins/x", "not a request", 201));
@@ -148,11 +150,59 @@ TEST_CASE(
   const EtcdReducer::Write& w = *planned.value().write;
   REQUIRE(w.applied.size() == kJoinsPerWrite);
   CHECK(w.applied.front() == "a");
+  CHECK(w.applied[1] == "n1129");  // the oldest
+  CHECK(w.applied.back() == "n1011");
+  CHECK(std::find(w.applied.begin(), w.applied.end(), "n1010") == w.applied.end());  // newer
   for (const char* left_out : {"m", "x", "y", "z"}) {
     CHECK(std::find(w.applied.begin(), w.applied.end(), left_out) == w.applied.end());
   }
   CHECK(w.txn.compare.size() == 1 + kJoinsPerWrite);
   CHECK(w.txn.success.size() == 1 + kJoinsPerWrite);
+}
+
+TEST_CASE(
+    "etcd reducer: a node whose request another's write took in writes no one else's request") {
+  ManualClock clock;
+  Agent a("a", clock);
+  REQUIRE(a.job.take_load(load(5, std::nullopt, {"a", "b", "c", "d"})).ok());
+  a.ask(nodes(5, 5), 6);
+  const auto created = a.land(a.job.enter(node("a"), nodes(5, 5)), 7);
+  const etcd::KeyValue state = kv(kPrefix + "rendezvous", created.text, 7);
+  const etcd::KeyValue join_b = kv(kPrefix + "joins/b", request("b", nodes(5, 5)), 8);
+  const etcd::KeyValue join_c = kv(kPrefix + "joins/c", request("c", nodes(5, 5)), 9);
+  const etcd::KeyValue join_d = kv(kPrefix + "joins/d", request("d", nodes(5, 5)), 10);
+
+  // b's request pending: its write takes in b and whatever else waits.
+  Agent b("b", clock);
+  REQUIRE(b.job.take_load(load(10, state, {"a", "b", "c", "d"}, {join_b, join_c, join_d})).ok());
+  b.ask(nodes(5, 5), 8);
+  const auto enter_b = b.job.enter(node("b"), nodes(5, 5));
+  auto first = b.job.plan(enter_b);
+  REQUIRE(first.ok());
+  REQUIRE(first.value().write.has_value());
+  CHECK(first.value().write->applied == std::vector<std::string>{"b", "c", "d"});
+
+  // d's write, which saw b's request but not c's, landed first and took b in.
+  Agent d("d", clock);
+  REQUIRE(d.job.take_load(load(10, state, {"a", "b", "c", "d"}, {join_b, join_d})).ok());
+  d.ask(nodes(5, 5), 10);
+  const auto took_b = d.land(d.job.enter(node("d"), nodes(5, 5)), 11);
+  REQUIRE(took_b.applied == std::vector<std::string>{"d", "b"});
+
+  // b re-reads: its own request is in, c's still waits. b writes nothing; c's agent takes c in.
+  etcd::TxnResult reread;
+  reread.succeeded = true;
+  reread.revision = 11;
+  reread.ranges.resize(2);
+  reread.ranges[0].kvs.push_back(kv(kPrefix + "rendezvous", took_b.text, 11));
+  reread.ranges[1].kvs.push_back(join_c);
+  REQUIRE(b.job.take_reload(reread).ok());
+  auto retry = b.job.plan(enter_b);
+  REQUIRE(retry.ok());
+  CHECK_FALSE(retry.value().write.has_value());
+  auto step = b.job.join_step();
+  REQUIRE(step.ok());
+  CHECK(step.value().kind == EtcdReducer::JoinStep::Kind::kWait);
 }
 
 TEST_CASE("etcd reducer: the write that forms a round reads the restart counter and compares it") {
