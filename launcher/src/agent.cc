@@ -347,6 +347,7 @@ Task<int> Agent::Impl::run_job() {
   rdzv::Status started = start_health_check();
   if (started) started = setup();
   if (started) started = start_file_timer();
+  if (started) start_straggler_watch();
   if (!started) {
     log("error: " + started.error().message);
     co_return kAgentExitFailure;
@@ -500,6 +501,11 @@ void Agent::Impl::begin_join() {
   // The answer arrives as an input, so nothing (a signal, an old event) cancels a join that
   // the daemon has already taken.
   spawn([this, node]() -> Task<void> {
+    // An unhealthy node does not join: it checks again, or gives up at the join timeout.
+    if (auto healthy = co_await wait_until_healthy(); !healthy) {
+      post({.kind = AgentInput::Kind::kJoined, .joined = healthy.error()});
+      co_return;
+    }
     auto result = co_await client_->join(node, config_);
     if (result) {
       // Again for each round: a join that started a new job under an ended one's id took the
@@ -583,6 +589,10 @@ void Agent::Impl::say_what_it_waits_for() {
   } else if (phase_ == Phase::kConnecting) {
     log("still connecting to the rendezvous at " + where + " after " + since + " (" + attempt +
         "); trying for up to " + limit);
+  } else if (phase_ == Phase::kJoining && !unhealthy_.empty()) {
+    // Each failed check says its own line; this one says how long it has been out.
+    log("not joining for " + since + ": this node is unhealthy (" + unhealthy_ +
+        "); join timeout " + limit);
   } else if (phase_ == Phase::kJoining) {
     log("waiting for the round to form at " + where + " for " + since + " (" +
         std::to_string(options_.min_nodes) + " to " + std::to_string(options_.max_nodes) +

@@ -29,6 +29,7 @@
 #include "fault_timeline.h"
 #include "file_timer_server.h"
 #include "filtered_log.h"
+#include "health_checks.h"
 #include "heartbeat_monitor.h"
 #include "numa_binding.h"
 #include "rendezvous/backend/backend.h"
@@ -36,6 +37,7 @@
 #include "rendezvous/daemon/http_server.h"
 #include "rendezvous/daemon/server.h"
 #include "rendezvous/protocol/fault_keys.h"
+#include "straggler_watch.h"
 #include "worker_runner.h"
 
 namespace ctrun::launcher {
@@ -130,6 +132,7 @@ class Agent::Impl {
   void cleanup() {
     file_timer_.reset();
     health_server_.reset();
+    if (stragglers_) stragglers_->workers_stopped();
     if (!temp_root_.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(temp_root_, ec);
@@ -182,7 +185,7 @@ class Agent::Impl {
   // and the fault report (the file holds the step the worker reported).
   bool heartbeat_files_on() const {
     return options_.worker_timeout > 0 || !options_.faults.empty() ||
-           !options_.fault_report.empty();
+           !options_.fault_report.empty() || options_.straggler_factor.value_or(0) > 0;
   }
   std::string attempt_root(int restart_count) const {
     return log_root_ + "/" + run_id_ + "/attempt_" + std::to_string(restart_count);
@@ -197,13 +200,21 @@ class Agent::Impl {
     return attempt_dir(machine_->restart_count(), local_rank);
   }
 
-  // ---- agent_watchdogs.cc: torch's file timer server and health port ----
+  // ---- agent_watchdogs.cc: the file timer, the health port, stragglers, node health ----
   // TORCHELASTIC_ENABLE_FILE_TIMER=1: the pipe made and served (its path goes to the workers).
   rdzv::Status start_file_timer();
   void file_timer_expired(const FileTimerReap& reap);
   // TORCHELASTIC_HEALTH_CHECK_PORT: up from the agent's start to its exit.
   rdzv::Status start_health_check();
   rdzv::HttpReply health_reply() const;
+  // With heartbeat files, unless --straggler_factor=0: the workers' step rates watched.
+  void start_straggler_watch();
+  // Before each join: the GPU memory of the workers just stopped released (bounded), then the
+  // node's health checks, again every --health_check_interval while they fail; an error once
+  // they have failed for the join timeout.
+  Task<rdzv::Status> wait_until_healthy();
+  Task<std::vector<HealthProblem>> check_health();
+  Task<void> await_gpu_release(std::vector<int> stopped);
 
   // ---- agent_faults.cc: --faults and `ctrun fault` ----
   // Reads the plan (setup); what falls due is carried out while workers run.
@@ -295,6 +306,9 @@ class Agent::Impl {
   std::map<int, std::string> hung_stacks_;           // by pid, this group's workers killed as hung
   std::unique_ptr<FileTimerServer> file_timer_;      // TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::unique_ptr<rdzv::HttpServer> health_server_;  // TORCHELASTIC_HEALTH_CHECK_PORT
+  std::shared_ptr<StragglerWatch> stragglers_;       // null: not watched
+  std::vector<int> stopped_worker_pids_;             // the group stopped last, until the next join
+  std::string unhealthy_;  // why the last health check failed; "": healthy
 
   // ---- the faults ----
   std::optional<FaultInjector> faults_;  // --faults

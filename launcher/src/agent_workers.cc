@@ -242,6 +242,8 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   if (started) {
     event("workers_started",
           {{"round", round.round}, {"restart", restart_count}, {"pids", workers_->pids()}});
+    if (stragglers_)
+      stragglers_->workers_started(round, local_world_size_, rdzv::local_host_name());
     if (faults_) {
       faults_->set_hosts_rendezvous(server_ != nullptr || rendezvous_down_);
       faults_->workers_started(round.group_rank, round.rank_offset, local_world_size_,
@@ -275,6 +277,7 @@ rdzv::Status Agent::Impl::restart_worker(int local_rank, int restart_count) {
     heartbeats_.replace(local_rank, modification_stamp(file), std::chrono::steady_clock::now());
   }
   auto started = workers_->restart(std::move(spec).value());
+  if (started && stragglers_) stragglers_->worker_replaced(local_rank);
   if (started && faults_) {
     faults_->worker_replaced(local_rank);
     fault_report_.workers_started(local_rank, std::chrono::system_clock::now());
@@ -298,6 +301,11 @@ rdzv::Status Agent::Impl::restart_worker(int local_rank, int restart_count) {
 Task<void> Agent::Impl::stop_workers(int signo) {
   asio::steady_timer done(io_, asio::steady_timer::time_point::max());
   bool stopped = false;
+  if (stragglers_) stragglers_->workers_stopped();
+  // Their GPU memory is waited for before the next join (wait_until_healthy).
+  for (int pid : workers_->pids()) {
+    if (pid > 0) stopped_worker_pids_.push_back(pid);
+  }
   workers_->stop(
       signo,
       std::chrono::duration_cast<std::chrono::milliseconds>(seconds(options_.shutdown_timeout)),

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "arg_parser.h"
 #include "ctrun/launcher/slurm.h"
@@ -329,6 +330,31 @@ const std::vector<ArgSpec>& launch_option_table() {
       value_option({"--worker-timeout", "--worker_timeout"}, "worker_timeout",
                    "Kill a worker whose heartbeat stops for this many seconds and restart the "
                    "job (0: off, the default)"),
+      // Not abbreviable: torchrun's own abbreviations (--st) must stay as argparse reads them.
+      exact(value_option({"--straggler-factor", "--straggler_factor"}, "straggler_factor",
+                         "Name a rank whose steps are this many times slower than the job's "
+                         "median a straggler (default 2 where workers report steps to a "
+                         "heartbeat file; 0: off)")),
+      exact(value_option({"--straggler-window", "--straggler_window"}, "straggler_window",
+                         "The number of steps a rank's step time is measured over (default 50)")),
+      exact(value_option({"--straggler-interval", "--straggler_interval"}, "straggler_interval",
+                         "Seconds between the agents' step-rate reports and the job's verdicts "
+                         "(default 5)")),
+      exact(value_option({"--health-check", "--health_check"}, "health_check",
+                         "Before each join, run this shell command: exit 0 = healthy, else the "
+                         "node checks again instead of joining")),
+      exact(value_option({"--health-check-interval", "--health_check_interval"},
+                         "health_check_interval",
+                         "Seconds between the checks of an unhealthy node (default 30)")),
+      exact(value_option({"--health-check-timeout", "--health_check_timeout"},
+                         "health_check_timeout",
+                         "Seconds the --health_check command may take (default 60)")),
+      exact(value_option({"--health-min-free-mib", "--health_min_free_mib"}, "health_min_free_mib",
+                         "Free MiB the log directory and --health_check_dirs need to be healthy "
+                         "(default 100; 0: not checked)")),
+      exact(value_option({"--health-check-dirs", "--health_check_dirs"}, "health_check_dirs",
+                         "More directories whose free space is checked (the checkpoints'), "
+                         "comma-separated")),
       value_option({"--fault-tolerance", "--fault_tolerance"}, "fault_tolerance",
                    "none (the default: a failure restarts every worker) or step: replace a "
                    "failed worker alone and stop nobody for a membership change"),
@@ -800,6 +826,61 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
   if (o.event_log_handler == "console" && o.event_log.empty()) o.event_log = "/dev/stderr";
   if (auto s = seconds_option("worker_timeout", "--worker_timeout", false, o.worker_timeout); !s) {
     return s.error();
+  }
+  if (const ArgValue* v = given("straggler_factor")) {
+    auto n = to_number(trim(v->text));
+    if (!n || (*n != 0 && *n <= 1) || *n > 1e6) {
+      return bad(source_label(*v, "--straggler_factor") +
+                 ": expected 0 (off) or a factor above 1, got '" + v->text + "'");
+    }
+    o.straggler_factor = *n;
+  }
+  if (const ArgValue* v = given("straggler_window")) {
+    auto n = python_int(v->text);
+    if (!n || *n < 2 || *n > 1000000) {
+      return bad(source_label(*v, "--straggler_window") +
+                 ": expected a number of steps from 2 to 1000000, got '" + v->text + "'");
+    }
+    o.straggler_window = static_cast<int>(*n);
+  }
+  if (auto s =
+          seconds_option("straggler_interval", "--straggler_interval", true, o.straggler_interval);
+      !s) {
+    return s.error();
+  }
+  if (o.straggler_interval > 86400) {
+    return bad("--straggler_interval: expected at most 86400 seconds, got '" +
+               given("straggler_interval")->text + "'");
+  }
+  if (const ArgValue* v = given("health_check")) {
+    if (trim(v->text).empty()) return bad("--health_check: expected a command, got ''");
+    o.health_check = v->text;
+  }
+  for (auto [dest, flag_name, out] :
+       {std::tuple{"health_check_interval", "--health_check_interval", &o.health_check_interval},
+        std::tuple{"health_check_timeout", "--health_check_timeout", &o.health_check_timeout}}) {
+    if (auto s = seconds_option(dest, flag_name, true, *out); !s) return s.error();
+    if (*out > 86400) {
+      return bad(std::string(flag_name) + ": expected at most 86400 seconds, got '" +
+                 given(dest)->text + "'");
+    }
+  }
+  if (const ArgValue* v = given("health_min_free_mib")) {
+    auto n = python_int(v->text);
+    if (!n || *n < 0 || *n > (1LL << 40)) {
+      return bad(source_label(*v, "--health_min_free_mib") +
+                 ": expected a non-negative number of MiB, got '" + v->text + "'");
+    }
+    o.health_min_free_mib = *n;
+  }
+  if (const ArgValue* v = given("health_check_dirs")) {
+    for (const auto& dir : split(v->text, ',')) {
+      if (!trim(dir).empty()) o.health_check_dirs.push_back(trim(dir));
+    }
+    if (o.health_check_dirs.empty()) {
+      return bad("--health_check_dirs: expected directories, comma-separated, got '" + v->text +
+                 "'");
+    }
   }
   if (auto t = env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) o.log_line_prefix_template = *t;
 

@@ -9,6 +9,7 @@
 #include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_jobs.h"
 #include "rendezvous/protocol/fault_keys.h"
+#include "rendezvous/protocol/step_keys.h"
 #include "status_view.h"
 #include "subcommand.h"
 
@@ -72,7 +73,8 @@ int etcd_status(const RendezvousTarget& target, rdzv::Duration limit, bool json)
   if (st["rendezvous"].is_null() && st.value("keys", 0) == 0) {
     return fail("no job '" + id + "' at " + endpoint, 1);
   }
-  JobStatus job{st, st.value("max_restarts", -1LL), st.value("last_fault", rdzv::Json())};
+  JobStatus job{st, st.value("max_restarts", -1LL), st.value("last_fault", rdzv::Json()),
+                st.value("steps", rdzv::Json())};
   const std::string text = json ? job_status_json(job).dump(2) + "\n" : job_status_table(job);
   std::fputs(text.c_str(), stdout);
   return 0;
@@ -126,7 +128,7 @@ int run_status_command(const std::vector<std::string>& args, const EnvLookup& en
   if (st.value("rendezvous", rdzv::Json()).is_null() && st.value("keys", 0) == 0) {
     return fail("no job '" + id + "' at " + where, 1);
   }
-  JobStatus job{st, -1, rdzv::Json()};
+  JobStatus job{st, -1, rdzv::Json(), rdzv::Json()};
   if (auto budget = client.value()->get(rdzv::kMaxRestartsKey, std::chrono::milliseconds(0))) {
     job.max_restarts = std::atoll(budget.value().c_str());
   }
@@ -136,6 +138,10 @@ int run_status_command(const std::vector<std::string>& args, const EnvLookup& en
       job.last_fault = rdzv::Json::parse(last.value(), nullptr, /*allow_exceptions=*/false);
       if (job.last_fault.is_discarded()) job.last_fault = rdzv::Json();
     }
+  }
+  if (auto steps = client.value()->get(rdzv::kStragglersKey, std::chrono::milliseconds(0))) {
+    job.steps = rdzv::Json::parse(steps.value(), nullptr, /*allow_exceptions=*/false);
+    if (job.steps.is_discarded()) job.steps = rdzv::Json();
   }
   const std::string text = json ? job_status_json(job).dump(2) + "\n" : job_status_table(job);
   std::fputs(text.c_str(), stdout);

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "stragglers.h"
+
 namespace ctrun::launcher {
 
 using rendezvous::Json;
@@ -24,7 +26,45 @@ std::string table(const std::vector<std::vector<std::string>>& rows) {
       line += row[i];
       if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
     }
+    line.erase(line.find_last_not_of(' ') + 1);  // an empty last cell leaves no blanks
     out += line + "\n";
+  }
+  return out;
+}
+
+std::string fixed(double v, const char* format) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+// Each rank's step time against the job's median, the stragglers marked; past kStepRowsShown
+// ranks only the stragglers.
+std::string step_table(const Json& steps) {
+  const Json& ranks = steps["ranks"];
+  std::string out = "step times (round " + std::to_string(steps.value("round", 0)) + ", median " +
+                    fixed(steps.value("median_seconds_per_step", 0.0), "%.3f") +
+                    " s/step, a straggler at " + fixed(steps.value("factor", 0.0), "%g") +
+                    "x): " + std::to_string(steps["stragglers"].size()) + " straggler" +
+                    (steps["stragglers"].size() == 1 ? "" : "s") + "\n";
+  std::vector<std::vector<std::string>> rows{
+      {"RANK", "GROUP_RANK", "HOST", "STEP", "S_PER_STEP", "X_MEDIAN", ""}};
+  const bool all = ranks.size() <= kStepRowsShown;
+  std::size_t left_out = 0;
+  for (const auto& r : ranks) {
+    const bool straggler = r.value("straggler", false);
+    if (!all && !straggler) {
+      ++left_out;
+      continue;
+    }
+    rows.push_back({std::to_string(r.value("rank", 0)), std::to_string(r.value("node", 0)),
+                    r.value("host", std::string()), std::to_string(r.value("step", 0LL)),
+                    fixed(r.value("seconds_per_step", 0.0), "%.3f"),
+                    fixed(r.value("slowdown", 0.0), "%.2f"), straggler ? "straggler" : ""});
+  }
+  out += table(rows);
+  if (left_out > 0) {
+    out += "(" + std::to_string(left_out) + " more ranks at the job's pace: --json lists them)\n";
   }
   return out;
 }
@@ -79,6 +119,12 @@ Json job_status_json(const JobStatus& job) {
     });
   }
   out["nodes"] = std::move(nodes);
+  out["steps"] = Json();
+  if (!job.steps.is_null()) {
+    if (auto verdict = step_verdict_from_json(job.steps)) {
+      out["steps"] = step_verdict_json(verdict.value());
+    }
+  }
   return out;
 }
 
@@ -125,7 +171,9 @@ std::string job_status_table(const JobStatus& job) {
                         ? std::string("gone")
                         : seconds_text(n["last_heartbeat_age_s"].get<double>()) + " ago"});
   }
-  return out + table(rows);
+  out += table(rows);
+  if (j["steps"].is_object()) out += step_table(j["steps"]);
+  return out;
 }
 
 Json jobs_json(const Json& jobs_answer) {

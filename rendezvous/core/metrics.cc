@@ -99,6 +99,28 @@ std::string prometheus_text(const ServiceMetrics& m) {
   for (const auto& j : m.jobs) {
     w.sample("ctrund_job_store_keys", j.keys, "job=\"" + label(j.job) + "\"");
   }
+  // Jobs whose agents judge step times only (a job whose workers report no steps has none).
+  w.family("ctrund_job_step_seconds_median", "gauge",
+           "The median time of a training step over the job's ranks, in seconds.");
+  for (const auto& j : m.jobs) {
+    if (!j.steps_judged) continue;
+    w.sample("ctrund_job_step_seconds_median", j.median_step_seconds,
+             "job=\"" + label(j.job) + "\"");
+  }
+  w.family("ctrund_job_stragglers", "gauge",
+           "Ranks of the job whose steps are slower than the median by the agents' factor.");
+  for (const auto& j : m.jobs) {
+    if (!j.steps_judged) continue;
+    w.sample("ctrund_job_stragglers", j.stragglers.size(), "job=\"" + label(j.job) + "\"");
+  }
+  w.family("ctrund_job_straggler_slowdown", "gauge",
+           "How many times slower than the job's median a straggling rank's steps are.");
+  for (const auto& j : m.jobs) {
+    for (const auto& [rank, slowdown] : j.stragglers) {
+      w.sample("ctrund_job_straggler_slowdown", slowdown,
+               "job=\"" + label(j.job) + "\",rank=\"" + std::to_string(rank) + "\"");
+    }
+  }
   return w.take();
 }
 

@@ -1,5 +1,6 @@
 #include "rendezvous/etcd/etcd_jobs.h"
 #include "rendezvous/protocol/fault_keys.h"
+#include "rendezvous/protocol/step_keys.h"
 
 #include <map>
 #include <optional>
@@ -19,6 +20,7 @@ struct JobKeys {
   long long restarts = 0;
   long long max_restarts = -1;  // unset
   long long faults_injected = 0;
+  std::optional<std::string> steps;  // the straggler verdict (step_keys.h)
 };
 
 void sort_key(JobKeys& keys, const std::string& rest, const etcd::KeyValue& kv) {
@@ -29,25 +31,27 @@ void sort_key(JobKeys& keys, const std::string& rest, const etcd::KeyValue& kv) 
   }
 }
 
-// The values of the state, the restart counters and the count of injected faults of the job
-// under `prefix`, in one read.
+// The values of the state, the restart counters, the count of injected faults and the straggler
+// verdict of the job under `prefix`, in one read.
 etcd::Task<Status> read_values(etcd::Kv& client, std::string prefix, JobKeys& keys) {
   etcd::Txn txn;
   txn.success.push_back(etcd::range_op(prefix + "rendezvous"));
   txn.success.push_back(etcd::range_op(prefix + "store/" + kRestartsKey));
   txn.success.push_back(etcd::range_op(prefix + "store/" + kMaxRestartsKey));
   txn.success.push_back(etcd::range_op(prefix + "store/" + kFaultsInjectedKey));
+  txn.success.push_back(etcd::range_op(prefix + "store/" + kStragglersKey));
   auto read = co_await client.txn(std::move(txn));
   if (!read) co_return read.error();
   const auto& ranges = read.value().ranges;
-  if (ranges.size() != 4) {
-    co_return Error{ErrorCode::kInternal, "etcd: a four-range transaction answered " +
+  if (ranges.size() != 5) {
+    co_return Error{ErrorCode::kInternal, "etcd: a five-range transaction answered " +
                                               std::to_string(ranges.size()) + " ranges"};
   }
   if (!ranges[0].kvs.empty()) keys.state = ranges[0].kvs.front();
   if (!ranges[1].kvs.empty()) keys.restarts = counter_value(ranges[1].kvs.front().value, 0);
   if (!ranges[2].kvs.empty()) keys.max_restarts = counter_value(ranges[2].kvs.front().value, -1);
   if (!ranges[3].kvs.empty()) keys.faults_injected = counter_value(ranges[3].kvs.front().value, 0);
+  if (!ranges[4].kvs.empty()) keys.steps = ranges[4].kvs.front().value;
   co_return ok_status();
 }
 
@@ -127,6 +131,10 @@ etcd::Task<Result<Json>> etcd_job_status(etcd::Kv& client, std::string job) {
       Json fault = Json::parse(last.value().kvs.front().value, nullptr, false);
       if (!fault.is_discarded()) answer["last_fault"] = std::move(fault);
     }
+  }
+  if (keys.steps) {  // the step rates and stragglers node 0's agent last judged
+    Json verdict = Json::parse(*keys.steps, nullptr, false);
+    if (!verdict.is_discarded()) answer["steps"] = std::move(verdict);
   }
   if (!keys.state) co_return answer;
   SteadyClock clock;

@@ -27,7 +27,7 @@ Result<std::unique_ptr<Rendezvous>> etcd_restore_state(const etcd::KeyValue& kv,
 // One job in the shape of ctrund's `status` answer: {"job", "keys", "restarts", "max_restarts"
 // (-1 when unset), "connections" (nodes holding a lease), "rendezvous": Rendezvous::describe()},
 // where a node's "last_seen_ms_ago" is the time since its lease was last renewed (-1: its key is
-// gone).
+// gone); "last_fault" and "steps" (the straggler verdict, step_keys.h) where the store has them.
 etcd::Task<Result<Json>> etcd_job_status(etcd::Kv& client, std::string job);
 // Every job, in the shape of ctrund's `jobs` answer: {"jobs": [{"job", "state", "round",
 // "nodes", "restarts", "connections", "keys"}]}.

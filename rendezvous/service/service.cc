@@ -7,6 +7,7 @@
 
 #include "rendezvous/protocol/auth.h"
 #include "rendezvous/protocol/message.h"
+#include "rendezvous/protocol/step_keys.h"
 #include "rendezvous/service/service_impl.h"
 
 namespace ctrun::rendezvous {
@@ -95,6 +96,31 @@ std::int64_t restarts_used(const KeyValueStore& store) {
 std::int64_t faults_injected(const KeyValueStore& store) {
   const std::string* injected = store.find(kFaultsInjectedKey);
   return injected ? counter_value(*injected, 0) : 0;
+}
+
+// The job's straggler verdict, as its node 0's agent last set it (step_keys.h), for the
+// metrics: read leniently, a value that is not one counts as none.
+void read_stragglers(const KeyValueStore& store, JobMetrics& j) {
+  const std::string* text = store.find(kStragglersKey);
+  if (!text) return;
+  const Json verdict = Json::parse(*text, nullptr, false);
+  if (!verdict.is_object() || !verdict.contains("median_seconds_per_step") ||
+      !verdict["median_seconds_per_step"].is_number()) {
+    return;
+  }
+  j.steps_judged = true;
+  j.median_step_seconds = verdict["median_seconds_per_step"].get<double>();
+  if (!verdict.contains("ranks") || !verdict["ranks"].is_array()) return;
+  for (const auto& r : verdict["ranks"]) {
+    if (!r.is_object() || !r.value("straggler", false)) continue;
+    const auto rank = r.find("rank");
+    const auto slowdown = r.find("slowdown");
+    if (rank == r.end() || !rank->is_number_integer() || slowdown == r.end() ||
+        !slowdown->is_number()) {
+      continue;
+    }
+    j.stragglers.emplace_back(rank->get<int>(), slowdown->get<double>());
+  }
 }
 
 }  // namespace
@@ -922,6 +948,7 @@ ServiceMetrics Service::Impl::metrics() const {
     j.connections = job->connections;
     j.restarts = restarts_used(job->store);
     j.faults_injected = faults_injected(job->store);
+    read_stragglers(job->store, j);
     m.jobs.push_back(std::move(j));
   }
   return m;

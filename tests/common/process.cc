@@ -112,7 +112,9 @@ bool wait_for_text(const std::string& path, const std::string& text,
   return false;
 }
 
-std::string python_fqdn() {
+namespace {
+
+std::string ask_python_fqdn() {
   const std::string out = temp_path("fqdn");
   ChildProcess python({"/usr/bin/python3", "-c", "import socket; print(socket.getfqdn(), end='')"},
                       out);
@@ -120,6 +122,15 @@ std::string python_fqdn() {
   std::string name = done ? read_file(out) : "";
   ::unlink(out.c_str());
   if (name.empty()) throw std::runtime_error("python_fqdn: python3 said nothing");
+  return name;
+}
+
+}  // namespace
+
+// Asked once per test process: the host's name does not change under it, and a Python start
+// costs a few hundred milliseconds on a loaded machine.
+std::string python_fqdn() {
+  static const std::string name = ask_python_fqdn();
   return name;
 }
 
@@ -139,7 +150,9 @@ SilentListener::SilentListener(bool every_interface) {
 
 SilentListener::~SilentListener() { ::close(fd_); }
 
-std::string standalone_master_addr() {
+namespace {
+
+std::string find_standalone_master_addr() {
   const std::string name = python_fqdn();
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
@@ -154,6 +167,13 @@ std::string standalone_master_addr() {
   }
   freeaddrinfo(found);
   return listens ? name : "127.0.0.1";
+}
+
+}  // namespace
+
+std::string standalone_master_addr() {
+  static const std::string addr = find_standalone_master_addr();
+  return addr;
 }
 
 std::uint16_t free_port() {

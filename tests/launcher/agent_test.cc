@@ -743,7 +743,8 @@ TEST_CASE("agent: the open-file limit is raised within the hard limit or named w
 
 TEST_CASE("agent: a log file that cannot be written is named once and the console keeps it all") {
   Scratch s;
-  // A 16 KiB tmpfs as --log_dir, in a mount namespace of the agent's own (root only).
+  // A 16 KiB tmpfs as --log_dir, in a mount namespace of the agent's own (root only). The
+  // node's free-space check is off: the disk fills while the job runs, as it would in life.
   ChildProcess probe({"/usr/bin/unshare", "-m", "/bin/true"}, "/dev/null");
   if (probe.wait(10s) != std::optional<int>(0)) {
     CTRUN_SKIP("needs root for a mount namespace with a small tmpfs (unshare -m)");
@@ -759,7 +760,8 @@ TEST_CASE("agent: a log file that cannot be written is named once and the consol
   std::filesystem::permissions(script, std::filesystem::perms::owner_all);
   ChildProcess agent({"/usr/bin/unshare", "-m", "/bin/sh", "-c",
                       "mount -t tmpfs -o size=16k tmpfs " + logs + " && exec " + CTRUN_PATH +
-                          " --standalone --log_dir " + logs + " --tee 3 --no-python " + script},
+                          " --standalone --log_dir " + logs +
+                          " --health_min_free_mib=0 --tee 3 --no-python " + script},
                      s.path("agent.log"));
   REQUIRE(agent.wait(60s) == std::optional<int>(0));
   const std::string out = read_file(s.path("agent.log"));

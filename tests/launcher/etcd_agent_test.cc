@@ -218,10 +218,26 @@ TEST_CASE("etcd: ctrun status shows a job on etcd as JSON and a table, and lists
     CHECK(age >= 0);
     CHECK(age <= 2);  // the lease (2 s) is renewed at least three times per TTL
   }
+  CHECK(job["steps"].is_null());  // the workers report no steps: no straggler verdict
   REQUIRE(status({"--rdzv_id=" + job_id}, "status.txt") == 0);
   CHECK(read_file(s.path("status.txt"))
             .find("job team/run-1: running, round 0 (formed), nodes 2 (min 2, max 2), restarts 0 "
                   "of 3 (3 left)") != std::string::npos);
+  // A verdict as node 0's agent sets it in the job's store: shown from etcd as from ctrund.
+  {
+    ChildProcess put({"/usr/bin/etcdctl", "--endpoints=" + etcd.urls(), "put",
+                      "/ctrun/team%2Frun-1/store/ctrun/stragglers",
+                      R"({"round": 0, "factor": 2, "median_seconds_per_step": 0.1,)"
+                      R"( "stragglers": [1], "ranks": [{"rank": 0, "seconds_per_step": 0.1},)"
+                      R"( {"rank": 1, "seconds_per_step": 0.3}]})"},
+                     s.path("put.log"));
+    REQUIRE(put.wait(20s) == 0);
+  }
+  REQUIRE(status({"--rdzv_id=" + job_id, "--json"}, "steps.json") == 0);
+  const auto with_steps = nlohmann::json::parse(read_file(s.path("steps.json")));
+  INFO(with_steps.dump());
+  CHECK(with_steps["steps"]["stragglers"] == nlohmann::json::array({1}));
+  CHECK(with_steps["steps"]["ranks"].size() == 2);
   REQUIRE(status({}, "jobs.txt") == 0);
   CHECK(read_file(s.path("jobs.txt")).find("team/run-1") != std::string::npos);
   CHECK(status({"--rdzv_id=team"}, "none.txt") == 1);

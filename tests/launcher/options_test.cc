@@ -798,3 +798,50 @@ TEST_CASE("options: TORCHELASTIC_HEALTH_CHECK_PORT is read as torch's int() read
     CHECK_FALSE(ctrun::launcher::health_check_port(text).has_value());
   }
 }
+
+TEST_CASE("options: the straggler flags, their defaults and their bad values") {
+  auto o = parse_ok({"x"});
+  CHECK_FALSE(o.straggler_factor.has_value());
+  CHECK(o.straggler_window == 50);
+  CHECK(o.straggler_interval == 5);
+  o = parse_ok(
+      {"--straggler-factor=1.5", "--straggler_window", "20", "--straggler_interval=0.5", "x"});
+  CHECK(o.straggler_factor == 1.5);
+  CHECK(o.straggler_window == 20);
+  CHECK(o.straggler_interval == 0.5);
+  CHECK(parse_ok({"--straggler_factor=0", "x"}).straggler_factor == 0);
+  CHECK(parse_error({"--straggler_factor=1", "x"}) ==
+        "--straggler_factor: expected 0 (off) or a factor above 1, got '1'");
+  CHECK(parse_error({"--straggler_window=1", "x"}) ==
+        "--straggler_window: expected a number of steps from 2 to 1000000, got '1'");
+  CHECK(parse_error({"--straggler_interval=0", "x"}) ==
+        "--straggler_interval: expected a positive number of seconds, got '0'");
+  CHECK(parse_error({"--straggler_interval=inf", "x"}) ==
+        "--straggler_interval: expected at most 86400 seconds, got 'inf'");
+}
+
+TEST_CASE("options: the health check flags, their defaults and their bad values") {
+  auto o = parse_ok({"x"});
+  CHECK(o.health_check.empty());
+  CHECK(o.health_check_interval == 30);
+  CHECK(o.health_check_timeout == 60);
+  CHECK(o.health_min_free_mib == 100);
+  CHECK(o.health_check_dirs.empty());
+  o = parse_ok({"--health_check", "nvidia-smi -L", "--health-check-interval=2",
+                "--health_check_timeout=5", "--health_min_free_mib=0",
+                "--health_check_dirs=/ckpt, /scratch", "x"});
+  CHECK(o.health_check == "nvidia-smi -L");
+  CHECK(o.health_check_interval == 2);
+  CHECK(o.health_check_timeout == 5);
+  CHECK(o.health_min_free_mib == 0);
+  CHECK(o.health_check_dirs == std::vector<std::string>{"/ckpt", "/scratch"});
+  CHECK(parse_error({"--health_check=", "x"}) == "--health_check: expected a command, got ''");
+  CHECK(parse_error({"--health_check_interval=0", "x"}) ==
+        "--health_check_interval: expected a positive number of seconds, got '0'");
+  CHECK(parse_error({"--health_check_timeout=1e9", "x"}) ==
+        "--health_check_timeout: expected at most 86400 seconds, got '1e9'");
+  CHECK(parse_error({"--health_min_free_mib=-1", "x"}) ==
+        "--health_min_free_mib: expected a non-negative number of MiB, got '-1'");
+  CHECK(parse_error({"--health_check_dirs=,", "x"}) ==
+        "--health_check_dirs: expected directories, comma-separated, got ','");
+}

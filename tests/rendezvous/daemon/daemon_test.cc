@@ -23,6 +23,7 @@
 #include "rendezvous/daemon/server.h"
 #include "rendezvous/protocol/fault_keys.h"
 #include "rendezvous/protocol/message.h"
+#include "rendezvous/protocol/step_keys.h"
 #include "skip.h"
 
 using namespace ctrun::rendezvous;
@@ -724,6 +725,12 @@ TEST_CASE(
     if (takes_restart) {
       (void)co_await c.add(kRestartsKey, 1);
       (void)co_await c.add(kFaultsInjectedKey, 1);  // as an agent that injected one
+      // As node 0's agent judges its job's step times: rank 1 three times the median.
+      const std::string verdict =
+          R"({"round": 0, "factor": 2, "median_seconds_per_step": 0.25, "stragglers": [1],)"
+          R"( "ranks": [{"rank": 0, "seconds_per_step": 0.25, "slowdown": 1, "straggler": false},)"
+          R"( {"rank": 1, "seconds_per_step": 0.75, "slowdown": 3, "straggler": true}]})";
+      (void)co_await c.set(kStragglersKey, verdict);
     }
     if (co_await c.report(true, "")) ++finished;
   };
@@ -752,6 +759,10 @@ TEST_CASE(
   CHECK(sample(text, "ctrund_faults_injected_total") == 1);
   CHECK(sample(text, "ctrund_job_faults_injected{job=\"m\"}") == 1);
   CHECK(sample(text, "ctrund_job_round{job=\"m\"}") == 0);
+  CHECK(sample(text, "ctrund_job_step_seconds_median{job=\"m\"}") == 0.25);
+  CHECK(sample(text, "ctrund_job_stragglers{job=\"m\"}") == 1);
+  CHECK(sample(text, "ctrund_job_straggler_slowdown{job=\"m\",rank=\"1\"}") == 3);
+  CHECK(text.find("ctrund_job_straggler_slowdown{job=\"m\",rank=\"0\"}") == std::string::npos);
 
   // Prometheus's own linter accepts the exposition (where it is installed: scripts/setup.sh
   // installs it; a GPU machine built with scripts/gpu-build.sh may lack it).

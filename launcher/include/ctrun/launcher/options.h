@@ -142,6 +142,24 @@ struct LaunchOptions {
   // ctrun's own: a worker whose heartbeat file (CTRUN_HEARTBEAT_FILE) stops changing for this
   // long after its first beat is SIGKILLed and the job restarts; 0 turns it off.
   double worker_timeout = 0;
+  // ctrun's own: a rank whose steps (its reported step numbers) are this many times slower than
+  // the job's median over the last straggler_window steps is named a straggler, every
+  // straggler_interval seconds at most (docs/cluster.md). Unset: 2 where the workers have
+  // heartbeat files (--worker_timeout, --faults, --fault_report), else off; set, it gives them
+  // the files; 0 turns it off.
+  std::optional<double> straggler_factor;
+  int straggler_window = 50;
+  double straggler_interval = 5;
+  // ctrun's own: before each join the node checks its health (docs/cluster.md): this command
+  // (run by /bin/sh; exit 0 = healthy; empty: none) within health_check_timeout seconds, the
+  // free space of the log directory and of health_check_dirs (at least health_min_free_mib MiB;
+  // 0: not checked), and its GPUs where NVIDIA's library is present. An unhealthy node does not
+  // join: it checks again every health_check_interval seconds, up to the join timeout.
+  std::string health_check;
+  double health_check_interval = 30;
+  double health_check_timeout = 60;
+  std::int64_t health_min_free_mib = 100;
+  std::vector<std::string> health_check_dirs;
   // ctrun's own: "none" (torchrun's: any failure restarts every worker) or "step" (a failed
   // worker is replaced alone and nobody is stopped for a membership change; the workers keep
   // their replicas consistent step by step: docs/fault_tolerance.md).
