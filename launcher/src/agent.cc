@@ -348,6 +348,7 @@ Task<int> Agent::Impl::run_job() {
   if (started) started = setup();
   if (started) started = start_file_timer();
   if (started) start_straggler_watch();
+  if (started) start_node_health();
   if (!started) {
     log("error: " + started.error().message);
     co_return kAgentExitFailure;
@@ -502,9 +503,12 @@ void Agent::Impl::begin_join() {
   // the daemon has already taken.
   spawn([this, node]() -> Task<void> {
     // An unhealthy node does not join: it checks again, or gives up at the join timeout.
-    if (auto healthy = co_await wait_until_healthy(); !healthy) {
-      post({.kind = AgentInput::Kind::kJoined, .joined = healthy.error()});
-      co_return;
+    if (health_) {
+      auto healthy = co_await health_->wait_until_healthy(config_.join_timeout);
+      if (!healthy) {
+        post({.kind = AgentInput::Kind::kJoined, .joined = healthy.error()});
+        co_return;
+      }
     }
     auto result = co_await client_->join(node, config_);
     if (result) {
@@ -589,9 +593,9 @@ void Agent::Impl::say_what_it_waits_for() {
   } else if (phase_ == Phase::kConnecting) {
     log("still connecting to the rendezvous at " + where + " after " + since + " (" + attempt +
         "); trying for up to " + limit);
-  } else if (phase_ == Phase::kJoining && !unhealthy_.empty()) {
+  } else if (phase_ == Phase::kJoining && health_ && !health_->unhealthy().empty()) {
     // Each failed check says its own line; this one says how long it has been out.
-    log("not joining for " + since + ": this node is unhealthy (" + unhealthy_ +
+    log("not joining for " + since + ": this node is unhealthy (" + health_->unhealthy() +
         "); join timeout " + limit);
   } else if (phase_ == Phase::kJoining) {
     log("waiting for the round to form at " + where + " for " + since + " (" +

@@ -1,6 +1,7 @@
 // The agent's inside (agent.h's Agent::Impl), private to the agent's files: agent.cc runs the
 // machine's loop and talks to the rendezvous, agent_workers.cc starts, watches and stops the
-// workers and reports their failures, agent_faults.cc carries out --faults.
+// workers and reports their failures, agent_faults.cc carries out --faults, agent_watchdogs.cc
+// starts the services beside them (file timer, health port, straggler watch, node health).
 #pragma once
 
 #include <array>
@@ -29,8 +30,8 @@
 #include "fault_timeline.h"
 #include "file_timer_server.h"
 #include "filtered_log.h"
-#include "health_checks.h"
 #include "heartbeat_monitor.h"
+#include "node_health.h"
 #include "numa_binding.h"
 #include "rendezvous/backend/backend.h"
 #include "rendezvous/base/event_log.h"
@@ -209,12 +210,8 @@ class Agent::Impl {
   rdzv::HttpReply health_reply() const;
   // With heartbeat files, unless --straggler_factor=0: the workers' step rates watched.
   void start_straggler_watch();
-  // Before each join: the GPU memory of the workers just stopped released (bounded), then the
-  // node's health checks, again every --health_check_interval while they fail; an error once
-  // they have failed for the join timeout.
-  Task<rdzv::Status> wait_until_healthy();
-  Task<std::vector<HealthProblem>> check_health();
-  Task<void> await_gpu_release(std::vector<int> stopped);
+  // The node's health checks, awaited before each join (setup: they need the log root).
+  void start_node_health();
 
   // ---- agent_faults.cc: --faults and `ctrun fault` ----
   // Reads the plan (setup); what falls due is carried out while workers run.
@@ -307,8 +304,7 @@ class Agent::Impl {
   std::unique_ptr<FileTimerServer> file_timer_;      // TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::unique_ptr<rdzv::HttpServer> health_server_;  // TORCHELASTIC_HEALTH_CHECK_PORT
   std::shared_ptr<StragglerWatch> stragglers_;       // null: not watched
-  std::vector<int> stopped_worker_pids_;             // the group stopped last, until the next join
-  std::string unhealthy_;  // why the last health check failed; "": healthy
+  std::unique_ptr<NodeHealth> health_;               // before each join
 
   // ---- the faults ----
   std::optional<FaultInjector> faults_;  // --faults

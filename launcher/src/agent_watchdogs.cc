@@ -2,22 +2,14 @@
 // TORCHELASTIC_ENABLE_FILE_TIMER (the workers' file timers, file_timer_server.h) and
 // TORCHELASTIC_HEALTH_CHECK_PORT (a liveness endpoint for a scheduler's probe), and ctrun's
 // straggler watch (straggler_watch.h) and node health checks before each join
-// (health_checks.h).
+// (node_health.h).
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <utility>
-
-#include <sys/statvfs.h>
 
 #include "agent_impl.h"
 #include "agent_os.h"
-#include "captured_run.h"
 #include "file_timers.h"
-#include "nvml_reader.h"
 #include "rendezvous/base/log.h"
 
 namespace ctrun::launcher {
@@ -138,134 +130,24 @@ void Agent::Impl::start_straggler_watch() {
   stragglers_ = std::make_shared<StragglerWatch>(io_.get_executor(), settings, std::move(hooks));
 }
 
-namespace {
-
-// The free space where `dir` is or will be: a directory made later (the log directory before
-// the first workers) is on its nearest existing parent's filesystem.
-std::optional<std::uint64_t> free_bytes(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::path at = std::filesystem::absolute(dir, ec);
-  if (ec) return std::nullopt;
-  while (true) {
-    struct statvfs fs {};
-    if (::statvfs(at.c_str(), &fs) == 0)
-      return static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
-    if (errno != ENOENT || !at.has_relative_path()) return std::nullopt;
-    at = at.parent_path();
-  }
-}
-
-Task<void> pause(asio::io_context& io, rdzv::Duration d) {
-  asio::steady_timer t(io, d);
-  co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-}
-
-}  // namespace
-
-Task<std::vector<HealthProblem>> Agent::Impl::check_health() {
-  std::vector<HealthProblem> problems;
-  if (options_.health_min_free_mib > 0) {
-    std::vector<std::string> dirs{log_root_};
-    dirs.insert(dirs.end(), options_.health_check_dirs.begin(), options_.health_check_dirs.end());
-    const auto min = static_cast<std::uint64_t>(options_.health_min_free_mib) << 20;
-    for (const auto& dir : dirs) {
-      if (auto p = free_space_problem(dir, free_bytes(dir), min)) problems.push_back(*p);
-    }
-  }
-  if (auto gpus = read_gpus()) {
-    for (auto& p : gpu_problems(*gpus)) problems.push_back(std::move(p));
-  }
-  if (!options_.health_check.empty()) {
-    const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
-        seconds(options_.health_check_timeout));
-    // Named before the co_await: g++ 12 mishandles temporaries inside its operand.
-    const std::string shell = "/bin/sh";
-    const std::vector<std::string> args{"-c", options_.health_check};
-    const CapturedRun run =
-        co_await run_captured(io_.get_executor(), shell, args, timeout, 64 * 1024);
-    // Its output in the log, as it said it.
-    const std::string text = run.started ? run.text : "";
-    for (std::size_t at = 0; at < text.size();) {
-      const std::size_t nl = text.find('\n', at);
-      const std::string line = text.substr(at, nl == std::string::npos ? nl : nl - at);
-      if (!line.empty()) log("health check: " + line);
-      if (nl == std::string::npos) break;
-      at = nl + 1;
-    }
-    if (auto p = command_problem(options_.health_check, run.started, run.succeeded, run.timed_out,
-                                 run.text)) {
-      problems.push_back(*p);
-    }
-  }
-  co_return problems;
-}
-
-Task<void> Agent::Impl::await_gpu_release(std::vector<int> stopped) {
-  const auto began = std::chrono::steady_clock::now();
-  const auto limit = std::chrono::seconds(30);
-  while (true) {
-    auto gpus = read_gpus();
-    if (!gpus) co_return;  // no NVML: nothing to wait for
-    const auto held = gpu_memory_held(*gpus, stopped);
-    const double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-    if (held.empty()) {
-      if (waited >= 0.5) {
-        char text[64];
-        std::snprintf(text, sizeof text, "%.1f s", waited);
-        log("the GPU memory of the stopped workers was released after " + std::string(text));
-      }
-      co_return;
-    }
-    if (std::chrono::steady_clock::now() - began >= limit) {
-      std::string pids;
-      for (unsigned pid : held) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
-      log("warning: the GPU memory of stopped workers (pids " + pids +
-          ") is still held after 30 s; starting the next workers anyway");
-      event("gpu_memory_held", {{"pids", held}});
-      co_return;
-    }
-    co_await pause(io_, std::chrono::milliseconds(200));
-  }
-}
-
-Task<rdzv::Status> Agent::Impl::wait_until_healthy() {
-  if (!stopped_worker_pids_.empty()) {
-    co_await await_gpu_release(std::exchange(stopped_worker_pids_, {}));
-  }
-  const auto began = std::chrono::steady_clock::now();
-  const rdzv::Duration interval = seconds(options_.health_check_interval);
-  bool failed_before = false;
-  while (true) {
-    const std::vector<HealthProblem> problems = co_await check_health();
-    if (problems.empty()) {
-      unhealthy_.clear();
-      if (failed_before) {
-        log("node " + rdzv::local_host_name() + " is healthy again: joining");
-        event("health_check_passed");
-      }
-      co_return rdzv::ok_status();
-    }
-    const std::string why = describe_problems(problems);
-    unhealthy_ = why;
-    rdzv::Json checks = rdzv::Json::array();
-    for (const auto& p : problems) checks.push_back(p.check);
-    event("health_check_failed", {{"reason", why}, {"checks", checks}});
-    if (std::chrono::steady_clock::now() - began + interval > config_.join_timeout) {
-      co_return rdzv::Error{rdzv::ErrorCode::kTimeout,
-                            "node " + rdzv::local_host_name() +
-                                " stayed unhealthy for the join "
-                                "timeout (" +
-                                std::to_string(rdzv::to_millis(config_.join_timeout) / 1000) +
-                                " s): " + why};
-    }
-    char next[32];
-    std::snprintf(next, sizeof next, "%g", options_.health_check_interval);
-    log("node " + rdzv::local_host_name() + " is unhealthy, not joining: " + why +
-        "; checking again in " + next + " s");
-    failed_before = true;
-    co_await pause(io_, interval);
-  }
+void Agent::Impl::start_node_health() {
+  HealthSettings settings;
+  settings.command = options_.health_check;
+  settings.command_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(seconds(options_.health_check_timeout));
+  settings.interval = std::chrono::duration_cast<std::chrono::milliseconds>(
+      seconds(options_.health_check_interval));
+  settings.min_free_bytes = static_cast<std::uint64_t>(options_.health_min_free_mib) << 20;
+  settings.dirs = {log_root_};
+  settings.dirs.insert(settings.dirs.end(), options_.health_check_dirs.begin(),
+                       options_.health_check_dirs.end());
+  NodeHealth::Hooks hooks;
+  hooks.log = [](const std::string& line) { log(line); };
+  hooks.event = [this](const std::string& name, rdzv::Json fields) {
+    event(name, std::move(fields));
+  };
+  health_ = std::make_unique<NodeHealth>(io_.get_executor(), std::move(settings),
+                                         rdzv::local_host_name(), std::move(hooks));
 }
 
 }  // namespace ctrun::launcher

@@ -302,10 +302,8 @@ Task<void> Agent::Impl::stop_workers(int signo) {
   asio::steady_timer done(io_, asio::steady_timer::time_point::max());
   bool stopped = false;
   if (stragglers_) stragglers_->workers_stopped();
-  // Their GPU memory is waited for before the next join (wait_until_healthy).
-  for (int pid : workers_->pids()) {
-    if (pid > 0) stopped_worker_pids_.push_back(pid);
-  }
+  // Their GPU memory is waited for before the next join.
+  if (health_) health_->workers_stopped(workers_->pids());
   workers_->stop(
       signo,
       std::chrono::duration_cast<std::chrono::milliseconds>(seconds(options_.shutdown_timeout)),

@@ -126,7 +126,7 @@ TEST_CASE("stragglers: each change told once, back at the pace told, a new round
   CHECK(log.take(judge_steps(ranks, 2.0, 2)).size() == 1);
 }
 
-TEST_CASE("stragglers: the store's JSON read back; a bad value is an error naming the field") {
+TEST_CASE("stragglers: the store's JSON read back, a bad value an error naming the field") {
   const std::vector<RankRate> mine{rate(4, 1, 0.2, 30), rate(5, 1, 0.6, 30)};
   auto back = node_rates_from_json(node_rates_json(1, "gpu07", mine));
   REQUIRE(back.ok());
