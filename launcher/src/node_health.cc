@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <utility>
 
 #include "captured_run.h"
@@ -80,13 +81,9 @@ rdzv::Task<std::vector<HealthProblem>> NodeHealth::check() {
     const CapturedRun run =
         co_await run_captured(executor_, shell, args, settings_.command_timeout, 64 * 1024);
     // Its output in the log, as it said it.
-    const std::string text = run.started ? run.text : "";
-    for (std::size_t at = 0; at < text.size();) {
-      const std::size_t nl = text.find('\n', at);
-      const std::string line = text.substr(at, nl == std::string::npos ? nl : nl - at);
+    std::istringstream lines(run.started ? run.text : "");
+    for (std::string line; std::getline(lines, line);) {
       if (!line.empty()) hooks_.log("health check: " + line);
-      if (nl == std::string::npos) break;
-      at = nl + 1;
     }
     if (auto p = command_problem(settings_.command, run.started, run.succeeded, run.timed_out,
                                  run.text)) {

@@ -69,11 +69,7 @@ std::string step_table(const Json& steps) {
   return out;
 }
 
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", s);
-  return buf;
-}
+std::string seconds_text(double s) { return fixed(s, "%.1f") + " s"; }
 
 }  // namespace
 

@@ -75,6 +75,11 @@ rdzv::Result<std::vector<RankRate>> ranks_from_json(const rdzv::Json& list) {
   return out;
 }
 
+void sort_by_rank(std::vector<RankRate>& ranks) {
+  std::sort(ranks.begin(), ranks.end(),
+            [](const RankRate& a, const RankRate& b) { return a.rank < b.rank; });
+}
+
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -123,8 +128,7 @@ StepVerdict judge_steps(std::vector<RankRate> ranks, double factor, int round) {
   StepVerdict v;
   v.round = round;
   v.factor = factor;
-  std::sort(ranks.begin(), ranks.end(),
-            [](const RankRate& a, const RankRate& b) { return a.rank < b.rank; });
+  sort_by_rank(ranks);
   ranks.erase(std::unique(ranks.begin(), ranks.end(),
                           [](const RankRate& a, const RankRate& b) { return a.rank == b.rank; }),
               ranks.end());
@@ -175,8 +179,7 @@ rdzv::Result<StepVerdict> step_verdict_from_json(const rdzv::Json& j) {
   v.factor = j.value("factor", 0.0);
   v.median = j.value("median_seconds_per_step", 0.0);
   v.ranks = std::move(ranks).value();
-  std::sort(v.ranks.begin(), v.ranks.end(),
-            [](const RankRate& a, const RankRate& b) { return a.rank < b.rank; });
+  sort_by_rank(v.ranks);
   auto ints = [&j](const char* key) {
     std::vector<int> out;
     if (j.contains(key) && j[key].is_array()) {
