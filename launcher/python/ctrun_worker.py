@@ -86,3 +86,32 @@ def write_result(text):
         with open(path, "w") as f:
             f.write(str(text).splitlines()[0] if str(text) else "")
             f.write("\n")
+
+
+def _flight_record_summary(path, rank):
+    """The last collective of each process group in an NCCL Flight Recorder dump (torch 2.x
+    writes it as a pickle of plain dicts and lists), as the agent's hang report reads it."""
+    import json
+    import pickle
+
+    with open(path, "rb") as f:
+        dump = pickle.load(f)
+    last = {}
+    for entry in dump.get("entries", []):
+        if entry.get("is_p2p"):
+            continue
+        group = entry.get("process_group") or (entry.get("pg_id"),)
+        name = str(group[0] if isinstance(group, (tuple, list)) else group)
+        seq = int(entry.get("collective_seq_id") or 0)
+        if name not in last or seq >= last[name]["seq"]:
+            last[name] = {"group": name, "seq": seq, "op": str(entry.get("profiling_name", "")),
+                          "state": str(entry.get("state", ""))}
+    print(json.dumps({"rank": rank, "last": sorted(last.values(), key=lambda l: l["group"])}))
+
+
+if __name__ == "__main__":
+    # `python3 ctrun_worker.py fr_summary DUMP RANK`: the agent's reader of Flight Recorder dumps.
+    if len(sys.argv) == 4 and sys.argv[1] == "fr_summary":
+        _flight_record_summary(sys.argv[2], int(sys.argv[3]))
+    else:
+        sys.exit("usage: ctrun_worker.py fr_summary DUMP RANK")

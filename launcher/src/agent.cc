@@ -168,17 +168,20 @@ rdzv::Status Agent::Impl::setup() {
   } else if (!o.fault_report.empty()) {
     faults_.emplace(FaultPlan{});  // no faults: a clean run's report, to compare with
   }
-  if (heartbeat_files_on()) {
+  if (heartbeat_files_on() || o.flight_recorder) {
     // Python workers report their steps and results (and raise a planned exception) through
-    // ctrun's helper.
+    // ctrun's helper; its sitecustomize.py lets the agent take their stacks (hang reports).
     const std::string dir = log_root_ + "/" + run_id_ + "/python";
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    const std::string path = dir + "/" + kPythonHelperName;
-    if (ec || !write_text_file_atomically(path, kPythonHelperSource)) {
-      return rdzv::Error{rdzv::ErrorCode::kInternal,
-                         "cannot write '" + path +
-                             "': " + (ec ? ec.message() : std::string(std::strerror(errno)))};
+    for (const auto& [name, source] : {std::pair{kPythonHelperName, kPythonHelperSource},
+                                       std::pair{kSiteCustomizeName, kSiteCustomizeSource}}) {
+      const std::string path = dir + "/" + name;
+      if (ec || !write_text_file_atomically(path, source)) {
+        return rdzv::Error{rdzv::ErrorCode::kInternal,
+                           "cannot write '" + path +
+                               "': " + (ec ? ec.message() : std::string(std::strerror(errno)))};
+      }
     }
     python_helper_dir_ = dir;
   }
@@ -294,6 +297,7 @@ Task<void> Agent::Impl::connect() {
     const std::string budget = std::to_string(o.max_restarts);
     connected.status = co_await client_->set(rdzv::kMaxRestartsKey, budget);
   }
+  if (connected.status && !dumps_) start_dump_watch();  // hang reports: every agent answers
   if (connected.status && !o.faults.empty() && !watching_fault_requests_) {
     watching_fault_requests_ = true;
     spawn([this]() -> Task<void> { co_await watch_fault_requests(); });

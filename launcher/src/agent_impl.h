@@ -25,6 +25,7 @@
 #include "ctrun/rendezvous/endpoint.h"
 #include "cut_off_backend.h"
 #include "disk_fill.h"
+#include "dump_watch.h"
 #include "fault_injector.h"
 #include "fault_report.h"
 #include "fault_timeline.h"
@@ -178,6 +179,21 @@ class Agent::Impl {
   // worker is then sent SIGABRT, on which faulthandler writes every thread's Python stack to
   // its stderr; then its process group is SIGKILLed.
   Task<void> kill_hung_worker(int local_rank, int pid);
+  // ---- hang reports (agent_hangs.cc) ----
+  // The signal on which a Python worker's faulthandler writes its stacks (sitecustomize.py).
+  static int stacks_signal();
+  std::string flight_recorder_prefix(int local_rank) const {
+    return worker_dir(local_rank) + "/nccl_trace_";
+  }
+  void start_dump_watch();
+  // This node's answer to a dump request: its running workers' stacks and last steps, and
+  // with --flight_recorder what their NCCL Flight Recorder dumps say.
+  Task<rdzv::Json> take_dump_answer();
+  Task<std::optional<FlightRecord>> read_flight_record(int local_rank, int rank);
+  // The watchdog found a hung worker: the job's report, once for the ranks found together;
+  // hang_report_pending_ until it is said (kill_hung_worker waits for it, bounded).
+  void start_hang_report(const std::string& reason);
+  Task<void> report_hang(std::string reason);
   // The failure report of every rank that failed in this attempt, told to the rendezvous.
   Task<void> report_failure(WorkerExit first);
   // What the failure report says of one failed worker (its stderr as read so far).
@@ -305,6 +321,10 @@ class Agent::Impl {
   std::unique_ptr<rdzv::HttpServer> health_server_;  // TORCHELASTIC_HEALTH_CHECK_PORT
   std::shared_ptr<StragglerWatch> stragglers_;       // null: not watched
   std::unique_ptr<NodeHealth> health_;               // before each join
+  std::shared_ptr<DumpWatch> dumps_;                 // answers the job's dump requests
+  std::vector<std::string> stacks_files_;            // by local rank: CTRUN_STACKS_FILE, else empty
+  bool hang_report_pending_ = false;
+  std::string hang_report_text_;  // the last report's section of the failure report
 
   // ---- the faults ----
   std::optional<FaultInjector> faults_;  // --faults

@@ -167,6 +167,14 @@ rdzv::Result<WorkerSpec> Agent::Impl::worker_spec(const Attempt& attempt,
     std::remove(in.fault_file.c_str());  // a planned exception is for the process it was sent to
   }
   in.python_helper_dir = python_helper_dir_;
+  if (!python_helper_dir_.empty() && workers_run_python_ && slot < stacks_files_.size()) {
+    // Made by the worker's sitecustomize.py once its handler is registered: not before.
+    in.stacks_file = dir + "/python_stacks";
+    in.stacks_signal = stacks_signal();
+    std::remove(in.stacks_file.c_str());
+    stacks_files_[slot] = in.stacks_file;
+  }
+  if (o.flight_recorder) in.flight_recorder_prefix = flight_recorder_prefix(local_rank);
   if (file_timer_) in.timer_file = file_timer_->path();
   if (heartbeat_files_on()) {
     in.heartbeat_file = dir + "/heartbeat";
@@ -209,6 +217,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   if (!attempt) return attempt.error();
   const auto n = static_cast<std::size_t>(local_world_size_);
   heartbeat_files_.assign(heartbeat_files_on() ? n : 0, "");
+  stacks_files_.assign(n, "");
   stderr_files_.assign(n, "");
   stderr_places_.assign(n, "");
   worker_dirs_.assign(n, "");
@@ -358,6 +367,10 @@ void Agent::Impl::check_heartbeats() {
     const int pid = workers_->running_pid(local_rank);
     if (pid == 0) continue;  // it exited meanwhile; that exit is on its way
     hung_stacks_[pid] = "";
+    // Every rank's stacks before this one is killed and the job restarts (one report for the
+    // ranks found hung together).
+    start_hang_report("worker rank " + std::to_string(round.rank_offset + local_rank) +
+                      " hung: " + why);
     asio::co_spawn(io_, kill_hung_worker(local_rank, pid), asio::detached);
   }
 }
@@ -386,6 +399,14 @@ Task<void> Agent::Impl::kill_hung_worker(int local_rank, int pid) {
     }
     log(who + ": no native stacks: " + why.substr(0, 600));
   }
+  // The job's hang report takes the other ranks' stacks while they still stand where they are.
+  const auto report_deadline = std::chrono::steady_clock::now() +
+                               seconds(options_.hang_report_timeout) + std::chrono::seconds(5);
+  while ((hang_report_pending_ || (dumps_ && dumps_->answering())) &&
+         std::chrono::steady_clock::now() < report_deadline) {
+    co_await linger(std::chrono::milliseconds(50));
+  }
+  if (workers_->running_pid(local_rank) != pid) co_return;
   if (workers_run_python_) {
     // The abort is the agent's: no core file of what may be a process of many GiB.
     const rlimit no_core{0, 0};
@@ -447,7 +468,8 @@ Task<void> Agent::Impl::report_failure(WorkerExit first) {
   }
   std::vector<FailureInfo> infos;
   for (const WorkerExit& f : failed) infos.push_back(failure_info(f));
-  const std::string report = format_failure_report(infos);
+  std::string report = format_failure_report(infos);
+  report += std::exchange(hang_report_text_, "");
   std::fputs(report.c_str(), stderr);
   say_lost_logs();
   // Built before the co_await: g++ 12 mishandles conditional temporaries inside its operand.

@@ -3,11 +3,9 @@
 #include <chrono>
 #include <cstdio>
 
-#include "ctrun/rendezvous/endpoint.h"
 #include "ctrun/rendezvous/round.h"
 #include "ctrun/rendezvous/store_client.h"
 #include "fault_plan.h"
-#include "rendezvous/base/token.h"
 #include "rendezvous/protocol/fault_keys.h"
 #include "subcommand.h"
 
@@ -46,34 +44,14 @@ int run_fault_command(const std::vector<std::string>& args, const EnvLookup& env
                  "hang:rank=1,duration=20, exception:rank=0,at_step=500); at once without a time")
       ->required();
   if (auto code = parse_subcommand(app, args, target, fail)) return *code;
-  const std::string& endpoint = target.endpoint;
   const std::string& id = target.id;
   if (id.empty()) return fail("--rdzv_id is required: the job to inject into", 2);
   auto request = parse_fault_request(fault);
   if (!request) return fail(request.error().message.substr(std::string("ctrun fault: ").size()), 2);
 
-  rdzv::StoreAddress address;
-  if (target.etcd()) {
-    auto members = rdzv::parse_endpoint_list(endpoint);
-    if (!members) return fail(members.error().message, 2);
-    auto access = target_store_access(target);
-    if (!access) return fail(access.error().message, 2);
-    address = rdzv::etcd_store_address(members.value(), "", access.value());
-  } else {
-    auto ep = rdzv::parse_endpoint(endpoint, rdzv::kDefaultPort);
-    if (!ep) return fail(ep.error().message, 2);
-    auto access = target_store_access(target);
-    if (!access) return fail(access.error().message, 2);
-    address.host = ep.value().host;
-    address.port = ep.value().port;
-    address.access = access.value();
-    auto token = rdzv::resolve_token(target.token_file, env(rdzv::kTokenVariable));
-    if (!token) return fail(token.error().message, 2);
-    address.token = token.value();
-  }
-  auto store = rdzv::connect_store(address, id, seconds(target.timeout));
+  auto store = connect_job_store(target, env);
   if (!store) {
-    return fail("cannot reach the rendezvous at " + endpoint + ": " + store.error().message, 1);
+    return fail(store.error().message, store.error().code == rdzv::ErrorCode::kConnection ? 1 : 2);
   }
   auto number = store.value()->add(rdzv::kFaultRequestsKey, 1);
   rdzv::Status asked =

@@ -355,6 +355,14 @@ const std::vector<ArgSpec>& launch_option_table() {
       exact(value_option({"--health-check-dirs", "--health_check_dirs"}, "health_check_dirs",
                          "More directories whose free space is checked (the checkpoints'), "
                          "comma-separated")),
+      exact(value_option({"--hang-report-timeout", "--hang_report_timeout"}, "hang_report_timeout",
+                         "When --worker_timeout finds a hung worker, the seconds the job's "
+                         "agents have to take every rank's stacks for one report before it is "
+                         "killed (default 15; 0: no report)")),
+      exact(flag_option({"--flight-recorder", "--flight_recorder"}, "flight_recorder",
+                        "Switch on the NCCL Flight Recorder of the workers' torch (2.x) and read "
+                        "its dumps into hang reports",
+                        EnvDefault::kNone)),
       value_option({"--fault-tolerance", "--fault_tolerance"}, "fault_tolerance",
                    "none (the default: a failure restarts every worker) or step: replace a "
                    "failed worker alone and stop nobody for a membership change"),
@@ -882,6 +890,16 @@ Result<Parsed> parse_launch_options(const std::vector<std::string>& args, const 
                  "'");
     }
   }
+  if (auto s = seconds_option("hang_report_timeout", "--hang_report_timeout", false,
+                              o.hang_report_timeout);
+      !s) {
+    return s.error();
+  }
+  if (o.hang_report_timeout > 3600) {
+    return bad("--hang_report_timeout: expected at most 3600 seconds, got '" +
+               given("hang_report_timeout")->text + "'");
+  }
+  o.flight_recorder = flag("flight_recorder");
   if (auto t = env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) o.log_line_prefix_template = *t;
 
   const bool slurm = flag("slurm");

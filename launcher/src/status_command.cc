@@ -1,13 +1,17 @@
 #include "status_command.h"
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <cstdio>
+#include <map>
 
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/endpoint.h"
+#include "hang_report.h"
 #include "rendezvous/base/token.h"
 #include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_jobs.h"
+#include "rendezvous/protocol/dump_keys.h"
 #include "rendezvous/protocol/fault_keys.h"
 #include "rendezvous/protocol/step_keys.h"
 #include "status_view.h"
@@ -82,6 +86,76 @@ int etcd_status(const RendezvousTarget& target, rdzv::Duration limit, bool json)
 
 }  // namespace
 
+// `ctrun status --dump`: asks every agent of the job for its workers' stacks (the agents' dump
+// watch answers), then prints where each rank stands. Node 0's answer says how many nodes the
+// round has; the others' are waited for within what is left of `timeout_s`.
+int dump_job_stacks(const RendezvousTarget& target, const EnvLookup& env, bool json,
+                    double timeout_s) {
+  if (target.id.empty()) return fail("--dump needs --rdzv_id: the job whose stacks to take", 2);
+  auto store = connect_job_store(target, env);
+  if (!store) {
+    return fail(store.error().message, store.error().code == rdzv::ErrorCode::kConnection ? 1 : 2);
+  }
+  rdzv::StoreClient& s = *store.value();
+  auto number = s.add(rdzv::kDumpRequestsKey, 1);
+  if (!number) return fail("cannot ask job '" + target.id + "': " + number.error().message, 1);
+  const std::int64_t n = number.value();
+  const rdzv::Json request{{"reason", "ctrun status --dump"},
+                           {"by", "ctrun status"},
+                           {"at", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count()}};
+  if (auto asked = s.set(rdzv::dump_request_key(n), request.dump()); !asked) {
+    return fail("cannot ask job '" + target.id + "': " + asked.error().message, 1);
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(timeout_s));
+  auto left = [&] {
+    return std::max<rdzv::Duration>(deadline - std::chrono::steady_clock::now(),
+                                    std::chrono::milliseconds(1));
+  };
+  std::map<int, rdzv::Json> answers;
+  int nodes = 1;
+  for (int node = 0; node < nodes; ++node) {
+    auto text = s.get(rdzv::dump_answer_key(n, node), left());
+    if (!text) {
+      if (node == 0) {
+        return fail("no stacks from node 0's agent of job '" + target.id + "' within " +
+                        std::to_string(static_cast<long long>(timeout_s + 0.5)) +
+                        " s: is the job running its workers? (--dump_timeout)",
+                    1);
+      }
+      continue;
+    }
+    rdzv::Json answer = rdzv::Json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+    if (!answer.is_object()) continue;
+    if (node == 0) nodes = std::max(1, answer.value("nodes", 1));
+    answers.emplace(node, std::move(answer));
+  }
+  const JobStacks job_stacks = read_dump_answers(answers, nodes);
+  const HangReport report =
+      build_hang_report(job_stacks.ranks, job_stacks.missing_nodes, job_stacks.flight);
+  if (json) {
+    rdzv::Json out = hang_report_json(report, job_stacks.ranks);
+    out["request"] = n;
+    std::fputs((out.dump(2) + "\n").c_str(), stdout);
+    return 0;
+  }
+  std::printf("job '%s': where every rank stands (dump request %lld)\n", target.id.c_str(),
+              static_cast<long long>(n));
+  for (const auto& line : hang_report_lines(report)) std::printf("  %s\n", line.c_str());
+  for (const RankStacks& r : job_stacks.ranks) {
+    const StackPlace place = stack_place(r);
+    std::printf("rank %d (%s, pid %d%s): %s%s\n", r.rank, r.host.c_str(), r.pid,
+                r.step ? (", step " + std::to_string(*r.step)).c_str() : "",
+                place.function.empty() ? "no stack" : place.function.c_str(),
+                place.at.empty() ? "" : (" at " + place.at).c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 int run_status_command(const std::vector<std::string>& args, const EnvLookup& env) {
   CLI::App app{"ctrun status: the jobs a rendezvous holds, or one job in detail", "ctrun status"};
   RendezvousTarget target;
@@ -89,7 +163,16 @@ int run_status_command(const std::vector<std::string>& args, const EnvLookup& en
   bool json = false;
   add_rendezvous_options(app, target, "the job to show in detail (default: list every job)");
   app.add_flag("--json", json, "print JSON instead of a table");
+  bool dump = false;
+  double dump_timeout = 20;
+  app.add_flag("--dump", dump,
+               "ask every agent of the job for its workers' stacks and last steps, and print "
+               "where each rank stands (a hang report; --json: every stack)");
+  app.add_option("--dump_timeout,--dump-timeout", dump_timeout,
+                 "seconds to wait for the agents' stacks with --dump (20)")
+      ->check(CLI::PositiveNumber);
   if (auto code = parse_subcommand(app, args, target, fail)) return *code;
+  if (dump) return dump_job_stacks(target, env, json, dump_timeout);
   const std::string& endpoint = target.endpoint;
   const std::string& id = target.id;
   const auto limit =

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "ctrun/rendezvous/endpoint.h"
+#include "rendezvous/base/token.h"
 #include "rendezvous_plan.h"
 
 namespace ctrun::launcher {
@@ -25,6 +27,38 @@ rendezvous::Result<rendezvous::StoreAccess> target_store_access(const Rendezvous
   auto conf = parse_rdzv_conf(target.rdzv_conf);
   if (!conf) return conf.error();
   return store_access(target.etcd(), target.endpoint, conf.value());
+}
+
+rendezvous::Result<std::unique_ptr<rendezvous::StoreClient>> connect_job_store(
+    const RendezvousTarget& target,
+    const std::function<std::optional<std::string>(const std::string&)>& env) {
+  namespace rdzv = ctrun::rendezvous;
+  auto access = target_store_access(target);
+  if (!access) return access.error();
+  rdzv::StoreAddress address;
+  if (target.etcd()) {
+    auto members = rdzv::parse_endpoint_list(target.endpoint);
+    if (!members) return members.error();
+    address = rdzv::etcd_store_address(members.value(), "", access.value());
+  } else {
+    auto ep = rdzv::parse_endpoint(target.endpoint, rdzv::kDefaultPort);
+    if (!ep) return ep.error();
+    address.host = ep.value().host;
+    address.port = ep.value().port;
+    address.access = access.value();
+    auto token = rdzv::resolve_token(target.token_file, env(rdzv::kTokenVariable));
+    if (!token) return token.error();
+    address.token = token.value();
+  }
+  const auto limit =
+      std::chrono::duration_cast<rdzv::Duration>(std::chrono::duration<double>(target.timeout));
+  auto store = rdzv::connect_store(address, target.id, limit);
+  if (!store) {
+    return rdzv::Error{
+        rdzv::ErrorCode::kConnection,
+        "cannot reach the rendezvous at " + target.endpoint + ": " + store.error().message};
+  }
+  return std::move(store).value();
 }
 
 std::optional<int> parse_subcommand(

@@ -7,8 +7,10 @@
 
 #include "ctrun/rendezvous/error.h"
 #include "ctrun/rendezvous/store_address.h"
+#include "ctrun/rendezvous/store_client.h"
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +35,12 @@ void add_rendezvous_options(CLI::App& app, RendezvousTarget& target, const std::
 // flag, reported through `fail`), or nothing to go on.
 // How to get in (TLS; etcd's user) from --rdzv_endpoint and --rdzv_conf, as the agents do.
 rendezvous::Result<rendezvous::StoreAccess> target_store_access(const RendezvousTarget& target);
+
+// The job's store (ctrund's or etcd's) as its agents reach it. Errors: kConnection when the
+// rendezvous cannot be reached, anything else for bad input (an endpoint, a token file).
+rendezvous::Result<std::unique_ptr<rendezvous::StoreClient>> connect_job_store(
+    const RendezvousTarget& target,
+    const std::function<std::optional<std::string>(const std::string&)>& env);
 
 std::optional<int> parse_subcommand(
     CLI::App& app, const std::vector<std::string>& args, const RendezvousTarget& target,

@@ -138,6 +138,24 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
     vars.emplace("CTRUN_FAULT_TOLERANCE", "step");
     vars.emplace("CTRUN_REPLICA_ID", in.replica_id);
   }
+  if (!in.stacks_file.empty()) {
+    vars.emplace("CTRUN_STACKS_FILE", in.stacks_file);
+    vars.emplace("CTRUN_STACKS_SIGNAL", std::to_string(in.stacks_signal));
+  }
+  if (!in.flight_recorder_prefix.empty()) {
+    // The buffer on (torch 2.x records nothing by default before 2.11), a dump on a
+    // collective's timeout, and a pipe on which a byte asks for one (the agent's hang report).
+    const bool sized = variable_in(base, "TORCH_NCCL_TRACE_BUFFER_SIZE").has_value() ||
+                       variable_in(base, "TORCH_FR_BUFFER_SIZE").has_value();
+    if (!sized) vars.emplace("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
+    if (!variable_in(base, "TORCH_NCCL_DUMP_ON_TIMEOUT")) {
+      vars.emplace("TORCH_NCCL_DUMP_ON_TIMEOUT", std::string(1, '1'));
+    }
+    for (const char* name :
+         {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"}) {
+      if (!variable_in(base, name)) vars.emplace(name, in.flight_recorder_prefix);
+    }
+  }
   if (in.python_fault_handler && !variable_in(base, "PYTHONFAULTHANDLER")) {
     vars.emplace("PYTHONFAULTHANDLER", std::string(1, '1'));
   }

@@ -845,3 +845,16 @@ TEST_CASE("options: the health check flags, their defaults and their bad values"
   CHECK(parse_error({"--health_check_dirs=,", "x"}) ==
         "--health_check_dirs: expected directories, comma-separated, got ','");
 }
+
+TEST_CASE("options: the hang report flags, their defaults and their bad values") {
+  auto o = parse_ok({"x"});
+  CHECK(o.hang_report_timeout == 15);
+  CHECK_FALSE(o.flight_recorder);
+  o = parse_ok({"--hang-report-timeout=0", "--flight_recorder", "x"});
+  CHECK(o.hang_report_timeout == 0);
+  CHECK(o.flight_recorder);
+  CHECK(parse_error({"--hang_report_timeout=-1", "x"}) ==
+        "--hang_report_timeout: expected a non-negative number of seconds, got '-1'");
+  CHECK(parse_error({"--hang_report_timeout=7200", "x"}) ==
+        "--hang_report_timeout: expected at most 3600 seconds, got '7200'");
+}

@@ -307,3 +307,31 @@ TEST_CASE("worker env: ctrun's Python helper first on PYTHONPATH, and the fault 
   CHECK(as_map(worker_environment({"PATH=/bin"}, in))["PYTHONPATH"] == "/tmp/r/job1/python");
   CHECK(as_map(worker_environment({"PYTHONPATH="}, in))["PYTHONPATH"] == "/tmp/r/job1/python");
 }
+
+TEST_CASE(
+    "worker env: the stacks file and signal of hang reports, and the Flight Recorder's "
+    "variables unless the user set them") {
+  LaunchOptions o;
+  WorkerEnvInputs in;
+  in.options = &o;
+  in.run_id = "job1";
+  auto plain = as_map(worker_environment({"PATH=/bin"}, in));
+  CHECK(plain.count("CTRUN_STACKS_FILE") == 0);
+  CHECK(plain.count("TORCH_NCCL_TRACE_BUFFER_SIZE") == 0);
+  in.stacks_file = "/tmp/r/job1/attempt_0/0/python_stacks";
+  in.stacks_signal = 40;
+  in.flight_recorder_prefix = "/tmp/r/job1/attempt_0/0/nccl_trace_";
+  auto env = as_map(worker_environment({"PATH=/bin"}, in));
+  CHECK(env["CTRUN_STACKS_FILE"] == "/tmp/r/job1/attempt_0/0/python_stacks");
+  CHECK(env["CTRUN_STACKS_SIGNAL"] == "40");
+  CHECK(env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000");
+  CHECK(env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1");
+  CHECK(env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/tmp/r/job1/attempt_0/0/nccl_trace_");
+  CHECK(env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] == "/tmp/r/job1/attempt_0/0/nccl_trace_");
+  auto users = as_map(worker_environment({"TORCH_FR_BUFFER_SIZE=50", "TORCH_NCCL_DUMP_ON_TIMEOUT=0",
+                                          "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/x/"},
+                                         in));
+  CHECK(users.count("TORCH_NCCL_TRACE_BUFFER_SIZE") == 0);
+  CHECK(users["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "0");
+  CHECK(users["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/x/");
+}

@@ -30,13 +30,25 @@ using bench::Child;
 using bench::Clock;
 namespace ts = ctrun::rendezvous::tcpstore;
 
-// tcpstore: torch's c10d::TCPStore server (LibTorch 1.13), torch <= 2.0's numbering.
-// ctrun: ctrun's worker store, the same bytes. ctrun_v2: ctrun's worker store in torch 2.2+'s
-// numbering (VALIDATE first), which torch 1.13's server cannot serve: no reference for it here.
+// tcpstore: torch's c10d::TCPStore server of the LibTorch this is built against (1.13 here:
+// torch <= 2.0's numbering; 2.5+ on a GPU machine: its libuv server, VALIDATE and 2.2+'s
+// numbering). ctrun: ctrun's worker store, torch <= 2.0's bytes. ctrun_v2: ctrun's worker store
+// in torch 2.5+'s bytes (VALIDATE and PING first). torch's server is compared with the ctrun row
+// of its own wire.
 const std::vector<std::string> kBackends = {"tcpstore", "ctrun", "ctrun_v2"};
 
-const char* label(const std::string& backend) {
-  if (backend == "tcpstore") return "torch TCPStore";
+const store_bench::TorchServerInfo& torch_info() {
+  static const store_bench::TorchServerInfo info = store_bench::torch_server_info();
+  return info;
+}
+
+// The ctrun row that plays the same bytes as torch's server.
+std::string same_wire_as_torch() { return torch_info().validated_wire ? "ctrun_v2" : "ctrun"; }
+
+std::string label(const std::string& backend) {
+  if (backend == "tcpstore") {
+    return "torch " + torch_info().version + " TCPStore" + (torch_info().libuv ? " (libuv)" : "");
+  }
   if (backend == "ctrun") return "ctrun worker store";
   return "ctrun, torch 2.2+ wire";
 }
@@ -126,7 +138,9 @@ Measurement measure(const std::string& backend, int ranks, int sources, const Se
   load.port = *port;
   load.ranks = ranks;
   load.source_addresses = sources;
-  load.dialect = backend == "ctrun_v2" ? ts::Dialect::kValidated : ts::Dialect::kLegacy;
+  const bool validated =
+      backend == "ctrun_v2" || (backend == "tcpstore" && torch_info().validated_wire);
+  load.dialect = validated ? ts::Dialect::kValidated : ts::Dialect::kLegacy;
   load.connect_window = s.connect_window;
   load.paced = s.paced;
   load.timeout = std::chrono::seconds(s.timeout_s);
@@ -211,7 +225,8 @@ const Cell& get(const Results& results, const std::string& b, Case c) {
 }
 
 // torch's server time over ctrun's, when both finished; "-" otherwise.
-std::string ratio_text(const Results& results, const std::string& ours, Case c) {
+std::string ratio_text(const Results& results, Case c) {
+  const std::string ours = same_wire_as_torch();
   const Cell& a = get(results, "tcpstore", c);
   const Cell& b = get(results, ours, c);
   if (a.failure || b.failure || !a.median() || !b.median()) return "-";
@@ -229,26 +244,29 @@ void print_report(const Results& results, const Settings& s) {
       "agent's defaults, a round of N ranks), median of %d; wall time from the first connect to "
       "the last rank through the barrier\n\n",
       s.reps);
+  // Columns: torch's server, the ctrun row of its wire with the ratio beside it, the other.
+  const std::string same = same_wire_as_torch();
+  const std::string other = same == "ctrun" ? "ctrun_v2" : "ctrun";
   const bool torch = has(results, "tcpstore");
-  const bool ours = has(results, "ctrun");
-  const bool v2 = has(results, "ctrun_v2");
+  const bool ours = has(results, same);
+  const bool rest = has(results, other);
   std::printf("| ranks | from |");
-  if (torch) std::printf(" torch 1.13 TCPStore (ms) |");
-  if (ours) std::printf(" ctrun worker store (ms) |");
+  if (torch) std::printf(" %s (ms) |", label("tcpstore").c_str());
+  if (ours) std::printf(" %s (ms) |", label(same).c_str());
   if (torch && ours) std::printf(" ratio |");
-  if (v2) std::printf(" ctrun, torch 2.2+ wire (ms) |");
+  if (rest) std::printf(" %s (ms) |", label(other).c_str());
   std::printf("\n|------:|-----:|");
-  if (torch) std::printf("-------------------------:|");
-  if (ours) std::printf("------------------------:|");
+  if (torch) std::printf("---:|");
+  if (ours) std::printf("---:|");
   if (torch && ours) std::printf("------:|");
-  if (v2) std::printf("----------------------------:|");
+  if (rest) std::printf("---:|");
   std::printf("\n");
   for (const Case& c : cases_of(s)) {
     std::printf("| %5d | %4s |", c.ranks, sources_text(c.sources).c_str());
-    if (torch) std::printf(" %24s |", cell_text(get(results, "tcpstore", c)).c_str());
-    if (ours) std::printf(" %23s |", cell_text(get(results, "ctrun", c)).c_str());
-    if (torch && ours) std::printf(" %5s |", ratio_text(results, "ctrun", c).c_str());
-    if (v2) std::printf(" %27s |", cell_text(get(results, "ctrun_v2", c)).c_str());
+    if (torch) std::printf(" %s |", cell_text(get(results, "tcpstore", c)).c_str());
+    if (ours) std::printf(" %s |", cell_text(get(results, same, c)).c_str());
+    if (torch && ours) std::printf(" %5s |", ratio_text(results, c).c_str());
+    if (rest) std::printf(" %s |", cell_text(get(results, other, c)).c_str());
     std::printf("\n");
   }
 
@@ -271,7 +289,7 @@ void print_report(const Results& results, const Settings& s) {
       if (cell.failure || !m) continue;
       std::printf(
           "| %5d | %4s | %s | %9s | %7s | %10.0f | %7.1f | %15s | %15.1f | %18s | %12ld |\n",
-          c.ranks, sources_text(c.sources).c_str(), label(b), ms(m->connected_s).c_str(),
+          c.ranks, sources_text(c.sources).c_str(), label(b).c_str(), ms(m->connected_s).c_str(),
           ms(m->wall_s).c_str(), static_cast<double>(m->requests) / m->wall_s,
           m->wall_s * 1e6 / c.ranks, ms(m->server_cpu_s).c_str(),
           m->server_growth_mib * 1024.0 / c.ranks, ms(m->generator_cpu_s).c_str(),
@@ -285,7 +303,7 @@ void print_report(const Results& results, const Settings& s) {
       if (!cell.failure) continue;
       if (!any_failure) std::printf("\nFailures:\n");
       any_failure = true;
-      std::printf("- %s, %d ranks from %s: %s\n", label(b), c.ranks,
+      std::printf("- %s, %d ranks from %s: %s\n", label(b).c_str(), c.ranks,
                   sources_text(c.sources).c_str(), cell.failure->c_str());
     }
   }
@@ -298,12 +316,15 @@ void print_report(const Results& results, const Settings& s) {
 
   if (torch && ours) {
     std::printf("\ntargets:");
+    // torch 1.13's server: 2x at 4096 ranks; torch 2.x's libuv server: 2x at 4096 and 16,384.
+    const bool torch2 = torch_info().validated_wire;
     for (int n : s.ranks) {
-      if (n != 4096) continue;
+      if (n != 4096 && !(torch2 && n == 16384)) continue;
       const Case c{n, 1};
       const Cell& a = get(results, "tcpstore", c);
-      const Cell& b = get(results, "ctrun", c);
-      std::printf(" >= 2x torch 1.13's server at %d ranks from one address: ", n);
+      const Cell& b = get(results, same, c);
+      std::printf(" >= 2x torch %s's server at %d ranks from one address: ",
+                  torch_info().version.c_str(), n);
       if (b.failure || !b.median()) {
         std::printf("MISSED (ctrun failed);");
       } else if (a.failure) {
@@ -315,7 +336,7 @@ void print_report(const Results& results, const Settings& s) {
     }
     for (const Case& c : cases_of(s)) {
       if (c.ranks != 65536) continue;
-      const Cell& b = get(results, "ctrun", c);
+      const Cell& b = get(results, same, c);
       const Measurement* m = b.median();
       std::printf(" 65536 ranks (from %s) within 5 s: %s;", sources_text(c.sources).c_str(),
                   b.failure        ? "MISSED (failed)"
@@ -324,7 +345,7 @@ void print_report(const Results& results, const Settings& s) {
                                    : ("MISSED, " + ms(m->wall_s) + " ms").c_str());
     }
     bool failed = false;
-    for (const Case& c : cases_of(s)) failed |= get(results, "ctrun", c).failure.has_value();
+    for (const Case& c : cases_of(s)) failed |= get(results, same, c).failure.has_value();
     std::printf(" every N run served by ctrun: %s\n", failed ? "MISSED" : "MET");
   }
 }
@@ -396,8 +417,8 @@ int orchestrate(const Settings& s, const std::string& json_out) {
           m.error = e.what();
         }
         if (!m.ok) {
-          std::fprintf(stderr, "rep %d %-22s %5d ranks from %s: FAILED: %s\n", rep + 1, label(b),
-                       c.ranks, sources_text(c.sources).c_str(), m.error.c_str());
+          std::fprintf(stderr, "rep %d %-22s %5d ranks from %s: FAILED: %s\n", rep + 1,
+                       label(b).c_str(), c.ranks, sources_text(c.sources).c_str(), m.error.c_str());
           cell.failure = m.error;
           if (b != "tcpstore") ours_failed = true;
           continue;
@@ -407,8 +428,8 @@ int orchestrate(const Settings& s, const std::string& json_out) {
         std::fprintf(stderr,
                      "rep %d %-22s %5d ranks from %s: %8.1f ms (connected %.1f, id %.1f), server "
                      "cpu %.0f ms, +%.1f MiB, %ld SYNs dropped%s\n",
-                     rep + 1, label(b), c.ranks, sources_text(c.sources).c_str(), m.wall_s * 1e3,
-                     m.connected_s * 1e3, m.unique_id_s * 1e3, m.server_cpu_s * 1e3,
+                     rep + 1, label(b).c_str(), c.ranks, sources_text(c.sources).c_str(),
+                     m.wall_s * 1e3, m.connected_s * 1e3, m.unique_id_s * 1e3, m.server_cpu_s * 1e3,
                      m.server_growth_mib, m.listen_overflows, retries.c_str());
         cell.runs.push_back(m);
       }
@@ -538,6 +559,13 @@ int main(int argc, char** argv) {
       std::cerr << "bootstrap_bench: unknown backend '" << b << "'\n";
       return 2;
     }
+  }
+  if (!torch_info().supported &&
+      std::find(s.backends.begin(), s.backends.end(), "tcpstore") != s.backends.end()) {
+    std::cerr << "bootstrap_bench: torch " << torch_info().version
+              << "'s TCPStore speaks a numbering the load generator does not play (it plays "
+                 "torch <= 2.0's and 2.5+'s): leave tcpstore out of --backends\n";
+    return 2;
   }
   if (s.ranks.empty() || *std::min_element(s.ranks.begin(), s.ranks.end()) < 1 || s.reps < 1 ||
       s.sources.empty() || *std::min_element(s.sources.begin(), s.sources.end()) < 1 ||

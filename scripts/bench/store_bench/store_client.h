@@ -28,7 +28,17 @@ std::unique_ptr<StoreClient> connect_ctrun_raw(int port);
 // PyTorch's c10d::TCPStore (tcpstore.cc, the only file that includes LibTorch).
 std::unique_ptr<StoreClient> connect_tcpstore(int port);
 // Runs a TCPStore server on an ephemeral port, writes the port to `port_file`, and serves
-// until SIGTERM or SIGINT. Returns the exit code.
+// until SIGTERM or SIGINT. Returns the exit code. From torch 2.4 on the server is the libuv one
+// (torch's default since then), asked for by name.
 int run_tcpstore_server(const std::string& port_file);
+
+// The LibTorch this was built against, and how its TCPStore server talks.
+struct TorchServerInfo {
+  std::string version;          // "1.13", "2.11"
+  bool validated_wire = false;  // torch 2.5+: VALIDATE and PING first, 2.2+'s numbering
+  bool libuv = false;           // torch 2.4+: the libuv server
+  bool supported = true;        // 2.1 to 2.4 speak numberings the load generator does not play
+};
+TorchServerInfo torch_server_info();
 
 }  // namespace store_bench

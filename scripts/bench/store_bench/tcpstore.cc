@@ -4,9 +4,15 @@
 #include <cstdio>
 #include <fstream>
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "store_client.h"
+
+// torch 2.4 made the libuv server TCPStore's default and named the choice in its options.
+#define CTRUN_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||        \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 namespace store_bench {
 namespace {
@@ -59,6 +65,9 @@ int run_tcpstore_server(const std::string& port_file) {
   o.isServer = true;
   o.waitWorkers = false;
   o.timeout = kTimeout;
+#if CTRUN_TORCH_AT_LEAST(2, 4)
+  o.useLibUV = true;
+#endif
   c10d::TCPStore server("127.0.0.1", o);
   {
     const std::string tmp = port_file + ".tmp";
@@ -68,6 +77,15 @@ int run_tcpstore_server(const std::string& port_file) {
   int signo = 0;
   sigwait(&stop, &signo);
   return 0;
+}
+
+TorchServerInfo torch_server_info() {
+  TorchServerInfo info;
+  info.version = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+  info.validated_wire = CTRUN_TORCH_AT_LEAST(2, 5);
+  info.libuv = CTRUN_TORCH_AT_LEAST(2, 4);
+  info.supported = !CTRUN_TORCH_AT_LEAST(2, 1) || info.validated_wire;
+  return info;
 }
 
 }  // namespace store_bench

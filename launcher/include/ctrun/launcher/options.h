@@ -160,6 +160,14 @@ struct LaunchOptions {
   double health_check_timeout = 60;
   std::int64_t health_min_free_mib = 100;
   std::vector<std::string> health_check_dirs;
+  // ctrun's own: when --worker_timeout finds a worker hung, every agent of the job takes its
+  // workers' stacks and last steps, and the finding agent reports the whole job's, grouped by
+  // where the ranks stand (docs/faults.md, "Hang reports"); the hung worker is killed once the
+  // report is made or after this many seconds; 0: no report.
+  double hang_report_timeout = 15;
+  // ctrun's own: the workers' NCCL Flight Recorder on (torch 2.x: TORCH_NCCL_TRACE_BUFFER_SIZE,
+  // a dump on timeout and a pipe to ask for one), its dumps read into hang reports.
+  bool flight_recorder = false;
   // ctrun's own: "none" (torchrun's: any failure restarts every worker) or "step" (a failed
   // worker is replaced alone and nobody is stopped for a membership change; the workers keep
   // their replicas consistent step by step: docs/fault_tolerance.md).

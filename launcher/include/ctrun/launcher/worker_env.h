@@ -66,6 +66,15 @@ struct WorkerEnvInputs {
   // PYTHONFAULTHANDLER=1 unless the agent's environment sets it: a Python worker judged hung
   // dumps every thread's stack on the agent's SIGABRT (--worker_timeout).
   bool python_fault_handler = false;
+  // With ctrun's helper directory: CTRUN_STACKS_FILE and CTRUN_STACKS_SIGNAL, on which the
+  // helper's sitecustomize.py registers faulthandler so that the agent can take the running
+  // worker's Python stacks (hang reports); else empty.
+  std::string stacks_file;
+  int stacks_signal = 0;
+  // --flight_recorder: the prefix of the worker's NCCL Flight Recorder dump (<prefix><rank>) and
+  // of its pipe (<prefix><rank>.pipe); the recorder's variables that the agent's environment
+  // does not set are set. Empty: none.
+  std::string flight_recorder_prefix;
   bool set_omp_num_threads = false;  // OMP_NUM_THREADS unset and more than one local worker
   // TORCHELASTIC_TIMER_FILE: the pipe of the agent's file timer server
   // (TORCHELASTIC_ENABLE_FILE_TIMER=1); empty: the agent's own value, if any, passes through.
