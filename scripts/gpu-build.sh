@@ -115,7 +115,7 @@ build() {
   # A precaution for CMake 4 (pip's cmake is 4.x): it refuses any config file that asks for
   # compatibility below 3.5, unless given this floor.
   CMAKE_POLICY_VERSION_MINIMUM=3.5 "$cmake" -S "$here" -B "$dir" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release -DCTRUN_BUILD_BENCH=OFF \
+    -DCMAKE_BUILD_TYPE=Release -DCTRUN_BUILD_BENCH="${CTRUN_BUILD_BENCH:-OFF}" \
     -DCMAKE_PREFIX_PATH="$root/usr;$torch_prefix" \
     -DCTRUN_GLOO_INCLUDE_DIR="$root/usr/include" \
     -DCUDAToolkit_ROOT="${CUDA_HOME:-/usr/local/cuda}" \

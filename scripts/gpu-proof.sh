@@ -10,7 +10,8 @@
 #   gpu_memory  a worker holding GPU memory fails; the restart waits for NVML to release it
 #               (and --health_check runs nvidia-smi before each join)
 #   tests       the GPU tests (scripts/gpu-build.sh test -R ...)
-# DEADLINE_S bounds the whole run (default 560); each phase gets at most its own limit.
+# DEADLINE_S bounds the whole run (default 560); each phase gets at most its own limit. PHASES
+# (default all: "build bootstrap pyclient flight gpu_memory tests") picks some.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -19,12 +20,15 @@ mkdir -p "$out"
 start=$(date +%s)
 deadline=$((start + ${DEADLINE_S:-560}))
 build=build-gpu
+phases=" ${PHASES:-build bootstrap pyclient flight gpu_memory tests} "
+export out build
 
 left() { echo $((deadline - $(date +%s))); }
 # phase NAME LIMIT COMMAND...: runs it bounded by min(LIMIT, time left), output to $out/NAME.log.
 phase() {
   local name=$1 limit=$2
   shift 2
+  [[ $phases == *" $name "* ]] || return 0
   local t
   t=$(left)
   [ "$t" -lt "$limit" ] && limit=$t
@@ -48,7 +52,10 @@ phase() {
   git log --oneline -1 2>/dev/null || true
 } >"$out/env.txt" 2>&1
 
-phase build 300 scripts/gpu-build.sh build "$build" || { tail -40 "$out/build.log"; exit 1; }
+export CTRUN_BUILD_BENCH=ON
+# BUILD_TARGETS: only these (default: everything).
+# shellcheck disable=SC2086
+phase build 300 scripts/gpu-build.sh build "$build" ${BUILD_TARGETS:-} || { tail -40 "$out/build.log"; exit 1; }
 
 phase bootstrap 120 "$build/scripts/bench/bootstrap_bench" --ranks 4096,16384 --sources 1 \
   --reps 3 --backends tcpstore,ctrun_v2 --timeout_s 40
@@ -82,15 +89,17 @@ flight() {
   cat "$dir/dump.txt"
   return $rc
 }
-phase flight 70 flight
+export -f flight
+phase flight 70 bash -c flight
 
 gpu_memory() {
   PYTHON_EXEC=python3 "$build/launcher/ctrun" --standalone --nproc_per_node=1 --max_restarts=1 \
     --health_check "nvidia-smi -L" tests/python/gpu_memory_then_fail.py 8
 }
-phase gpu_memory 60 gpu_memory
+export -f gpu_memory
+phase gpu_memory 60 bash -c gpu_memory
 
 phase tests 200 scripts/gpu-build.sh test "$build" -R 'nccl|CUDA error|cuda'
-tail -5 "$out/tests.log" >>"$out/summary.txt"
+[ -f "$out/tests.log" ] && tail -5 "$out/tests.log" >>"$out/summary.txt"
 echo "total $(($(date +%s) - start)) s" >>"$out/summary.txt"
 cat "$out/summary.txt"
