@@ -145,20 +145,18 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   if (!in.flight_recorder_prefix.empty()) {
     // The buffer on (torch 2.x records nothing by default before 2.11), a dump on a
     // collective's timeout, and a pipe on which a byte asks for one (the agent's hang report).
-    // torch 2.11 warns that the TORCH_NCCL_ names of the buffer and the dump file are
-    // deprecated for TORCH_FR_ ones; earlier torch reads only the TORCH_NCCL_ ones.
-    const bool fr_names = in.torch && *in.torch >= TorchVersion{2, 11};
-    const char* size = fr_names ? "TORCH_FR_BUFFER_SIZE" : "TORCH_NCCL_TRACE_BUFFER_SIZE";
-    const char* file = fr_names ? "TORCH_FR_DUMP_TEMP_FILE" : "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
+    // The TORCH_NCCL_ names: torch 2.11 warns that two are deprecated for TORCH_FR_ ones, but
+    // given the TORCH_FR_ ones its dump on the pipe's request was not where they name (seen on
+    // an H200); earlier torch reads only these.
     const bool sized = variable_in(base, "TORCH_NCCL_TRACE_BUFFER_SIZE").has_value() ||
                        variable_in(base, "TORCH_FR_BUFFER_SIZE").has_value();
-    if (!sized) vars.emplace(size, "2000");
+    if (!sized) vars.emplace("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
     if (!variable_in(base, "TORCH_NCCL_DUMP_ON_TIMEOUT")) {
       vars.emplace("TORCH_NCCL_DUMP_ON_TIMEOUT", std::string(1, '1'));
     }
     if (!variable_in(base, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE") &&
         !variable_in(base, "TORCH_FR_DUMP_TEMP_FILE")) {
-      vars.emplace(file, in.flight_recorder_prefix);
+      vars.emplace("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", in.flight_recorder_prefix);
     }
     if (!variable_in(base, "TORCH_NCCL_DEBUG_INFO_PIPE_FILE")) {
       vars.emplace("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", in.flight_recorder_prefix);

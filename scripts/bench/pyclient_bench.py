@@ -12,6 +12,7 @@ The time is the worker's, from its start signal to the last rank through the bar
 whose store refuses or drops ranks FAILS that case (its first error is printed).
 
   /usr/bin/python3 scripts/bench/pyclient_bench.py [--ranks 1024,4096] [--reps 3] [--quick]
+      [--no_netns]
       [--ctrun build/launcher/ctrun] [--python /usr/bin/python3]
       [--torchrun "python3 -m torch.distributed.run"]
 
@@ -59,9 +60,9 @@ def run_case(launcher, ranks, a, tmp):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ranks", default="1024,4096")
+    p.add_argument("--ranks", default=None, help="rank counts (default 1024,4096; --quick: 1024)")
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--quick", action="store_true", help="one repetition")
+    p.add_argument("--quick", action="store_true", help="one repetition of 1024 ranks")
     p.add_argument("--ctrun", default=os.path.join(ROOT, "build", "launcher", "ctrun"))
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--torchrun",
@@ -74,7 +75,7 @@ def main():
     if not a.no_netns:
         ensure_loopback_netns(__file__, sys.argv[1:])
     reps = 1 if a.quick else a.reps
-    ranks = [int(n) for n in a.ranks.split(",")]
+    ranks = [int(n) for n in (a.ranks or ("1024" if a.quick else "1024,4096")).split(",")]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     print(f"pyclient_bench: open-file limit {soft} (hard {hard}), as the launchers get it; "
           f"{reps} repetition(s); torchrun: {a.torchrun}", file=sys.stderr, flush=True)

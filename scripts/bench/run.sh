@@ -74,6 +74,7 @@ run() {  # every benchmark is bounded: none may hang the run
 run 1200 "$bench/store_bench" "${quick[@]}"
 run 900 "$bench/bootstrap_bench" "${quick[@]}"
 run 600 "$bench/bootstrap_bench" --restarts 1000
+run 900 /usr/bin/python3 "$root/scripts/bench/pyclient_bench.py" --ctrun "$build/launcher/ctrun" "${quick[@]}"
 run 900 "$bench/rdzv_bench" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/c10d_rdzv_bench.py" --rdzv_bench "$bench/rdzv_bench" "${quick[@]}"
 run 900 "$bench/backend_rdzv_bench" "${quick[@]}"

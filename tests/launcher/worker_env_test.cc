@@ -334,12 +334,10 @@ TEST_CASE(
   CHECK(users.count("TORCH_NCCL_TRACE_BUFFER_SIZE") == 0);
   CHECK(users["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "0");
   CHECK(users["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/x/");
-  // torch 2.11 reads the TORCH_FR_ names (and warns on the others).
-  in.torch = TorchVersion{2, 11};
-  auto fr = as_map(worker_environment({"PATH=/bin"}, in));
-  CHECK(fr["TORCH_FR_BUFFER_SIZE"] == "2000");
-  CHECK(fr["TORCH_FR_DUMP_TEMP_FILE"] == "/tmp/r/job1/attempt_0/0/nccl_trace_");
-  CHECK(fr.count("TORCH_NCCL_TRACE_BUFFER_SIZE") == 0);
-  CHECK(fr.count("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") == 0);
-  CHECK(fr["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] == "/tmp/r/job1/attempt_0/0/nccl_trace_");
+  // A user's TORCH_FR_ names count as set.
+  auto fr_users =
+      as_map(worker_environment({"TORCH_FR_BUFFER_SIZE=9", "TORCH_FR_DUMP_TEMP_FILE=/y/"}, in));
+  CHECK(fr_users.count("TORCH_NCCL_TRACE_BUFFER_SIZE") == 0);
+  CHECK(fr_users.count("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") == 0);
+  CHECK(fr_users["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] == "/tmp/r/job1/attempt_0/0/nccl_trace_");
 }
