@@ -462,6 +462,7 @@ Task<std::optional<int>> Agent::Impl::perform(AgentAction a) {
       break;
     case K::kExit:
       exiting_ = true;
+      if (dumps_) dumps_->stop();
       exit_signal_ = a.signo;
       co_return a.code;
   }
