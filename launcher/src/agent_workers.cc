@@ -218,6 +218,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   const auto n = static_cast<std::size_t>(local_world_size_);
   heartbeat_files_.assign(heartbeat_files_on() ? n : 0, "");
   stacks_files_.assign(n, "");
+  hang_report_text_.clear();  // a report of an earlier attempt's hang is not this one's
   stderr_files_.assign(n, "");
   stderr_places_.assign(n, "");
   worker_dirs_.assign(n, "");

@@ -90,7 +90,9 @@ rdzv::Task<rdzv::Result<DumpWatch::Outcome>> DumpWatch::report(std::string reaso
     auto text = co_await hooks_.get(rdzv::dump_request_key(newest), std::chrono::milliseconds(0));
     const rdzv::Json request =
         text ? rdzv::Json::parse(text.value(), nullptr, false) : rdzv::Json();
-    const std::int64_t at = request.is_object() ? request.value("at", std::int64_t{0}) : 0;
+    const auto it = request.is_object() ? request.find("at") : request.end();
+    const std::int64_t at =
+        it != request.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
     if (newest > 0 && at > 0 && std::llabs(wall - at) < kJoinRecentRequest.count() * 1000) {
       outcome.request = newest;
     }

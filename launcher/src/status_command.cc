@@ -84,8 +84,6 @@ int etcd_status(const RendezvousTarget& target, rdzv::Duration limit, bool json)
   return 0;
 }
 
-}  // namespace
-
 // `ctrun status --dump`: asks every agent of the job for its workers' stacks (the agents' dump
 // watch answers), then prints where each rank stands. Node 0's answer says how many nodes the
 // round has; the others' are waited for within what is left of `timeout_s`.
@@ -130,7 +128,12 @@ int dump_job_stacks(const RendezvousTarget& target, const EnvLookup& env, bool j
     }
     rdzv::Json answer = rdzv::Json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
     if (!answer.is_object()) continue;
-    if (node == 0) nodes = std::max(1, answer.value("nodes", 1));
+    // The round's node count, from node 0's agent (bounded: a bad answer cannot make this wait
+    // for a million nodes).
+    if (const auto it = answer.find("nodes");
+        node == 0 && it != answer.end() && it->is_number_integer()) {
+      nodes = static_cast<int>(std::clamp<std::int64_t>(it->get<std::int64_t>(), 1, 1 << 20));
+    }
     answers.emplace(node, std::move(answer));
   }
   const JobStacks job_stacks = read_dump_answers(answers, nodes);
@@ -155,6 +158,8 @@ int dump_job_stacks(const RendezvousTarget& target, const EnvLookup& env, bool j
   std::fflush(stdout);
   return 0;
 }
+
+}  // namespace
 
 int run_status_command(const std::vector<std::string>& args, const EnvLookup& env) {
   CLI::App app{"ctrun status: the jobs a rendezvous holds, or one job in detail", "ctrun status"};

@@ -1,7 +1,6 @@
 #include "stragglers.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -33,53 +32,6 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
-rdzv::Json rank_json(const RankRate& r) {
-  return {{"rank", r.rank},
-          {"node", r.node},
-          {"host", r.host},
-          {"step", r.step},
-          {"seconds_per_step", r.seconds_per_step},
-          {"steps", r.steps}};
-}
-
-rdzv::Result<RankRate> rank_from_json(const rdzv::Json& j) {
-  if (!j.is_object() || !j.contains("rank") || !j["rank"].is_number_integer() ||
-      !j.contains("seconds_per_step") || !j["seconds_per_step"].is_number()) {
-    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
-                       "a step rate needs an integer 'rank' and a number 'seconds_per_step'"};
-  }
-  RankRate r;
-  r.rank = j["rank"].get<int>();
-  r.node = j.value("node", 0);
-  r.host = j.value("host", std::string());
-  r.step = j.value("step", std::int64_t{0});
-  r.seconds_per_step = j["seconds_per_step"].get<double>();
-  r.steps = j.value("steps", std::int64_t{0});
-  if (!std::isfinite(r.seconds_per_step) || r.seconds_per_step < 0) {
-    return rdzv::Error{rdzv::ErrorCode::kBadRequest,
-                       "rank " + std::to_string(r.rank) + ": 'seconds_per_step' is not a time"};
-  }
-  return r;
-}
-
-rdzv::Result<std::vector<RankRate>> ranks_from_json(const rdzv::Json& list) {
-  if (!list.is_array()) {
-    return rdzv::Error{rdzv::ErrorCode::kBadRequest, "'ranks' is not a list"};
-  }
-  std::vector<RankRate> out;
-  for (const auto& item : list) {
-    auto r = rank_from_json(item);
-    if (!r) return r.error();
-    out.push_back(std::move(r).value());
-  }
-  return out;
-}
-
-void sort_by_rank(std::vector<RankRate>& ranks) {
-  std::sort(ranks.begin(), ranks.end(),
-            [](const RankRate& a, const RankRate& b) { return a.rank < b.rank; });
-}
-
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -92,43 +44,12 @@ std::string where(const RankRate& r) {
 
 }  // namespace
 
-rdzv::Json node_rates_json(int node, const std::string& host, const std::vector<RankRate>& ranks) {
-  rdzv::Json list = rdzv::Json::array();
-  for (const auto& r : ranks) list.push_back(rank_json(r));
-  return {{"node", node}, {"host", host}, {"ranks", std::move(list)}};
-}
-
-rdzv::Result<std::vector<RankRate>> node_rates_from_json(const rdzv::Json& j) {
-  if (!j.is_object() || !j.contains("ranks")) {
-    return rdzv::Error{rdzv::ErrorCode::kBadRequest, "a node's step rates need 'ranks'"};
-  }
-  auto ranks = ranks_from_json(j["ranks"]);
-  if (!ranks) return ranks.error();
-  const int node = j.value("node", 0);
-  const std::string host = j.value("host", std::string());
-  for (auto& r : ranks.value()) {
-    r.node = node;
-    r.host = host;
-  }
-  return ranks;
-}
-
-double StepVerdict::slowdown(int rank) const {
-  const RankRate* r = find(rank);
-  return r && median > 0 ? r->seconds_per_step / median : 0;
-}
-
-const RankRate* StepVerdict::find(int rank) const {
-  auto it = std::lower_bound(ranks.begin(), ranks.end(), rank,
-                             [](const RankRate& r, int k) { return r.rank < k; });
-  return it != ranks.end() && it->rank == rank ? &*it : nullptr;
-}
-
 StepVerdict judge_steps(std::vector<RankRate> ranks, double factor, int round) {
   StepVerdict v;
   v.round = round;
   v.factor = factor;
-  sort_by_rank(ranks);
+  std::sort(ranks.begin(), ranks.end(),
+            [](const RankRate& a, const RankRate& b) { return a.rank < b.rank; });
   ranks.erase(std::unique(ranks.begin(), ranks.end(),
                           [](const RankRate& a, const RankRate& b) { return a.rank == b.rank; }),
               ranks.end());
@@ -149,49 +70,6 @@ StepVerdict judge_steps(std::vector<RankRate> ranks, double factor, int round) {
   for (const auto& [node, counts] : per_node) {
     if (counts.first > 1 && counts.first == counts.second) v.straggler_nodes.push_back(node);
   }
-  return v;
-}
-
-rdzv::Json step_verdict_json(const StepVerdict& v) {
-  rdzv::Json list = rdzv::Json::array();
-  for (const auto& r : v.ranks) {
-    rdzv::Json j = rank_json(r);
-    j["slowdown"] = v.slowdown(r.rank);
-    j["straggler"] = std::binary_search(v.stragglers.begin(), v.stragglers.end(), r.rank);
-    list.push_back(std::move(j));
-  }
-  return {{"round", v.round},
-          {"factor", v.factor},
-          {"median_seconds_per_step", v.median},
-          {"stragglers", v.stragglers},
-          {"straggler_nodes", v.straggler_nodes},
-          {"ranks", std::move(list)}};
-}
-
-rdzv::Result<StepVerdict> step_verdict_from_json(const rdzv::Json& j) {
-  if (!j.is_object() || !j.contains("ranks")) {
-    return rdzv::Error{rdzv::ErrorCode::kBadRequest, "a step verdict needs 'ranks'"};
-  }
-  auto ranks = ranks_from_json(j["ranks"]);
-  if (!ranks) return ranks.error();
-  StepVerdict v;
-  v.round = j.value("round", 0);
-  v.factor = j.value("factor", 0.0);
-  v.median = j.value("median_seconds_per_step", 0.0);
-  v.ranks = std::move(ranks).value();
-  sort_by_rank(v.ranks);
-  auto ints = [&j](const char* key) {
-    std::vector<int> out;
-    if (j.contains(key) && j[key].is_array()) {
-      for (const auto& x : j[key]) {
-        if (x.is_number_integer()) out.push_back(x.get<int>());
-      }
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-  };
-  v.stragglers = ints("stragglers");
-  v.straggler_nodes = ints("straggler_nodes");
   return v;
 }
 

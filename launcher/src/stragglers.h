@@ -12,40 +12,20 @@
 
 #include "ctrun/rendezvous/error.h"
 #include "ctrun/rendezvous/json.h"
+#include "rendezvous/protocol/step_verdict.h"
 
 namespace ctrun::launcher {
 
-struct RankRate {
-  int rank = 0;
-  int node = 0;  // group rank
-  std::string host;
-  std::int64_t step = 0;
-  double seconds_per_step = 0;
-  std::int64_t steps = 0;  // how many steps the rate spans
-};
-
-// One node's rates, as its agent publishes them under the round's store prefix.
-rendezvous::Json node_rates_json(int node, const std::string& host,
-                                 const std::vector<RankRate>& ranks);
-rendezvous::Result<std::vector<RankRate>> node_rates_from_json(const rendezvous::Json& j);
-
-struct StepVerdict {
-  int round = 0;
-  double factor = 0;
-  double median = 0;                 // seconds per step, over every rank with a rate
-  std::vector<RankRate> ranks;       // by rank
-  std::vector<int> stragglers;       // ranks at least `factor` x the median
-  std::vector<int> straggler_nodes;  // nodes of more than one rank whose every rank straggles
-  // How much slower than the median `rank` is (0 for a rank without a rate).
-  double slowdown(int rank) const;
-  const RankRate* find(int rank) const;
-};
+// The rates and the verdict as the job's store carries them (one definition, in the protocol).
+using rendezvous::node_rates_from_json;
+using rendezvous::node_rates_json;
+using rendezvous::RankRate;
+using rendezvous::step_verdict_from_json;
+using rendezvous::step_verdict_json;
+using rendezvous::StepVerdict;
 
 // The job's verdict from every node's rates. No median (and no straggler) below two ranks.
 StepVerdict judge_steps(std::vector<RankRate> ranks, double factor, int round);
-
-rendezvous::Json step_verdict_json(const StepVerdict& verdict);
-rendezvous::Result<StepVerdict> step_verdict_from_json(const rendezvous::Json& j);
 
 // What one agent says as verdicts come: a straggler once when it starts to straggle (a whole
 // node once for its ranks), once more when it no longer does; a new round starts afresh.

@@ -8,6 +8,7 @@
 #include "rendezvous/protocol/auth.h"
 #include "rendezvous/protocol/message.h"
 #include "rendezvous/protocol/step_keys.h"
+#include "rendezvous/protocol/step_verdict.h"
 #include "rendezvous/service/service_impl.h"
 
 namespace ctrun::rendezvous {
@@ -99,27 +100,16 @@ std::int64_t faults_injected(const KeyValueStore& store) {
 }
 
 // The job's straggler verdict, as its node 0's agent last set it (step_keys.h), for the
-// metrics: read leniently, a value that is not one counts as none.
+// metrics: a value that is not one counts as none.
 void read_stragglers(const KeyValueStore& store, JobMetrics& j) {
   const std::string* text = store.find(kStragglersKey);
   if (!text) return;
-  const Json verdict = Json::parse(*text, nullptr, false);
-  if (!verdict.is_object() || !verdict.contains("median_seconds_per_step") ||
-      !verdict["median_seconds_per_step"].is_number()) {
-    return;
-  }
+  const auto verdict = step_verdict_from_json(Json::parse(*text, nullptr, false));
+  if (!verdict) return;
   j.steps_judged = true;
-  j.median_step_seconds = verdict["median_seconds_per_step"].get<double>();
-  if (!verdict.contains("ranks") || !verdict["ranks"].is_array()) return;
-  for (const auto& r : verdict["ranks"]) {
-    if (!r.is_object() || !r.value("straggler", false)) continue;
-    const auto rank = r.find("rank");
-    const auto slowdown = r.find("slowdown");
-    if (rank == r.end() || !rank->is_number_integer() || slowdown == r.end() ||
-        !slowdown->is_number()) {
-      continue;
-    }
-    j.stragglers.emplace_back(rank->get<int>(), slowdown->get<double>());
+  j.median_step_seconds = verdict.value().median;
+  for (int rank : verdict.value().stragglers) {
+    j.stragglers.emplace_back(rank, verdict.value().slowdown(rank));
   }
 }
 

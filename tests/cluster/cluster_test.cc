@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -570,6 +571,57 @@ TEST_CASE("cluster: a planned lost link between two nodes stalls their training 
     CHECK(read_file(s.path("nft" + std::to_string(i) + ".log")).find("ctrun_fault") ==
           std::string::npos);
   }
+  daemon->signal(SIGTERM);
+  CHECK(daemon->wait(10s) == 0);
+}
+
+TEST_CASE(
+    "cluster: a rank stuck in its own function on one namespace host is named by the hang "
+    "report") {
+  if (!root()) {
+    CTRUN_SKIP("needs root to create network namespaces (scripts/netns-cluster.sh)");
+  }
+  SystemPython python;
+  Cluster cluster(2);
+  INFO(cluster.setup_log());
+  REQUIRE(cluster.ok());
+  ScratchDir s("cluster_hang_report");
+  auto daemon = start_daemon(cluster, s);
+  // Four Python gloo ranks on two hosts; rank 3 stops in slow_data before its all_reduce of step
+  // 5, the others wait for it there, and --worker_timeout (4 s) finds them all hung.
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    const std::string n = std::to_string(i);
+    agents.push_back(std::make_unique<ChildProcess>(
+        // Python's gloo finds its address by the host name, which is the same (loopback) in
+        // every namespace: name the interface instead.
+        cluster.on(i, {"/usr/bin/env", "GLOO_SOCKET_IFNAME=eth0", CTRUN_PATH, "--nnodes=2",
+                       "--nproc_per_node=2", "--rdzv_backend=c10d",
+                       "--rdzv_endpoint=" + Cluster::address(0) + ":29400", "--rdzv_id=job",
+                       "--rdzv_conf=is_host=false", "--max_restarts=0", "--worker_timeout=4",
+                       "--log_dir", s.path("logs" + n), "--event_log", s.path("events" + n),
+                       HANG_IN_OWN_FUNCTION_SCRIPT_PATH, "3", "5"}),
+        s.path("node" + n + ".log")));
+  }
+  for (int i = 0; i < 2; ++i) CHECK(agents[i]->wait(120s) != 0);
+  INFO("node 0:\n"
+       << read_file(s.path("node0.log")) << "\nnode 1:\n"
+       << read_file(s.path("node1.log")));
+  int reports = 0;
+  for (int i = 0; i < 2; ++i) {
+    std::istringstream lines(read_file(s.path("events" + std::to_string(i))));
+    for (std::string line; std::getline(lines, line);) {
+      const auto e = nlohmann::json::parse(line, nullptr, false);
+      if (!e.is_object() || e.value("event", "") != "hang_report") continue;
+      ++reports;
+      CHECK(e["suspects"] == nlohmann::json::array({3}));
+      const auto report = nlohmann::json::parse(read_file(e.value("file", "")), nullptr, false);
+      REQUIRE(report.is_object());
+      CHECK(report["ranks"].size() == 4);  // both hosts answered
+      CHECK(report["missing_nodes"].empty());
+    }
+  }
+  CHECK(reports >= 1);
   daemon->signal(SIGTERM);
   CHECK(daemon->wait(10s) == 0);
 }
