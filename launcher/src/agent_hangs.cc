@@ -103,9 +103,7 @@ Task<rdzv::Json> Agent::Impl::take_dump_answer() {
     r.node = round.group_rank;
     r.host = host;
     r.pid = pid;
-    if (slot < heartbeat_files_.size() && !heartbeat_files_[slot].empty()) {
-      r.step = reported_step(heartbeat_files_[slot]);
-    }
+    r.step = reported_step_of(local_rank);
     r.hung = hung_stacks_.count(pid) != 0;
     if (slot < stacks_files_.size() && !stacks_files_[slot].empty()) {
       // The file exists once the worker's sitecustomize registered the handler: before that

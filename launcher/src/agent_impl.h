@@ -210,6 +210,8 @@ class Agent::Impl {
   std::string attempt_dir(int restart_count, int local_rank) const {
     return attempt_root(restart_count) + "/" + std::to_string(local_rank);
   }
+  // The step local rank `local_rank`'s worker last reported to its heartbeat file, if any.
+  std::optional<std::int64_t> reported_step_of(int local_rank) const;
   // Where local rank `local_rank`'s running worker keeps its files.
   std::string worker_dir(int local_rank) const {
     const auto slot = static_cast<std::size_t>(local_rank);

@@ -101,6 +101,12 @@ rdzv::HttpReply Agent::Impl::health_reply() const {
   return {200, "application/json", body.dump() + "\n"};
 }
 
+std::optional<std::int64_t> Agent::Impl::reported_step_of(int local_rank) const {
+  const auto slot = static_cast<std::size_t>(local_rank);
+  if (slot >= heartbeat_files_.size() || heartbeat_files_[slot].empty()) return std::nullopt;
+  return reported_step(heartbeat_files_[slot]);
+}
+
 void Agent::Impl::start_straggler_watch() {
   const double factor = options_.straggler_factor.value_or(2.0);
   if (!heartbeat_files_on() || factor <= 0) return;
@@ -112,11 +118,7 @@ void Agent::Impl::start_straggler_watch() {
       std::chrono::milliseconds(100));
   StragglerWatch::Hooks hooks;
   hooks.running = [this](int local_rank) { return workers_->running_pid(local_rank) != 0; };
-  hooks.step = [this](int local_rank) -> std::optional<std::int64_t> {
-    const auto slot = static_cast<std::size_t>(local_rank);
-    if (slot >= heartbeat_files_.size()) return std::nullopt;
-    return reported_step(heartbeat_files_[slot]);
-  };
+  hooks.step = [this](int local_rank) { return reported_step_of(local_rank); };
   hooks.set = [this](std::string key, std::string value) -> Task<rdzv::Status> {
     co_return co_await client_->set(std::move(key), std::move(value));
   };

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "rendezvous/protocol/message.h"
+
 namespace ctrun::launcher {
 
 namespace rdzv = ctrun::rendezvous;
@@ -69,15 +71,15 @@ bool waiting_frame(const std::string& function) {
                      [&](const char* w) { return contains(function, w); });
 }
 
+// The value at `key` when it has the type asked for (the protocol's field readers).
 std::string json_string(const rdzv::Json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  auto v = rdzv::get_string(j, key);
+  return v ? v.value() : std::string();
 }
 
 std::optional<std::int64_t> json_int(const rdzv::Json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-  return it->get<std::int64_t>();
+  auto v = rdzv::get_int(j, key);
+  return v ? std::optional<std::int64_t>(v.value()) : std::nullopt;
 }
 
 std::string place_text(const StackPlace& p) {

@@ -3,14 +3,16 @@
 #include <algorithm>
 #include <cmath>
 
+#include "rendezvous/protocol/message.h"
+
 namespace ctrun::rendezvous {
 
 namespace {
 
-// The value at `key` when it has the type asked for, else `fallback`.
+// The value at `key` when it has the type asked for (message.h's readers), else `fallback`.
 std::int64_t int_or(const Json& j, const char* key, std::int64_t fallback) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number_integer() ? it->get<std::int64_t>() : fallback;
+  auto v = get_int(j, key);
+  return v ? v.value() : fallback;
 }
 
 double number_or(const Json& j, const char* key, double fallback) {
@@ -19,8 +21,8 @@ double number_or(const Json& j, const char* key, double fallback) {
 }
 
 std::string string_or(const Json& j, const char* key) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  auto v = get_string(j, key);
+  return v ? v.value() : std::string();
 }
 
 int small_int(std::int64_t v) {

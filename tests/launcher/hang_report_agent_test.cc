@@ -5,12 +5,12 @@
 #include <chrono>
 #include <filesystem>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "catch.h"
 #include "ctrun/rendezvous/json.h"
 #include "ctrund_daemon.h"
+#include "event_log.h"
 #include "process.h"
 
 using namespace ctrun::testing;
@@ -18,16 +18,6 @@ using namespace std::chrono_literals;
 using Json = ctrun::rendezvous::Json;
 
 namespace {
-
-std::vector<Json> events_named(const std::string& path, const std::string& name) {
-  std::vector<Json> out;
-  std::istringstream lines(read_file(path));
-  for (std::string line; std::getline(lines, line);) {
-    Json e = Json::parse(line, nullptr, false);
-    if (e.is_object() && e.value("event", "") == name) out.push_back(std::move(e));
-  }
-  return out;
-}
 
 // Two agents of job `job`, 2 workers each; rank 3 hangs before its all_reduce of step 5.
 std::vector<std::unique_ptr<ChildProcess>> start_job(const ScratchDir& s, std::uint16_t port,

@@ -4,31 +4,16 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "catch.h"
 #include "ctrun/rendezvous/json.h"
 #include "ctrund_daemon.h"
+#include "event_log.h"
 #include "process.h"
 
 using namespace ctrun::testing;
 using namespace std::chrono_literals;
-using Json = ctrun::rendezvous::Json;
-
-namespace {
-
-int events_named(const std::string& path, const std::string& name) {
-  int n = 0;
-  std::istringstream lines(read_file(path));
-  for (std::string line; std::getline(lines, line);) {
-    const Json e = Json::parse(line, nullptr, false);
-    n += e.is_object() && e.value("event", "") == name;
-  }
-  return n;
-}
-
-}  // namespace
 
 TEST_CASE("node health: a failing --health_check keeps the node out until it passes") {
   ScratchDir s("node_health_command");
@@ -58,8 +43,8 @@ TEST_CASE("node health: a failing --health_check keeps the node out until it pas
   CHECK(log.find("is healthy again: joining") != std::string::npos);
   // No worker ran before the node was healthy.
   CHECK(log.find("is healthy again: joining") < log.find("round 0"));
-  CHECK(events_named(s.path("events"), "health_check_failed") >= 2);
-  CHECK(events_named(s.path("events"), "health_check_passed") == 1);
+  CHECK(events_named(s.path("events"), "health_check_failed").size() >= 2);
+  CHECK(events_named(s.path("events"), "health_check_passed").size() == 1);
 }
 
 TEST_CASE("node health: an elastic job forms without an unhealthy node, which a SIGTERM ends") {

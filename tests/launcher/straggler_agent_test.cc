@@ -3,12 +3,12 @@
 // (a line, an event) and in `ctrun status`, and a job without one names nobody.
 #include <chrono>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "catch.h"
 #include "ctrun/rendezvous/json.h"
 #include "ctrund_daemon.h"
+#include "event_log.h"
 #include "process.h"
 
 using namespace ctrun::testing;
@@ -16,16 +16,6 @@ using namespace std::chrono_literals;
 using Json = ctrun::rendezvous::Json;
 
 namespace {
-
-std::vector<Json> events_named(const std::string& path, const std::string& name) {
-  std::vector<Json> out;
-  std::istringstream lines(read_file(path));
-  for (std::string line; std::getline(lines, line);) {
-    Json e = Json::parse(line, nullptr, false);
-    if (e.is_object() && e.value("event", "") == name) out.push_back(std::move(e));
-  }
-  return out;
-}
 
 // `ctrun status --json` of the job, polled until `done` holds for its "steps" (bounded).
 Json status_steps_until(const ScratchDir& s, std::uint16_t port, const std::string& job,
