@@ -75,7 +75,7 @@ class Backend {
   virtual Task<void> release() = 0;
   // Drops the connections to the service as a broken network would, without a goodbye (ctrund
   // sees them close; etcd's lease runs out unless renewed in time), and tells nobody: an
-  // injected cut-off (launcher/src/cut_off_backend.h). connect() reaches the service again.
+  // injected cut-off (launcher/faults/cut_off_backend.h). connect() reaches the service again.
   virtual void drop_connections() = 0;
 
   // Returns when the round forms with this node in it, or the join fails.

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ctrun/rendezvous/client.h"
-#include "hosted_rendezvous.h"
+#include "launcher/agent/hosted_rendezvous.h"
 #include "servers.h"
 
 namespace bootstrap_bench {

@@ -1,7 +1,7 @@
 """Conformance worker (torch): torch's file timer (torch.distributed.elastic.timer) under the
 launcher, with TORCHELASTIC_ENABLE_FILE_TIMER=1.
 
-Written for ctrun's conformance suite (tests/launcher/conformance_test.cc). The first attempt
+Written for ctrun's conformance suite (tests/launcher/agent/conformance_test.cc). The first attempt
 sets a timer of 1 s that it releases in time, then one of 1 s that it overruns by sleeping: the
 launcher's file timer server must kill it (SIGKILL, the client's default). The next attempt
 writes DIR/<RANK> with what it found: whether TORCHELASTIC_TIMER_FILE names a pipe, the pipe's

@@ -1,6 +1,6 @@
 """Conformance worker (no torch): writes DIR/<RANK> with what the launcher gave it.
 
-Written for ctrun's conformance suite (tests/launcher/conformance_test.cc), after the launch
+Written for ctrun's conformance suite (tests/launcher/agent/conformance_test.cc), after the launch
 scenarios of torch's launcher tests: each worker leaves one file named by its global rank, holding
 KEY=VALUE lines (the launcher's variables it sees, its argv, its restart count), then succeeds, or
 fails with --fail (always) or --fail_until N (while TORCHELASTIC_RESTART_COUNT < N). Every attempt

@@ -1,5 +1,5 @@
 // The ctrun command line, flag for flag with torchrun (PyTorch main's torch/distributed/run.py,
-// read with argparse's rules: see launcher/src/arg_parser.h and the table in docs/env.md):
+// read with argparse's rules: see launcher/cli/arg_parser.h and the table in docs/env.md):
 // parsed and checked, with no side effects. Every option also comes from a PET_<NAME>
 // environment variable (flag, then variable, then default), as torchrun does, so Kubeflow and
 // TorchX launch ctrun unchanged.
