@@ -17,6 +17,7 @@
 #include "make_group.h"
 #include "managed_group.h"
 #include "quorum_plan.h"
+#include "quorum_settle.h"
 #include "replica_state.h"
 #include "sharded_access.h"
 
@@ -350,34 +351,25 @@ class FaultTolerance::Impl : public StepGate {
         log("quorum " + std::to_string(changed->quorum_id) + ": " + why + "; asking again");
       }
     }
-    auto deadline = Clock::now() + options_.quorum_timeout;
-    for (;;) {
+    bool ask_failed = false;
+    QuorumSettleHooks hooks;
+    hooks.ask = [&] {
       // A new communicator when this one failed, or when there is none (just started, or the
       // daemon came back); a worker that sits out has none and needs none.
       auto answer = ask(ask_step(), group_broken_ || (!inner_ && !sitting_out_));
-      if (!answer) throw std::runtime_error(no_quorum(answer.error()));
-      // An answer is progress for ctrun --worker_timeout: this loop is bounded by the quorum
-      // timeout, and a survivor waiting out a hung peer's removal is not hung itself.
-      heartbeat();
-      if (answer.value().finished) {
-        finished_at_ = answer.value().max_step;
-        return;
-      }
-      std::string why = adopt(answer.value());
-      if (why.empty() && !sitting_out_) return;
-      if (why.empty()) {
-        // Waiting for the group to be whole is not failing: the quorums go on forming.
-        deadline = Clock::now() + options_.quorum_timeout;
-        heartbeat();
-        continue;
-      }
-      log("quorum " + std::to_string(answer.value().quorum_id) + ": " + why + "; asking again");
-      if (Clock::now() >= deadline) {
-        throw std::runtime_error(
-            "fault tolerance: no working communicator within the quorum timeout (" +
-            ms(options_.quorum_timeout) + "): " + why);
-      }
+      ask_failed = !answer;
+      return answer;
+    };
+    hooks.adopt = [this](const QuorumAssignment& a) { return adopt(a); };
+    hooks.sitting_out = [this] { return sitting_out_; };
+    hooks.heartbeat = [] { heartbeat(); };
+    hooks.log = [](const std::string& line) { log(line); };
+    auto settled = worker::settle_quorum(hooks, options_.quorum_timeout, clock_);
+    if (!settled) {
+      throw std::runtime_error(ask_failed ? no_quorum(settled.error())
+                                          : "fault tolerance: " + settled.error().message);
     }
+    if (settled.value()) finished_at_ = *settled.value();
   }
 
   // Empty on success, also when this worker sits the quorum out (sitting_out_); otherwise
@@ -570,6 +562,7 @@ class FaultTolerance::Impl : public StepGate {
 
   std::mutex quorum_mutex_;  // the quorum client: one call at a time
   std::unique_ptr<StepQuorum> quorum_;
+  rendezvous::SteadyClock clock_;
   bool reconnected_ = false;  // the next ask asks for a new communicator
 
   std::mutex step_mutex_;  // shared with the step's collectives
