@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "gloo_group.h"
+#include "worker_runtime/process_groups/gloo_group.h"
 
 namespace ctrun::testing {
 

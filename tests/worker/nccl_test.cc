@@ -11,10 +11,10 @@
 #include "ctrun/worker/ddp.h"
 #include "ctrun/worker/process_group.h"
 #include "ctrun/worker/sharded.h"
-#include "ctrun_store.h"
 #include "loopback_daemon.h"
-#include "nccl_group.h"
 #include "skip.h"
+#include "worker_runtime/process_groups/ctrun_store.h"
+#include "worker_runtime/process_groups/nccl_group.h"
 
 using namespace std::chrono_literals;
 using ctrun::worker::CollectiveError;

@@ -1,5 +1,5 @@
 // Who trains and who heals from whom in a quorum, with and without shard groups (HSDP).
-#include "quorum_plan.h"
+#include "worker_runtime/quorum/quorum_plan.h"
 
 #include "catch.h"
 

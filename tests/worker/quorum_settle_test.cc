@@ -2,7 +2,7 @@
 // clock: every answer beats the heartbeat (the fix of 0dbdd1b: a survivor waiting out a hung
 // peer's removal was taken for hung by ctrun --worker_timeout), sitting out never times out,
 // failing to adopt does.
-#include "quorum_settle.h"
+#include "worker_runtime/quorum/quorum_settle.h"
 
 #include <deque>
 

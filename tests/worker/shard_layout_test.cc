@@ -1,6 +1,6 @@
 // The flat-buffer arithmetic of sharding: every element of every tensor is in exactly one
 // rank's shard, at the place the layout says.
-#include "shard_layout.h"
+#include "worker_runtime/base/shard_layout.h"
 
 #include "catch.h"
 

@@ -1,4 +1,4 @@
-#include "checkpoint_files.h"
+#include "worker_runtime/checkpoints/checkpoint_files.h"
 
 #include <fcntl.h>
 #include <ftw.h>

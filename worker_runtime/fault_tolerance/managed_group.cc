@@ -1,6 +1,6 @@
-#include "managed_group.h"
+#include "worker_runtime/fault_tolerance/managed_group.h"
 
-#include "error_text.h"
+#include "worker_runtime/base/error_text.h"
 
 namespace ctrun::worker {
 namespace {

@@ -1,4 +1,4 @@
-#include "shard_layout.h"
+#include "worker_runtime/base/shard_layout.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "coalesced.h"
+#include "worker_runtime/process_groups/coalesced.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>

@@ -1,4 +1,4 @@
-#include "optimizer_state.h"
+#include "worker_runtime/data_parallel/optimizer_state.h"
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>

@@ -1,4 +1,4 @@
-#include "nccl_group.h"
+#include "worker_runtime/process_groups/nccl_group.h"
 
 #ifdef CTRUN_WITH_NCCL
 #include <cuda_runtime_api.h>

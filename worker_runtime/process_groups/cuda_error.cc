@@ -1,4 +1,4 @@
-#include "cuda_error.h"
+#include "worker_runtime/process_groups/cuda_error.h"
 
 #include <ATen/ATen.h>
 

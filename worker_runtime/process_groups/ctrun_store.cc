@@ -1,4 +1,4 @@
-#include "ctrun_store.h"
+#include "worker_runtime/process_groups/ctrun_store.h"
 
 #include <stdexcept>
 

@@ -12,14 +12,14 @@
 #include "ctrun/worker/heartbeat.h"
 #include "ctrun/worker/sampler.h"
 #include "ctrun/worker/step_quorum.h"
-#include "ctrun_store.h"
-#include "error_text.h"
-#include "make_group.h"
-#include "managed_group.h"
-#include "quorum_plan.h"
-#include "quorum_settle.h"
-#include "replica_state.h"
-#include "sharded_access.h"
+#include "worker_runtime/base/error_text.h"
+#include "worker_runtime/fault_tolerance/managed_group.h"
+#include "worker_runtime/fault_tolerance/replica_state.h"
+#include "worker_runtime/process_groups/ctrun_store.h"
+#include "worker_runtime/process_groups/make_group.h"
+#include "worker_runtime/quorum/quorum_plan.h"
+#include "worker_runtime/quorum/quorum_settle.h"
+#include "worker_runtime/sharded/sharded_access.h"
 
 namespace ctrun::worker {
 

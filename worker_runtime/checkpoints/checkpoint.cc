@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "checkpoint_files.h"
-#include "error_text.h"
 #include "rendezvous/base/durable_file.h"
-#include "sharded_checkpoint_reader.h"
+#include "worker_runtime/base/error_text.h"
+#include "worker_runtime/checkpoints/checkpoint_files.h"
+#include "worker_runtime/checkpoints/sharded_checkpoint_reader.h"
 
 namespace ctrun::worker {
 

@@ -1,6 +1,6 @@
 #include "ctrun/worker/optimizers.h"
 
-#include "optimizer_state.h"
+#include "worker_runtime/data_parallel/optimizer_state.h"
 
 #include <ATen/ATen.h>
 #include <torch/version.h>

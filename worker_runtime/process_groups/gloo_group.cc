@@ -1,4 +1,4 @@
-#include "gloo_group.h"
+#include "worker_runtime/process_groups/gloo_group.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -6,7 +6,7 @@
 #include <functional>
 #include <utility>
 
-#include "error_text.h"
+#include "worker_runtime/base/error_text.h"
 
 namespace ctrun::worker {
 namespace {

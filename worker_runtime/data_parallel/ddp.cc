@@ -11,8 +11,8 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "coalesced.h"
 #include "ctrun/worker/heartbeat.h"
+#include "worker_runtime/process_groups/coalesced.h"
 
 namespace ctrun::worker {
 

@@ -1,4 +1,4 @@
-#include "quorum_plan.h"
+#include "worker_runtime/quorum/quorum_plan.h"
 
 #include <algorithm>
 #include <charconv>

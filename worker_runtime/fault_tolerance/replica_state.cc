@@ -1,4 +1,4 @@
-#include "replica_state.h"
+#include "worker_runtime/fault_tolerance/replica_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
@@ -12,8 +12,8 @@
 #include <stdexcept>
 
 #include "ctrun/worker/sampler.h"
-#include "error_text.h"
-#include "sharded_access.h"
+#include "worker_runtime/base/error_text.h"
+#include "worker_runtime/sharded/sharded_access.h"
 
 namespace ctrun::worker {
 

@@ -1,4 +1,4 @@
-#include "quorum_settle.h"
+#include "worker_runtime/quorum/quorum_settle.h"
 
 namespace ctrun::worker {
 

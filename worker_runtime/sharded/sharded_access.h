@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ctrun/worker/sharded.h"
-#include "shard_layout.h"
+#include "worker_runtime/base/shard_layout.h"
 
 namespace ctrun::worker {
 

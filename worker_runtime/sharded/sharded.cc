@@ -15,10 +15,10 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "coalesced.h"
 #include "ctrun/worker/heartbeat.h"
-#include "shard_layout.h"
-#include "sharded_access.h"
+#include "worker_runtime/base/shard_layout.h"
+#include "worker_runtime/process_groups/coalesced.h"
+#include "worker_runtime/sharded/sharded_access.h"
 
 namespace ctrun::worker {
 namespace {

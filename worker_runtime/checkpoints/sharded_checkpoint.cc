@@ -17,12 +17,12 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "checkpoint_files.h"
-#include "error_text.h"
-#include "optimizer_state.h"
 #include "rendezvous/base/durable_file.h"
-#include "sharded_access.h"
-#include "sharded_checkpoint_reader.h"
+#include "worker_runtime/base/error_text.h"
+#include "worker_runtime/checkpoints/checkpoint_files.h"
+#include "worker_runtime/checkpoints/sharded_checkpoint_reader.h"
+#include "worker_runtime/data_parallel/optimizer_state.h"
+#include "worker_runtime/sharded/sharded_access.h"
 
 namespace ctrun::worker {
 namespace {

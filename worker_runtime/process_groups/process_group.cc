@@ -7,13 +7,13 @@
 #include <unistd.h>
 
 #include "ctrun/worker/heartbeat.h"
-#include "ctrun_store.h"
-#include "cuda_error.h"
-#include "error_text.h"
-#include "gloo_group.h"
-#include "make_group.h"
-#include "nccl_group.h"
 #include "rendezvous/base/local_address.h"
+#include "worker_runtime/base/error_text.h"
+#include "worker_runtime/process_groups/ctrun_store.h"
+#include "worker_runtime/process_groups/cuda_error.h"
+#include "worker_runtime/process_groups/gloo_group.h"
+#include "worker_runtime/process_groups/make_group.h"
+#include "worker_runtime/process_groups/nccl_group.h"
 
 namespace ctrun::worker {
 namespace {
