@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "launcher/cli/text.h"
 #include "launcher/diagnosis/stragglers.h"
 
 namespace ctrun::launcher {
@@ -32,19 +33,13 @@ std::string table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-std::string fixed(double v, const char* format) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
 // Each rank's step time against the job's median, the stragglers marked; past kStepRowsShown
 // ranks only the stragglers.
 std::string step_table(const Json& steps) {
   const Json& ranks = steps["ranks"];
   std::string out = "step times (round " + std::to_string(steps.value("round", 0)) + ", median " +
-                    fixed(steps.value("median_seconds_per_step", 0.0), "%.3f") +
-                    " s/step, a straggler at " + fixed(steps.value("factor", 0.0), "%g") +
+                    number_text(steps.value("median_seconds_per_step", 0.0), "%.3f") +
+                    " s/step, a straggler at " + number_text(steps.value("factor", 0.0), "%g") +
                     "x): " + std::to_string(steps["stragglers"].size()) + " straggler" +
                     (steps["stragglers"].size() == 1 ? "" : "s") + "\n";
   std::vector<std::vector<std::string>> rows{
@@ -59,8 +54,8 @@ std::string step_table(const Json& steps) {
     }
     rows.push_back({std::to_string(r.value("rank", 0)), std::to_string(r.value("node", 0)),
                     r.value("host", std::string()), std::to_string(r.value("step", 0LL)),
-                    fixed(r.value("seconds_per_step", 0.0), "%.3f"),
-                    fixed(r.value("slowdown", 0.0), "%.2f"), straggler ? "straggler" : ""});
+                    number_text(r.value("seconds_per_step", 0.0), "%.3f"),
+                    number_text(r.value("slowdown", 0.0), "%.2f"), straggler ? "straggler" : ""});
   }
   out += table(rows);
   if (left_out > 0) {
@@ -69,7 +64,7 @@ std::string step_table(const Json& steps) {
   return out;
 }
 
-std::string seconds_text(double s) { return fixed(s, "%.1f") + " s"; }
+std::string seconds_text(double s) { return number_text(s, "%.1f") + " s"; }
 
 }  // namespace
 

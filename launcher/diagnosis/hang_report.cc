@@ -5,6 +5,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "launcher/cli/text.h"
 #include "rendezvous/protocol/message.h"
 
 namespace ctrun::launcher {
@@ -243,20 +244,6 @@ JobStacks read_dump_answers(const std::map<int, rdzv::Json>& answers, int nodes)
   std::sort(job.ranks.begin(), job.ranks.end(),
             [](const RankStacks& a, const RankStacks& b) { return a.rank < b.rank; });
   return job;
-}
-
-std::string rank_ranges(std::vector<int> ranks) {
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  std::string out;
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]);
-    if (j > i) out += "-" + std::to_string(ranks[j]);
-    i = j + 1;
-  }
-  return out;
 }
 
 HangReport build_hang_report(const std::vector<RankStacks>& ranks, std::vector<int> missing_nodes,

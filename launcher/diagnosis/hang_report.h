@@ -104,7 +104,4 @@ rendezvous::Json hang_report_json(const HangReport& report, const std::vector<Ra
 // entered, the ranks that did not enter it, and those still in it.
 std::vector<std::string> flight_record_lines(const std::vector<FlightRecord>& records);
 
-// "0-6,9": sorted ranks as ranges.
-std::string rank_ranges(std::vector<int> ranks);
-
 }  // namespace ctrun::launcher

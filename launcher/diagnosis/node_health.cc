@@ -10,6 +10,7 @@
 #include <sstream>
 #include <utility>
 
+#include "launcher/cli/text.h"
 #include "launcher/diagnosis/nvml_reader.h"
 #include "launcher/workers/captured_run.h"
 
@@ -39,12 +40,6 @@ std::optional<std::uint64_t> free_bytes(const std::string& dir) {
 rdzv::Task<void> pause(asio::any_io_executor executor, rdzv::Duration d) {
   asio::steady_timer t(executor, d);
   co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-}
-
-std::string seconds_text(double s, const char* format) {
-  char text[64];
-  std::snprintf(text, sizeof text, format, s);
-  return text;
 }
 
 }  // namespace
@@ -104,7 +99,7 @@ rdzv::Task<void> NodeHealth::await_gpu_release(std::vector<int> stopped) {
     if (held.empty()) {
       if (waited >= 0.5) {
         hooks_.log("the GPU memory of the stopped workers was released after " +
-                   seconds_text(waited, "%.1f s"));
+                   number_text(waited, "%.1f s"));
       }
       co_return;
     }
@@ -113,8 +108,8 @@ rdzv::Task<void> NodeHealth::await_gpu_release(std::vector<int> stopped) {
       for (unsigned pid : held) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
       hooks_.log("warning: the GPU memory of stopped workers (pids " + pids +
                  ") is still held after " +
-                 seconds_text(std::chrono::duration<double>(settings_.gpu_release_timeout).count(),
-                              "%g s") +
+                 number_text(std::chrono::duration<double>(settings_.gpu_release_timeout).count(),
+                             "%g s") +
                  "; starting the next workers anyway");
       hooks_.event("gpu_memory_held", {{"pids", held}});
       co_return;
@@ -127,7 +122,7 @@ rdzv::Task<rdzv::Status> NodeHealth::wait_until_healthy(rdzv::Duration limit) {
   if (!stopped_.empty()) co_await await_gpu_release(std::exchange(stopped_, {}));
   const auto began = std::chrono::steady_clock::now();
   const std::string again =
-      seconds_text(std::chrono::duration<double>(settings_.interval).count(), "%g s");
+      number_text(std::chrono::duration<double>(settings_.interval).count(), "%g s");
   bool failed_before = false;
   while (true) {
     const std::vector<HealthProblem> problems = co_await check();

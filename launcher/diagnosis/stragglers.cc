@@ -1,4 +1,5 @@
 #include "launcher/diagnosis/stragglers.h"
+#include "launcher/cli/text.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -13,24 +14,6 @@ namespace {
 // A straggler is back at the job's pace below this share of the factor, so that a rank near
 // the line is not named and cleared at every verdict.
 constexpr double kBackBelow = 0.9;
-
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-// "12-15" for consecutive ranks, else "3,7,9".
-std::string rank_list(const std::vector<int>& ranks) {
-  if (ranks.empty()) return "";
-  const bool consecutive = ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
-  if (consecutive && ranks.size() > 2) {
-    return std::to_string(ranks.front()) + "-" + std::to_string(ranks.back());
-  }
-  std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
-  return out;
-}
 
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -81,8 +64,8 @@ std::vector<StragglerLog::Change> StragglerLog::take(const StepVerdict& v) {
   }
   std::vector<Change> out;
   auto pace = [&v](const RankRate& r) {
-    return fixed(r.seconds_per_step, 3) + " s/step against the median's " + fixed(v.median, 3) +
-           " s";
+    return number_text(r.seconds_per_step, "%.3f") + " s/step against the median's " +
+           number_text(v.median, "%.3f") + " s";
   };
   // Whole nodes first: their ranks are then not named one by one.
   std::set<int> in_slow_nodes;
@@ -104,12 +87,12 @@ std::vector<StragglerLog::Change> StragglerLog::take(const StepVerdict& v) {
     if (nodes_.count(node) || !sample) continue;
     nodes_.insert(node);
     for (int r : ranks) ranks_.insert(r);
-    out.push_back(Change{true, node, ranks,
-                         "node " + std::to_string(node) +
-                             (sample->host.empty() ? "" : " (" + sample->host + ")") + ", ranks " +
-                             rank_list(ranks) + ", is " + fixed(slowest / v.median, 1) +
-                             "x slower than the median for the last " + std::to_string(steps) +
-                             " steps (" + pace(*sample) + ")"});
+    out.push_back(Change{
+        true, node, ranks,
+        "node " + std::to_string(node) + (sample->host.empty() ? "" : " (" + sample->host + ")") +
+            ", ranks " + rank_ranges(ranks) + ", is " + number_text(slowest / v.median, "%.1f") +
+            "x slower than the median for the last " + std::to_string(steps) + " steps (" +
+            pace(*sample) + ")"});
   }
   for (int rank : v.stragglers) {
     if (ranks_.count(rank) || in_slow_nodes.count(rank)) continue;
@@ -119,7 +102,7 @@ std::vector<StragglerLog::Change> StragglerLog::take(const StepVerdict& v) {
     out.push_back(Change{true,
                          std::nullopt,
                          {rank},
-                         where(*r) + " is " + fixed(v.slowdown(rank), 1) +
+                         where(*r) + " is " + number_text(v.slowdown(rank), "%.1f") +
                              "x slower than the median for the last " + std::to_string(r->steps) +
                              " steps (" + pace(*r) + ")"});
   }
@@ -141,7 +124,7 @@ std::vector<StragglerLog::Change> StragglerLog::take(const StepVerdict& v) {
     }
     for (int r : ranks) ranks_.erase(r);
     out.push_back(Change{false, node, ranks,
-                         "node " + std::to_string(node) + ", ranks " + rank_list(ranks) +
+                         "node " + std::to_string(node) + ", ranks " + rank_ranges(ranks) +
                              ", is back to the job's pace"});
     it = nodes_.erase(it);
   }
@@ -151,11 +134,11 @@ std::vector<StragglerLog::Change> StragglerLog::take(const StepVerdict& v) {
       ++it;
       continue;
     }
-    out.push_back(Change{
-        false,
-        std::nullopt,
-        {*it},
-        where(*r) + " is back to the job's pace (" + fixed(v.slowdown(*it), 1) + "x the median)"});
+    out.push_back(Change{false,
+                         std::nullopt,
+                         {*it},
+                         where(*r) + " is back to the job's pace (" +
+                             number_text(v.slowdown(*it), "%.1f") + "x the median)"});
     it = ranks_.erase(it);
   }
   return out;

@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <csignal>
-#include <sstream>
 
 #include "ctrun/launcher/options.h"
 #include "launcher/cli/option_text.h"
+#include "launcher/cli/text.h"
 
 namespace ctrun::launcher {
 namespace {
@@ -277,12 +277,7 @@ std::optional<std::pair<int, int>> rank_range(const std::string& text) {
   return std::pair<int, int>(static_cast<int>(*lo), static_cast<int>(*hi));
 }
 
-std::string seconds_text(double s) {
-  std::ostringstream out;
-  out.precision(3);
-  out << std::fixed << s;
-  return out.str();
-}
+std::string seconds_text(double s) { return number_text(s, "%.3f"); }
 
 }  // namespace
 

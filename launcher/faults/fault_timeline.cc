@@ -1,4 +1,5 @@
 #include "launcher/faults/fault_timeline.h"
+#include "launcher/cli/text.h"
 
 #include <algorithm>
 #include <cmath>
@@ -61,11 +62,7 @@ std::string escape(const std::string& text) {
   return out;
 }
 
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
+std::string one_decimal(double v) { return number_text(v, "%.1f"); }
 
 // A tick spacing that puts at most ten ticks on `span` seconds.
 double tick_spacing(double span) {
@@ -174,7 +171,7 @@ std::string FaultTimeline::html(const Json& report, Clock::time_point end) const
          escape(report.value("outcome", std::string("unknown"))) + "</b>, restarts " +
          std::to_string(report.value("restarts", 0)) + ", faults " +
          std::to_string(report.contains("faults") ? report["faults"].size() : 0) + ", " +
-         number(span) + " s</p>\n";
+         one_decimal(span) + " s</p>\n";
   out +=
       "<p class=\"legend\"><span class=\"running\" style=\"background:#43a047\"></span>running"
       "<span style=\"background:#e53935\"></span>down (exited, restarting)"
@@ -185,7 +182,7 @@ std::string FaultTimeline::html(const Json& report, Clock::time_point end) const
 
   // The lanes.
   out += "<h2>Workers</h2>\n<svg id=\"lanes\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
-         number(width) + "\" height=\"" + number(lanes_height) + "\">\n";
+         one_decimal(width) + "\" height=\"" + one_decimal(lanes_height) + "\">\n";
   double y = kMarkerRoom;
   for (const auto& [local, lane] : lanes_) {
     // Faults of the node or the rendezvous (a cut-off, a lost link, a full disk, store latency,
@@ -193,36 +190,38 @@ std::string FaultTimeline::html(const Json& report, Clock::time_point end) const
     const std::string label =
         local < 0 ? std::string("node, rendezvous")
                   : "rank " + std::to_string(lane.rank) + " (local " + std::to_string(local) + ")";
-    out += "<text class=\"label\" x=\"4\" y=\"" + number(y + kLaneHeight * 0.65) + "\">" + label +
-           "</text>\n";
+    out += "<text class=\"label\" x=\"4\" y=\"" + one_decimal(y + kLaneHeight * 0.65) + "\">" +
+           label + "</text>\n";
     for (const Segment& s : lane.segments) {
       const double to = s.to < 0 ? span : s.to;
       // A restart takes milliseconds: its gap is drawn wide enough to be seen.
       const double least = s.state == State::kDown ? 3.0 : 1.0;
-      out += "<rect class=\"" + std::string(state_class(s.state)) + "\" x=\"" + number(x(s.from)) +
-             "\" y=\"" + number(y) + "\" width=\"" + number(std::max(least, x(to) - x(s.from))) +
-             "\" height=\"" + number(kLaneHeight) + "\"><title>" + state_class(s.state) + " " +
-             number(s.from) + "-" + number(to) + " s</title></rect>\n";
+      out += "<rect class=\"" + std::string(state_class(s.state)) + "\" x=\"" +
+             one_decimal(x(s.from)) + "\" y=\"" + one_decimal(y) + "\" width=\"" +
+             one_decimal(std::max(least, x(to) - x(s.from))) + "\" height=\"" +
+             one_decimal(kLaneHeight) + "\"><title>" + state_class(s.state) + " " +
+             one_decimal(s.from) + "-" + one_decimal(to) + " s</title></rect>\n";
     }
     for (const Marker& m : lane.markers) {
       const double mx = x(m.at);
       out += "<g class=\"fault-marker\" data-fault=\"" + std::to_string(m.fault_id) + "\"><title>" +
-             escape(m.what) + " (" + number(m.at) + " s)</title><line x1=\"" + number(mx) +
-             "\" x2=\"" + number(mx) + "\" y1=\"" + number(y - 4) + "\" y2=\"" +
-             number(y + kLaneHeight + 4) + "\"/><polygon points=\"" + number(mx - 5) + "," +
-             number(y - 10) + " " + number(mx + 5) + "," + number(y - 10) + " " + number(mx) + "," +
-             number(y - 3) + "\"/><text class=\"tick\" x=\"" + number(mx + 6) + "\" y=\"" +
-             number(y - 4) + "\">" + std::to_string(m.fault_id) + "</text></g>\n";
+             escape(m.what) + " (" + one_decimal(m.at) + " s)</title><line x1=\"" +
+             one_decimal(mx) + "\" x2=\"" + one_decimal(mx) + "\" y1=\"" + one_decimal(y - 4) +
+             "\" y2=\"" + one_decimal(y + kLaneHeight + 4) + "\"/><polygon points=\"" +
+             one_decimal(mx - 5) + "," + one_decimal(y - 10) + " " + one_decimal(mx + 5) + "," +
+             one_decimal(y - 10) + " " + one_decimal(mx) + "," + one_decimal(y - 3) +
+             "\"/><text class=\"tick\" x=\"" + one_decimal(mx + 6) + "\" y=\"" +
+             one_decimal(y - 4) + "\">" + std::to_string(m.fault_id) + "</text></g>\n";
     }
     y += kLaneHeight + kLaneGap;
   }
   const double tick = tick_spacing(span);
-  out += "<line class=\"axis\" x1=\"" + number(kLabelWidth) + "\" x2=\"" +
-         number(kLabelWidth + kPlotWidth) + "\" y1=\"" + number(y) + "\" y2=\"" + number(y) +
-         "\"/>\n";
+  out += "<line class=\"axis\" x1=\"" + one_decimal(kLabelWidth) + "\" x2=\"" +
+         one_decimal(kLabelWidth + kPlotWidth) + "\" y1=\"" + one_decimal(y) + "\" y2=\"" +
+         one_decimal(y) + "\"/>\n";
   for (double t = 0; t <= span + 1e-9; t += tick) {
-    out += "<text class=\"tick\" x=\"" + number(x(t) - 6) + "\" y=\"" + number(y + 16) + "\">" +
-           number(t) + " s</text>\n";
+    out += "<text class=\"tick\" x=\"" + one_decimal(x(t) - 6) + "\" y=\"" + one_decimal(y + 16) +
+           "\">" + one_decimal(t) + " s</text>\n";
   }
   out += "</svg>\n";
 
@@ -239,33 +238,35 @@ std::string FaultTimeline::html(const Json& report, Clock::time_point end) const
   out +=
       "<h2>Steps reported</h2>\n<svg id=\"steps\" xmlns=\"http://www.w3.org/2000/svg\" "
       "width=\"" +
-      number(width) + "\" height=\"" + number(kStepsHeight + kAxisRoom) + "\">\n";
-  out += "<text class=\"tick\" x=\"4\" y=\"" + number(sy(max_step) + 4) + "\">step " +
+      one_decimal(width) + "\" height=\"" + one_decimal(kStepsHeight + kAxisRoom) + "\">\n";
+  out += "<text class=\"tick\" x=\"4\" y=\"" + one_decimal(sy(max_step) + 4) + "\">step " +
          std::to_string(max_step) + "</text>\n<text class=\"tick\" x=\"4\" y=\"" +
-         number(sy(0) + 4) + "\">step 0</text>\n";
+         one_decimal(sy(0) + 4) + "\">step 0</text>\n";
   std::size_t color = 0;
   for (const auto& [local, lane] : lanes_) {
     const char* stroke = kPalette[color++ % (sizeof kPalette / sizeof kPalette[0])];
     if (!lane.steps.empty()) {
       out += "<polyline fill=\"none\" stroke=\"" + std::string(stroke) +
              "\" stroke-width=\"2\" points=\"";
-      for (const auto& [t, s] : lane.steps) out += number(x(t)) + "," + number(sy(s)) + " ";
+      for (const auto& [t, s] : lane.steps)
+        out += one_decimal(x(t)) + "," + one_decimal(sy(s)) + " ";
       if (lane.latest != lane.steps.back()) {
-        out += number(x(lane.latest.first)) + "," + number(sy(lane.latest.second)) + " ";
+        out += one_decimal(x(lane.latest.first)) + "," + one_decimal(sy(lane.latest.second)) + " ";
       }
       out += "\"><title>rank " + std::to_string(lane.rank) + "</title></polyline>\n";
     }
     for (const Marker& m : lane.markers) {
-      out += "<line stroke=\"#000\" stroke-dasharray=\"4 3\" x1=\"" + number(x(m.at)) + "\" x2=\"" +
-             number(x(m.at)) + "\" y1=\"10\" y2=\"" + number(kStepsHeight - 10) + "\"/>\n";
+      out += "<line stroke=\"#000\" stroke-dasharray=\"4 3\" x1=\"" + one_decimal(x(m.at)) +
+             "\" x2=\"" + one_decimal(x(m.at)) + "\" y1=\"10\" y2=\"" +
+             one_decimal(kStepsHeight - 10) + "\"/>\n";
     }
   }
-  out += "<line class=\"axis\" x1=\"" + number(kLabelWidth) + "\" x2=\"" +
-         number(kLabelWidth + kPlotWidth) + "\" y1=\"" + number(kStepsHeight - 10) + "\" y2=\"" +
-         number(kStepsHeight - 10) + "\"/>\n";
+  out += "<line class=\"axis\" x1=\"" + one_decimal(kLabelWidth) + "\" x2=\"" +
+         one_decimal(kLabelWidth + kPlotWidth) + "\" y1=\"" + one_decimal(kStepsHeight - 10) +
+         "\" y2=\"" + one_decimal(kStepsHeight - 10) + "\"/>\n";
   for (double t = 0; t <= span + 1e-9; t += tick) {
-    out += "<text class=\"tick\" x=\"" + number(x(t) - 6) + "\" y=\"" + number(kStepsHeight + 6) +
-           "\">" + number(t) + " s</text>\n";
+    out += "<text class=\"tick\" x=\"" + one_decimal(x(t) - 6) + "\" y=\"" +
+           one_decimal(kStepsHeight + 6) + "\">" + one_decimal(t) + " s</text>\n";
   }
   color = 0;
   double legend_x = kLabelWidth;
@@ -273,8 +274,8 @@ std::string FaultTimeline::html(const Json& report, Clock::time_point end) const
     const char* fill = kPalette[color++ % (sizeof kPalette / sizeof kPalette[0])];
     if (local < 0) continue;  // the rendezvous reports no steps
     out += "<text class=\"label\" fill=\"" + std::string(fill) + "\" style=\"fill:" + fill +
-           "\" x=\"" + number(legend_x) + "\" y=\"" + number(kStepsHeight + 24) + "\">rank " +
-           std::to_string(lane.rank) + "</text>\n";
+           "\" x=\"" + one_decimal(legend_x) + "\" y=\"" + one_decimal(kStepsHeight + 24) +
+           "\">rank " + std::to_string(lane.rank) + "</text>\n";
     legend_x += 70;
   }
   out += "</svg>\n";

@@ -104,6 +104,7 @@ const std::set<std::string> kPureLauncherFiles = {
     "cli/option_text",
     "cli/options",
     "cli/slurm",
+    "cli/text",
     "workers/file_timers",
     "workers/log_line_prefix",
     "workers/numa_binding",
