@@ -98,12 +98,12 @@ int dump_job_stacks(const RendezvousTarget& target, const EnvLookup& env, bool j
   auto number = s.add(rdzv::kDumpRequestsKey, 1);
   if (!number) return fail("cannot ask job '" + target.id + "': " + number.error().message, 1);
   const std::int64_t n = number.value();
-  const rdzv::Json request{{"reason", "ctrun status --dump"},
-                           {"by", "ctrun status"},
-                           {"at", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                      std::chrono::system_clock::now().time_since_epoch())
-                                      .count()}};
-  if (auto asked = s.set(rdzv::dump_request_key(n), request.dump()); !asked) {
+  const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  const std::string request =
+      rdzv::encode_dump_request({"ctrun status --dump", "ctrun status", now_ms});
+  if (auto asked = s.set(rdzv::dump_request_key(n), request); !asked) {
     return fail("cannot ask job '" + target.id + "': " + asked.error().message, 1);
   }
   const auto deadline =
@@ -113,30 +113,18 @@ int dump_job_stacks(const RendezvousTarget& target, const EnvLookup& env, bool j
     return std::max<rdzv::Duration>(deadline - std::chrono::steady_clock::now(),
                                     std::chrono::milliseconds(1));
   };
-  std::map<int, rdzv::Json> answers;
-  int nodes = 1;
-  for (int node = 0; node < nodes; ++node) {
+  DumpAnswers answers(1, /*nodes_from_node0=*/true);
+  for (int node = 0; node < answers.nodes(); ++node) {
     auto text = s.get(rdzv::dump_answer_key(n, node), left());
-    if (!text) {
-      if (node == 0) {
-        return fail("no stacks from node 0's agent of job '" + target.id + "' within " +
-                        std::to_string(static_cast<long long>(timeout_s + 0.5)) +
-                        " s: is the job running its workers? (--dump_timeout)",
-                    1);
-      }
-      continue;
+    if (!text && node == 0) {
+      return fail("no stacks from node 0's agent of job '" + target.id + "' within " +
+                      std::to_string(static_cast<long long>(timeout_s + 0.5)) +
+                      " s: is the job running its workers? (--dump_timeout)",
+                  1);
     }
-    rdzv::Json answer = rdzv::Json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
-    if (!answer.is_object()) continue;
-    // The round's node count, from node 0's agent (bounded: a bad answer cannot make this wait
-    // for a million nodes).
-    if (const auto it = answer.find("nodes");
-        node == 0 && it != answer.end() && it->is_number_integer()) {
-      nodes = static_cast<int>(std::clamp<std::int64_t>(it->get<std::int64_t>(), 1, 1 << 20));
-    }
-    answers.emplace(node, std::move(answer));
+    if (text) answers.add(node, text.value());
   }
-  const JobStacks job_stacks = read_dump_answers(answers, nodes);
+  const JobStacks job_stacks = answers.job();
   const HangReport report =
       build_hang_report(job_stacks.ranks, job_stacks.missing_nodes, job_stacks.flight);
   if (json) {

@@ -88,11 +88,7 @@ rdzv::Task<rdzv::Result<DumpWatch::Outcome>> DumpWatch::report(std::string reaso
   if (auto count = co_await hooks_.get(rdzv::kDumpRequestsKey, std::chrono::milliseconds(0))) {
     const std::int64_t newest = std::strtoll(count.value().c_str(), nullptr, 10);
     auto text = co_await hooks_.get(rdzv::dump_request_key(newest), std::chrono::milliseconds(0));
-    const rdzv::Json request =
-        text ? rdzv::Json::parse(text.value(), nullptr, false) : rdzv::Json();
-    const auto it = request.is_object() ? request.find("at") : request.end();
-    const std::int64_t at =
-        it != request.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+    const std::int64_t at = text ? rdzv::dump_request_at(text.value()) : 0;
     if (newest > 0 && at > 0 && std::llabs(wall - at) < kJoinRecentRequest.count() * 1000) {
       outcome.request = newest;
     }
@@ -101,25 +97,23 @@ rdzv::Task<rdzv::Result<DumpWatch::Outcome>> DumpWatch::report(std::string reaso
     auto number = co_await hooks_.add(rdzv::kDumpRequestsKey, 1);
     if (!number) co_return number.error();
     outcome.request = number.value();
-    const rdzv::Json request{
-        {"reason", reason}, {"by", "node " + std::to_string(hooks_.group_rank())}, {"at", wall}};
-    if (auto s = co_await hooks_.set(rdzv::dump_request_key(outcome.request), request.dump()); !s) {
+    const std::string request =
+        rdzv::encode_dump_request({reason, "node " + std::to_string(hooks_.group_rank()), wall});
+    if (auto s = co_await hooks_.set(rdzv::dump_request_key(outcome.request), request); !s) {
       co_return s.error();
     }
   }
   // Every node's answer, each waited for within what is left of the time.
   const auto deadline = now + timeout;
-  std::map<int, rdzv::Json> answers;
+  DumpAnswers answers(nodes, /*nodes_from_node0=*/false);
   for (int node = 0; node < nodes; ++node) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     auto text = co_await hooks_.get(rdzv::dump_answer_key(outcome.request, node),
                                     std::max(left, std::chrono::milliseconds(1)));
-    if (!text) continue;
-    rdzv::Json answer = rdzv::Json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
-    if (answer.is_object()) answers.emplace(node, std::move(answer));
+    if (text) answers.add(node, text.value());
   }
-  outcome.job = read_dump_answers(answers, nodes);
+  outcome.job = answers.job();
   outcome.report =
       build_hang_report(outcome.job.ranks, outcome.job.missing_nodes, outcome.job.flight);
   co_return outcome;

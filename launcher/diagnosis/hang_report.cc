@@ -221,11 +221,22 @@ std::optional<FlightRecord> flight_record_from_json(const rdzv::Json& j) {
   return f;
 }
 
-JobStacks read_dump_answers(const std::map<int, rdzv::Json>& answers, int nodes) {
+void DumpAnswers::add(int node, const std::string& text) {
+  rdzv::Json answer = rdzv::Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!answer.is_object()) return;
+  // A bad answer cannot make `ctrun status --dump` wait for a million nodes.
+  if (const auto it = answer.find("nodes");
+      nodes_from_node0_ && node == 0 && it != answer.end() && it->is_number_integer()) {
+    nodes_ = static_cast<int>(std::clamp<std::int64_t>(it->get<std::int64_t>(), 1, 1 << 20));
+  }
+  answers_.insert_or_assign(node, std::move(answer));
+}
+
+JobStacks DumpAnswers::job() const {
   JobStacks job;
-  for (int node = 0; node < nodes; ++node) {
-    auto it = answers.find(node);
-    if (it == answers.end() || !it->second.is_object()) {
+  for (int node = 0; node < nodes_; ++node) {
+    auto it = answers_.find(node);
+    if (it == answers_.end()) {
       job.missing_nodes.push_back(node);
       continue;
     }

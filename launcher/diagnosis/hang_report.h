@@ -74,7 +74,22 @@ struct JobStacks {
   std::vector<FlightRecord> flight;
   std::vector<int> missing_nodes;
 };
-JobStacks read_dump_answers(const std::map<int, rendezvous::Json>& answers, int nodes);
+// The answers to one dump request, node by node as they come (the text each node stored); an
+// answer that is not a JSON object counts as missing. With `nodes_from_node0` (`ctrun status
+// --dump`, which knows no round) node 0's answer says how many nodes to wait for, bounded.
+class DumpAnswers {
+ public:
+  DumpAnswers(int nodes, bool nodes_from_node0)
+      : nodes_(nodes), nodes_from_node0_(nodes_from_node0) {}
+  void add(int node, const std::string& text);
+  int nodes() const { return nodes_; }
+  JobStacks job() const;
+
+ private:
+  std::map<int, rendezvous::Json> answers_;
+  int nodes_;
+  bool nodes_from_node0_;
+};
 
 // The report of a whole job.
 struct HangReport {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ctrun/rendezvous/json.h"
+
 namespace ctrun::rendezvous {
 
 // A counter: request n is the value an ADD of 1 returned.
@@ -24,6 +26,22 @@ inline std::string dump_request_key(std::int64_t n) {
 }
 inline std::string dump_answer_key(std::int64_t n, int group_rank) {
   return kDumpPrefix + std::to_string(n) + "/" + std::to_string(group_rank);
+}
+
+// Request n's value, written and read here only.
+struct DumpRequest {
+  std::string reason;
+  std::string by;
+  std::int64_t at_ms = 0;
+};
+inline std::string encode_dump_request(const DumpRequest& r) {
+  return Json{{"reason", r.reason}, {"by", r.by}, {"at", r.at_ms}}.dump();
+}
+// When request text was made (its "at"); 0 for text that is no request.
+inline std::int64_t dump_request_at(const std::string& text) {
+  const Json request = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const auto it = request.is_object() ? request.find("at") : request.end();
+  return it != request.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
 }
 
 }  // namespace ctrun::rendezvous

@@ -1,5 +1,7 @@
 #include "launcher/diagnosis/hang_report.h"
 
+#include "rendezvous/protocol/dump_keys.h"
+
 #include <catch2/catch.hpp>
 
 namespace ctrun::launcher {
@@ -158,6 +160,37 @@ TEST_CASE(
   REQUIRE(back);
   CHECK(back->rank == 1);
   CHECK(back->last.at(0).op == "nccl:all_reduce");
+}
+
+TEST_CASE(
+    "hang report: dump answers as they come, node 0's saying how many nodes, bad ones missing") {
+  const std::string rank3 =
+      R"({"node": 1, "nodes": 3, "host": "b", "ranks": [{"rank": 3, "node": 1, "host": "b", )"
+      R"("kind": "python", "stacks": ""}]})";
+  // ctrun status --dump: node 0 says the round has 3 nodes; node 2's answer is no object.
+  DumpAnswers asked_by_hand(1, /*nodes_from_node0=*/true);
+  asked_by_hand.add(0, R"({"node": 0, "nodes": 3, "host": "a", "ranks": []})");
+  CHECK(asked_by_hand.nodes() == 3);
+  asked_by_hand.add(1, rank3);
+  asked_by_hand.add(2, "[1, 2");
+  JobStacks job = asked_by_hand.job();
+  CHECK(job.missing_nodes == std::vector<int>{2});
+  REQUIRE(job.ranks.size() == 1);
+  CHECK(job.ranks[0].rank == 3);
+  // A count past any round is bounded; an agent, which knows its round, keeps its own.
+  DumpAnswers wild(1, true);
+  wild.add(0, R"({"nodes": 99999999999})");
+  CHECK(wild.nodes() == 1 << 20);
+  DumpAnswers agent(2, /*nodes_from_node0=*/false);
+  agent.add(0, R"({"nodes": 7})");
+  CHECK(agent.nodes() == 2);
+  CHECK(agent.job().missing_nodes == std::vector<int>{1});
+
+  // The request's "at" (when it was made: requests made together are joined).
+  const std::string request = rendezvous::encode_dump_request({"watchdog", "node 1", 1234});
+  CHECK(rendezvous::dump_request_at(request) == 1234);
+  CHECK(rendezvous::dump_request_at("not json") == 0);
+  CHECK(rendezvous::dump_request_at(R"({"at": "soon"})") == 0);
 }
 
 }  // namespace
