@@ -68,9 +68,8 @@ std::string digest_hex(std::uint64_t digest);  // 16 hex digits, as the trainers
 // it, so that a faulted run is compared with a clean one).
 void write_result(std::uint64_t digest);
 
-// Trains for options.epochs (or max_steps), resuming from --checkpoint_dir. Returns 0.
+// Trains for options.epochs (or max_steps), resuming from --checkpoint_dir; with
+// --fault_tolerant on per-step quorums. One loop around a StepPlan (step_plan.h). Returns 0.
 int train(const TrainOptions& options, Run& run, TrainTask& task);
-// train() with --fault_tolerant (train_loop_ft.cc).
-int train_fault_tolerant(const TrainOptions& options, Run& run, TrainTask& task);
 
 }  // namespace ctrun::trainers
