@@ -12,7 +12,6 @@
 
 #include "launcher/agent/agent_os.h"
 #include "launcher/faults/fault_plan.h"
-#include "launcher/faults/link_cut.h"
 #include "rendezvous/base/log.h"
 #include "rendezvous/protocol/fault_keys.h"
 
@@ -192,13 +191,13 @@ void Agent::Impl::carry_out(const FaultInjector::Action& a, const FaultInjector:
       spawn(cut_link(a.fault_id, a.peer));
       return;
     case Kind::kLinkUp:
-      restore_link(a.fault_id);
+      node_faults_.restore_link(a.fault_id);
       return;
     case Kind::kFillDisk:
-      fill_checkpoint_disk(a.fault_id, a.path);
+      node_faults_.fill_disk(a.fault_id, a.path);
       return;
     case Kind::kFreeDisk:
-      free_checkpoint_disk(a.fault_id);
+      node_faults_.free_disk(a.fault_id);
       return;
     case Kind::kStopRendezvous:
       if (server_) {
@@ -244,63 +243,14 @@ Task<void> Agent::Impl::cut_link(int fault_id, int peer) {
         "' cannot be resolved: " + ec.message());
     co_return;
   }
-  const std::string table = link_cut_table(static_cast<int>(::getpid()), fault_id);
-  const ToolRun run = run_tool(link_cut_command(table, address.to_string(), address.is_v6()));
-  if (run.exit_code != 0) {
-    log("error: " + id + ": nft could not cut the link: " + run.output);
-    co_return;
-  }
-  link_cuts_[fault_id] = table;
-  log(id + ": the link to node " + std::to_string(peer) + " (" + address.to_string() +
-      ") is cut (nft table inet " + table + ")");
-  if (links_restored_early_.erase(fault_id) > 0) restore_link(fault_id);
-}
-
-void Agent::Impl::restore_link(int fault_id) {
-  auto cut = link_cuts_.find(fault_id);
-  if (cut == link_cuts_.end()) {
-    links_restored_early_.insert(fault_id);  // its cut is still on the way
-    return;
-  }
-  const ToolRun run = run_tool(link_restore_command(cut->second));
-  if (run.exit_code != 0) {
-    log("error: fault " + std::to_string(fault_id) + ": nft could not remove table inet " +
-        cut->second + ": " + run.output + " (remove it by hand: nft delete table inet " +
-        cut->second + ")");
-  } else {
-    log("fault " + std::to_string(fault_id) + ": the link is back");
-  }
-  link_cuts_.erase(cut);
-}
-
-void Agent::Impl::fill_checkpoint_disk(int fault_id, const std::string& path) {
-  const std::string id = "fault " + std::to_string(fault_id);
-  auto fill = fill_disk(path, fault_id);
-  if (!fill) {
-    log("error: " + id + ": cannot fill the disk: " + fill.error().message);
-    return;
-  }
-  log(id + ": the disk of '" + path + "' is full (" + std::to_string(fill.value().bytes >> 20) +
-      " MiB in " + fill.value().file + ")");
-  disk_fills_[fault_id] = std::move(fill).value();
-}
-
-void Agent::Impl::free_checkpoint_disk(int fault_id) {
-  auto fill = disk_fills_.find(fault_id);
-  if (fill == disk_fills_.end()) return;
-  if (auto s = free_disk(fill->second); !s) {
-    log("error: fault " + std::to_string(fault_id) + ": " + s.error().message);
-  } else {
-    log("fault " + std::to_string(fault_id) + ": the disk has room again");
-  }
-  disk_fills_.erase(fill);
+  node_faults_.cut_link(fault_id, peer, address.to_string(), address.is_v6());
 }
 
 void Agent::Impl::end_node_faults() {
   if (!faults_) return;
   for (const auto& a : faults_->end_node_faults()) {
-    if (a.kind == FaultInjector::Action::Kind::kLinkUp) restore_link(a.fault_id);
-    if (a.kind == FaultInjector::Action::Kind::kFreeDisk) free_checkpoint_disk(a.fault_id);
+    if (a.kind == FaultInjector::Action::Kind::kLinkUp) node_faults_.restore_link(a.fault_id);
+    if (a.kind == FaultInjector::Action::Kind::kFreeDisk) node_faults_.free_disk(a.fault_id);
   }
 }
 

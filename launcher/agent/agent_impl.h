@@ -23,15 +23,16 @@
 #include "ctrun/rendezvous/endpoint.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/agent_machine.h"
+#include "launcher/agent/agent_os.h"
 #include "launcher/diagnosis/dump_watch.h"
 #include "launcher/diagnosis/heartbeat_monitor.h"
 #include "launcher/diagnosis/node_health.h"
 #include "launcher/diagnosis/straggler_watch.h"
 #include "launcher/faults/cut_off_backend.h"
-#include "launcher/faults/disk_fill.h"
 #include "launcher/faults/fault_injector.h"
 #include "launcher/faults/fault_report.h"
 #include "launcher/faults/fault_timeline.h"
+#include "launcher/faults/node_faults.h"
 #include "launcher/workers/file_timer_server.h"
 #include "launcher/workers/filtered_log.h"
 #include "launcher/workers/numa_binding.h"
@@ -239,12 +240,8 @@ class Agent::Impl {
   rdzv::Status check_fault_needs(const Fault& fault) const;
   void arm_fault_timer();
   void carry_out(const FaultInjector::Action& action, const FaultInjector::Due& due);
-  // The node's faults (fault_injector.h): the link to a peer cut and restored, the disk filled
-  // and freed, the hosted rendezvous stopped and started again.
+  // A link fault: the peer's address read from the round's store, then cut (node_faults_).
   Task<void> cut_link(int fault_id, int peer);
-  void restore_link(int fault_id);
-  void fill_checkpoint_disk(int fault_id, const std::string& path);
-  void free_checkpoint_disk(int fault_id);
   // At the agent's end: nothing of the node's faults outlives it.
   void end_node_faults();
   // What an injected fault was, in the job's store (kFaultsInjectedKey): `ctrun status`, the
@@ -335,10 +332,13 @@ class Agent::Impl {
   std::vector<std::optional<std::int64_t>> reported_steps_;  // by local rank, with --faults
   std::vector<std::string> result_files_;  // by local rank: CTRUN_RESULT_FILE (--fault_report)
   asio::steady_timer fault_timer_;
-  CutOffBackend* cut_off_ = nullptr;      // client_, with --faults: the switch of a cut-off
-  std::map<int, std::string> link_cuts_;  // by fault id: the nft table of a link cut now
-  std::set<int> links_restored_early_;    // link faults that ended before their cut was made
-  std::map<int, DiskFill> disk_fills_;    // by fault id: the file that fills a disk now
+  CutOffBackend* cut_off_ = nullptr;  // client_, with --faults: the switch of a cut-off
+  // The node's cut links and full disks (the hosted rendezvous's stop and start are here).
+  NodeFaults node_faults_{{[](const std::vector<std::string>& argv) {
+                             const ToolRun run = run_tool(argv);
+                             return std::pair<int, std::string>(run.exit_code, run.output);
+                           },
+                           [](const std::string& line) { log(line); }}};
   bool rendezvous_down_ = false;  // the hosted rendezvous stopped by a fault, to start again
   bool watching_fault_requests_ = false;
 };
