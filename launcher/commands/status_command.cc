@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <boost/asio.hpp>
 #include <cstdio>
-#include <map>
 
 #include "ctrun/rendezvous/client.h"
 #include "ctrun/rendezvous/endpoint.h"

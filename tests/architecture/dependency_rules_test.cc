@@ -196,6 +196,13 @@ std::vector<std::pair<std::string, fs::path>> sources_of_parts(const std::string
   return out;
 }
 
+// The broken rules, one per line, for the failure's message.
+std::string lines_of(const std::vector<std::string>& broken) {
+  std::ostringstream text;
+  for (const auto& line : broken) text << line << "\n";
+  return text.str();
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -228,9 +235,7 @@ TEST_CASE(
       }
     }
   }
-  std::ostringstream text;
-  for (const auto& line : broken) text << line << "\n";
-  INFO(text.str());
+  INFO(lines_of(broken));
   CHECK(files > 200);
   CHECK(broken.empty());
 }
@@ -262,9 +267,7 @@ TEST_CASE("architecture: the launcher's pure files include no socket, process or
       }
     }
   }
-  std::ostringstream text;
-  for (const auto& line : broken) text << line << "\n";
-  INFO(text.str());
+  INFO(lines_of(broken));
   CHECK(found == kPureLauncherFiles);  // each listed file exists
   CHECK(broken.empty());
 }
@@ -287,8 +290,6 @@ TEST_CASE(
       }
     }
   }
-  std::ostringstream text;
-  for (const auto& line : broken) text << line << "\n";
-  INFO(text.str());
+  INFO(lines_of(broken));
   CHECK(broken.empty());
 }

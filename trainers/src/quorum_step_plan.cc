@@ -25,7 +25,8 @@ using worker::fixed;
 
 namespace {
 
-void check_options(const TrainOptions& o) {
+// The flags --fault_tolerant cannot train with, refused before anything starts.
+const TrainOptions& checked(const TrainOptions& o) {
   if (o.grad_accum != 1) {
     throw std::invalid_argument("--grad_accum " + std::to_string(o.grad_accum) +
                                 ": --fault_tolerant trains one micro-step per step");
@@ -40,6 +41,7 @@ void check_options(const TrainOptions& o) {
     throw std::invalid_argument("--ft_shard_group " + std::to_string(o.ft_shard_group) +
                                 ": shard groups shard a model, give --zero 1, 2 or 3 too");
   }
+  return o;
 }
 
 worker::FaultToleranceOptions fault_tolerance_options(const TrainOptions& o) {
@@ -57,7 +59,7 @@ worker::FaultToleranceOptions fault_tolerance_options(const TrainOptions& o) {
 class QuorumStepPlan final : public StepPlan {
  public:
   QuorumStepPlan(const TrainOptions& o, Run& run, TrainTask& task)
-      : StepPlan((check_options(o), o), run, task) {
+      : StepPlan(checked(o), run, task) {
     who_ = run.env.replica_id;
     // With --zero the optimizer steps the shards, which exist once the shard group does.
     if (o.zero == 0) optimizer_ = task.make_optimizer(task.model->parameters(), o.lr);

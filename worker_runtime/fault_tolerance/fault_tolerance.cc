@@ -340,20 +340,15 @@ class FaultTolerance::Impl : public StepGate {
       std::lock_guard lock(step_mutex_);
       changed.swap(changed_);
     }
-    if (changed && changed->finished) {
-      finished_at_ = changed->max_step;
-      return;
-    }
-    if (changed) {
-      std::string why = adopt(*changed);
-      if (why.empty() && !sitting_out_) return;
-      if (!why.empty()) {
-        log("quorum " + std::to_string(changed->quorum_id) + ": " + why + "; asking again");
-      }
-    }
     bool ask_failed = false;
     QuorumSettleHooks hooks;
-    hooks.ask = [&] {
+    hooks.ask = [&]() -> Result<QuorumAssignment> {
+      // The quorum the overlapped ask brought, which its newcomers adopted already, comes first.
+      if (changed) {
+        QuorumAssignment first = std::move(*changed);
+        changed.reset();
+        return first;
+      }
       // A new communicator when this one failed, or when there is none (just started, or the
       // daemon came back); a worker that sits out has none and needs none.
       auto answer = ask(ask_step(), group_broken_ || (!inner_ && !sitting_out_));
