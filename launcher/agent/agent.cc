@@ -168,9 +168,10 @@ rdzv::Status Agent::Impl::setup() {
   } else if (!o.fault_report.empty()) {
     faults_.emplace(FaultPlan{});  // no faults: a clean run's report, to compare with
   }
-  if (heartbeat_files_on() || o.flight_recorder) {
+  if (heartbeat_files_on() || o.flight_recorder || o.fault_tolerance == "step") {
     // Python workers report their steps and results (and raise a planned exception) through
-    // ctrun's helper; its sitecustomize.py lets the agent take their stacks (hang reports).
+    // ctrun's helper, and train per-step fault tolerant with it; its sitecustomize.py lets the
+    // agent take their stacks (hang reports).
     const std::string dir = log_root_ + "/" + run_id_ + "/python";
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -184,6 +185,11 @@ rdzv::Status Agent::Impl::setup() {
       }
     }
     python_helper_dir_ = dir;
+  }
+  if (o.fault_tolerance == "step") {
+    // The workers' proxy is this very executable (`ctrun worker-proxy`).
+    std::error_code ec;
+    worker_proxy_ = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   }
 
   probe_workers_torch();

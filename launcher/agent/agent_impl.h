@@ -296,9 +296,10 @@ class Agent::Impl {
   std::unique_ptr<WorkerRunner> workers_;
   std::string log_root_;
   std::string temp_root_;  // removed at exit; empty when --log_dir was given
-  // Holds ctrun_worker.py with heartbeat files (--worker_timeout, --faults, --fault_report);
-  // else empty.
+  // Holds ctrun_worker.py with heartbeat files (--worker_timeout, --faults, --fault_report) or
+  // --fault_tolerance=step; else empty.
   std::string python_helper_dir_;
+  std::string worker_proxy_;  // --fault_tolerance=step: this executable, for Python workers
   std::vector<CpuBinding> bindings_;  // --numa-binding: each local rank's, else empty
   // Adopted descendants that exited are reaped every second. Not on SIGCHLD: asio installs its
   // handlers without SA_RESTART, and every worker's exit would interrupt blocking calls.

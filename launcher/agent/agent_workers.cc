@@ -167,6 +167,7 @@ rdzv::Result<WorkerSpec> Agent::Impl::worker_spec(const Attempt& attempt,
     std::remove(in.fault_file.c_str());  // a planned exception is for the process it was sent to
   }
   in.python_helper_dir = python_helper_dir_;
+  in.worker_proxy = worker_proxy_;
   if (!python_helper_dir_.empty() && workers_run_python_ && slot < stacks_files_.size()) {
     // Made by the worker's sitecustomize.py once its handler is registered: not before.
     in.stacks_file = dir + "/python_stacks";

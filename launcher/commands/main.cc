@@ -3,6 +3,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "launcher/cluster/cluster_launcher.h"
 #include "launcher/commands/fault_command.h"
 #include "launcher/commands/status_command.h"
+#include "worker_runtime/quorum/worker_proxy.h"
 
 int main(int argc, char** argv) {
   using namespace ctrun::launcher;
@@ -27,6 +29,12 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::string(argv[1]) == "fault") {
     return run_fault_command(std::vector<std::string>(argv + 2, argv + argc), env);
+  }
+  // Not for people: the quorum and store proxy that a Python worker of --fault_tolerance=step
+  // starts as its child (ctrun_worker.FaultTolerance; the agent names this executable to it).
+  if (argc > 1 && std::string(argv[1]) == "worker-proxy") {
+    ctrun::worker::exit_with_parent();
+    std::_Exit(ctrun::worker::run_worker_proxy(ctrun::worker::process_environment(), 0, 1));
   }
   auto parsed = parse_launch_options(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!parsed) {

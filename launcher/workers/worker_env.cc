@@ -137,6 +137,7 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   if (o.fault_tolerance == "step") {
     vars.emplace("CTRUN_FAULT_TOLERANCE", "step");
     vars.emplace("CTRUN_REPLICA_ID", in.replica_id);
+    if (!in.worker_proxy.empty()) vars.emplace("CTRUN_WORKER_PROXY", in.worker_proxy);
   }
   if (!in.stacks_file.empty()) {
     vars.emplace("CTRUN_STACKS_FILE", in.stacks_file);

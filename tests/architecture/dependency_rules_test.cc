@@ -61,11 +61,12 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
     {"launcher/cluster",
      {"launcher/agent", "launcher/diagnosis", "launcher/faults", "launcher/workers", "launcher/cli",
       "rendezvous/backend", "rendezvous/daemon", "rendezvous/protocol", "rendezvous/base"}},
-    // `ctrun status` reads an etcd job's keys itself (etcd_jobs.h) and ctrund's with a Client.
+    // `ctrun status` reads an etcd job's keys itself (etcd_jobs.h) and ctrund's with a Client;
+    // `ctrun worker-proxy` is the Python workers' way to the per-step quorum.
     {"launcher/commands",
      {"launcher/cluster", "launcher/agent", "launcher/diagnosis", "launcher/faults",
-      "launcher/workers", "launcher/cli", "rendezvous/backend", "rendezvous/etcd",
-      "rendezvous/client", "rendezvous/protocol", "rendezvous/base"}},
+      "launcher/workers", "launcher/cli", "worker_runtime/quorum", "rendezvous/backend",
+      "rendezvous/etcd", "rendezvous/client", "rendezvous/protocol", "rendezvous/base"}},
 };
 
 // The launcher's public headers belong to the part that implements them.

@@ -11,12 +11,12 @@
 
 #include "ctrun/worker/heartbeat.h"
 #include "ctrun/worker/sampler.h"
-#include "ctrun/worker/step_quorum.h"
 #include "worker_runtime/base/error_text.h"
 #include "worker_runtime/fault_tolerance/managed_group.h"
 #include "worker_runtime/fault_tolerance/replica_state.h"
 #include "worker_runtime/process_groups/ctrun_store.h"
 #include "worker_runtime/process_groups/make_group.h"
+#include "worker_runtime/quorum/quorum_asker.h"
 #include "worker_runtime/quorum/quorum_plan.h"
 #include "worker_runtime/quorum/quorum_settle.h"
 #include "worker_runtime/sharded/sharded_access.h"
@@ -25,7 +25,6 @@ namespace ctrun::worker {
 
 using rendezvous::ErrorCode;
 using rendezvous::QuorumAssignment;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -72,7 +71,7 @@ std::string check_timeouts(const FaultToleranceOptions& o) {
 class FaultTolerance::Impl : public StepGate {
  public:
   Impl(WorkerEnv env, FaultToleranceOptions options, ReplicaState state,
-       rendezvous::QuorumConfig config, ShardSlot slot, std::unique_ptr<StepQuorum> quorum)
+       rendezvous::QuorumConfig config, ShardSlot slot, std::unique_ptr<QuorumAsker> quorum)
       : env_(std::move(env)),
         options_(options),
         state_(state),
@@ -154,8 +153,6 @@ class FaultTolerance::Impl : public StepGate {
   }
 
   void finish() {
-    std::lock_guard lock(quorum_mutex_);
-    if (!quorum_) return;
     if (auto s = quorum_->finish(committed_, options_.quorum_timeout); !s) {
       log("telling the quorum that training finished: " + s.error().message);
     }
@@ -261,34 +258,7 @@ class FaultTolerance::Impl : public StepGate {
   // Asks for the quorum of the step after `committed`, connecting again (and asking for a new
   // communicator) when the daemon went away, until the quorum timeout.
   Result<QuorumAssignment> ask(std::int64_t committed, bool rebuild) {
-    const auto deadline = Clock::now() + options_.quorum_timeout;
-    std::lock_guard lock(quorum_mutex_);
-    std::string last_error;
-    for (;;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) {
-        return Error{ErrorCode::kTimeout, "the quorum service could not be reached: " + last_error};
-      }
-      if (!quorum_) {
-        auto connected = StepQuorum::connect(env_, config_, left);
-        if (!connected) {
-          last_error = connected.error().message;
-          std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(100)));
-          continue;
-        }
-        quorum_ = std::move(connected).value();
-        reconnected_ = true;
-      }
-      auto answer = quorum_->next(committed, "", left, rebuild || reconnected_);
-      if (answer) {
-        reconnected_ = false;
-        return answer;
-      }
-      if (answer.error().code != ErrorCode::kConnection) return answer.error();
-      last_error = answer.error().message;
-      quorum_.reset();  // the daemon went away (or restarted): connect again, ask again
-    }
+    return quorum_->ask(committed, rebuild, options_.quorum_timeout);
   }
 
   std::string no_quorum(const Error& error) const {
@@ -526,8 +496,7 @@ class FaultTolerance::Impl : public StepGate {
         lock.lock();
         continue;
       }
-      std::unique_lock quorum(quorum_mutex_, std::try_to_lock);
-      if (quorum && quorum_) (void)quorum_->heartbeat();
+      quorum_->heartbeat_if_idle();
     }
   }
 
@@ -555,10 +524,8 @@ class FaultTolerance::Impl : public StepGate {
   std::optional<std::int64_t> finished_at_;  // the peers finished the training at this step
   Stats stats_;
 
-  std::mutex quorum_mutex_;  // the quorum client: one call at a time
-  std::unique_ptr<StepQuorum> quorum_;
+  const std::unique_ptr<QuorumAsker> quorum_;  // thread-safe: the main and background threads'
   rendezvous::SteadyClock clock_;
-  bool reconnected_ = false;  // the next ask asks for a new communicator
 
   std::mutex step_mutex_;  // shared with the step's collectives
   std::future<Result<QuorumAssignment>> pending_;
@@ -602,7 +569,7 @@ Result<std::unique_ptr<FaultTolerance>> FaultTolerance::start(const WorkerEnv& e
   config.max_replicas = options.max_replicas > 0 ? options.max_replicas : env.world_size;
   config.join_timeout = options.join_timeout;
   config.heartbeat_timeout = options.heartbeat_timeout;
-  auto quorum = StepQuorum::connect(env, config, options.quorum_timeout);
+  auto quorum = QuorumAsker::connect(env, config, options.quorum_timeout);
   if (!quorum) return quorum.error();
   auto impl = std::make_unique<Impl>(env, options, state, config, std::move(slot).value(),
                                      std::move(quorum).value());

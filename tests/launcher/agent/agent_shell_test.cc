@@ -220,6 +220,10 @@ TEST_CASE("agent in memory, fault tolerant: a failed worker is replaced alone, t
   CHECK(replica == env_value(a.workers->attempts[0][1], "CTRUN_REPLICA_ID"));  // its slot
   CHECK(replica.size() > 2);
   CHECK(replica.substr(replica.size() - 2) == "/1");
+  // A Python worker's way to the quorum: the agent's own executable (`ctrun worker-proxy`), and
+  // ctrun_worker.py on its path.
+  CHECK_FALSE(env_value(again, "CTRUN_WORKER_PROXY").empty());
+  CHECK(env_value(again, "PYTHONPATH").find("/python") != std::string::npos);
   CHECK(a.state("ft") == rdzv::JobState::kSucceeded);
 }
 

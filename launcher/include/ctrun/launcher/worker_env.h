@@ -82,6 +82,9 @@ struct WorkerEnvInputs {
   // --fault_tolerance=step: the worker's replica slot (CTRUN_REPLICA_ID), which its replacement
   // keeps.
   std::string replica_id;
+  // --fault_tolerance=step: this ctrun executable, which a Python worker's FaultTolerance runs
+  // as `ctrun worker-proxy` to reach the quorum and the job's store (CTRUN_WORKER_PROXY).
+  std::string worker_proxy;
 };
 
 // The agent's own environment ("K=V" entries) with the worker's variables set over it. With

@@ -1,0 +1,246 @@
+// Per-step fault tolerance for Python scripts: tests/python/ft_mlp.py (ctrun_worker's
+// FaultTolerance and StepSampler, torch 1.13 here, Gloo) under ctrun --fault_tolerance=step, as
+// processes: a worker SIGKILLed or hung mid-step, on ctrund and on etcd, a node lost, a node
+// joining, the daemon restarted. Each run asserts what the mode promises, as for the C++
+// trainers (tests/trainers/fault_tolerant_test.cc): the survivors keep their processes, no
+// committed step is lost or redone, every sample of each epoch is trained exactly once, and
+// every replica ends with the very same parameters.
+#include <csignal>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "catch.h"
+#include "etcd_server.h"
+#include "ft_checks.h"
+#include "process.h"
+
+using namespace ctrun::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// ft_mlp.py for 2 epochs of `samples` (batch 32 per replica, seed 7) with the tests' timeouts
+// (collective 1 s, heartbeat 0.5 s, join 3 s, quorum 30 s), logging its commits to `consumed`.
+std::vector<std::string> ft_script(std::uint64_t samples, const std::string& consumed,
+                                   const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv = {FT_SCRIPT_PATH, "--samples", std::to_string(samples),
+                                   "--consumed_log", consumed};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+struct Fault {
+  const char* name;
+  const char* flag;
+  const char* worker_timeout;
+  const char* seen;
+  const char* at_step;
+  std::uint64_t samples;
+};
+// Early in a run of 384 steps, so that the replacement (seconds to start torch on a busy
+// machine) heals and trains on; the hang's replacement may come after the end.
+const Fault kKilled{"killed", "--kill_at_step", "--worker_timeout=0", "was killed by SIGKILL", "3",
+                    12288};
+const Fault kHung{"hung", "--hang_at_step", "--worker_timeout=12", "no heartbeat for ", "10", 1536};
+
+// One node of three Python workers on the rendezvous `rendezvous` names, the last one faulty:
+// the job succeeds with the promises kept.
+void check_worker_fault(const ScratchDir& s, const Fault& f,
+                        const std::vector<std::string>& rendezvous) {
+  const std::string consumed = s.path(std::string(f.name) + ".consumed");
+  const std::string log = s.path(std::string(f.name) + ".log");
+  std::vector<std::string> argv = {CTRUN_PATH};
+  argv.insert(argv.end(), rendezvous.begin(), rendezvous.end());
+  argv.insert(argv.end(), {"--nproc_per_node=3", "--fault_tolerance=step", "--max_restarts=2",
+                           f.worker_timeout});
+  const auto script = ft_script(f.samples, consumed, {f.flag, f.at_step});
+  argv.insert(argv.end(), script.begin(), script.end());
+  ChildProcess p(argv, log);
+  const auto rc = p.wait(150s);
+  const std::string out = read_file(log);
+  INFO(out);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(out.find(f.seen) != std::string::npos);
+  CHECK(out.find("replacing worker rank 2 (local rank 2; 1 of 2 restarts); the others run on") !=
+        std::string::npos);
+  CHECK(out.find("restarting the job") == std::string::npos);
+
+  const auto lines = replica_lines(out);
+  REQUIRE(lines.size() == 3);
+  std::set<std::string> digests;
+  for (const auto& [replica, r] : lines) {
+    INFO(replica);
+    const bool faulty = replica.size() > 2 && replica.compare(replica.size() - 2, 2, "/2") == 0;
+    CHECK(r.started_pids.size() == (faulty ? 2u : 1u));
+    if (faulty && r.digest.empty()) {
+      CHECK(out.find("the other replicas finished the training at step") != std::string::npos);
+      continue;
+    }
+    CHECK_FALSE(r.digest.empty());
+    digests.insert(r.digest);
+    if (!faulty) CHECK(r.final_pid == r.started_pids.front());
+  }
+  CHECK(digests.size() == 1);  // the very same parameters on every replica
+  check_commits(read_consumed(consumed), f.samples);
+  if (std::string(f.name) == "killed") {
+    CHECK(out.find("healed from ") != std::string::npos);
+    CHECK(out.find("lost: ") != std::string::npos);  // the survivors lost the step it died in
+  }
+}
+
+// One agent (one Python worker) of a multi-node job at `endpoint`, logging to DIR/NAME.log.
+std::unique_ptr<ChildProcess> ft_agent(const ScratchDir& s, const std::string& name,
+                                       const std::string& nnodes, const std::string& endpoint,
+                                       const std::string& conf, const std::string& consumed,
+                                       std::uint64_t samples) {
+  return std::make_unique<ChildProcess>(ft_agent_argv(CTRUN_PATH, nnodes, endpoint, "py-ft-agents",
+                                                      conf, ft_script(samples, consumed)),
+                                        s.path(name + ".log"));
+}
+
+std::string logs_of(const ScratchDir& s, const std::vector<std::string>& names) {
+  std::string all;
+  for (const auto& name : names) {
+    all += "---- " + name + " ----\n" + read_file(s.path(name + ".log"));
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("python fault tolerance: a killed or hung worker costs a step, not a restart") {
+  ScratchDir s("py_ft");
+  SystemPython python;
+  for (const Fault& f : {kKilled, kHung}) check_worker_fault(s, f, {"--standalone"});
+}
+
+TEST_CASE("python fault tolerance: on etcd a killed worker costs a step, not a restart") {
+  CTRUN_SKIP_WITHOUT_ETCD();
+  ScratchDir s("py_ft_etcd");
+  SystemPython python;
+  EtcdCluster etcd(s, 1);
+  check_worker_fault(s, kKilled,
+                     {"--nnodes=1", "--rdzv_backend=etcd", "--rdzv_endpoint=" + etcd.endpoints(),
+                      "--rdzv_id=py-ft-etcd"});
+}
+
+TEST_CASE("python fault tolerance: a node lost costs a step, the others go on") {
+  ScratchDir s("py_ft_agents");
+  SystemPython python;
+  const std::string consumed = s.path("consumed");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  const std::uint64_t samples = 6144;
+  auto agent = [&](const std::string& name) {
+    return ft_agent(s, name, "2:3", endpoint, "", consumed, samples);
+  };
+  // a hosts the rendezvous; c, which does not, is the node lost (its agent SIGKILLed: its
+  // worker dies with it, and the worker's proxy with the worker, as on a dead machine).
+  auto a = agent("a");
+  REQUIRE(wait_for_text(s.path("a.log"), "hosting the rendezvous", 30s));
+  auto b = agent("b");
+  auto c = agent("c");
+  REQUIRE(wait_for_lines(consumed, 3 * 20, 90s));  // 20 steps committed by each of the three
+  c->signal(SIGKILL);
+  const auto c_code = c->wait(30s);
+  const auto a_code = a->wait(120s);
+  const auto b_code = b->wait(60s);
+  INFO(logs_of(s, {"a", "b", "c"}));
+  REQUIRE(c_code);
+  CHECK(*c_code == 128 + SIGKILL);
+  REQUIRE(a_code);
+  REQUIRE(b_code);
+  CHECK(*a_code == 0);
+  CHECK(*b_code == 0);
+  auto lines = replica_lines(read_file(s.path("a.log")));
+  const auto lines_b = replica_lines(read_file(s.path("b.log")));
+  REQUIRE(lines.size() == 1);
+  REQUIRE(lines_b.size() == 1);
+  lines.insert(lines_b.begin(), lines_b.end());
+  check_kept_processes(lines);
+  check_commits(read_consumed(consumed), samples);
+}
+
+TEST_CASE("python fault tolerance: a node that joins heals and trains, nobody stops") {
+  ScratchDir s("py_ft_join");
+  SystemPython python;
+  const std::string consumed = s.path("consumed");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  // Long enough (768 steps of two replicas) that the third node, seconds to start, comes while
+  // the first two train.
+  const std::uint64_t samples = 24576;
+  auto agent = [&](const std::string& name) {
+    return ft_agent(s, name, "2:3", endpoint, "last_call_timeout=1", consumed, samples);
+  };
+  auto a = agent("a");
+  REQUIRE(wait_for_text(s.path("a.log"), "hosting the rendezvous", 30s));
+  auto b = agent("b");
+  REQUIRE(wait_for_lines(consumed, 2 * 20, 90s));
+  auto c = agent("c");
+  const auto a_code = a->wait(180s);
+  const auto b_code = b->wait(60s);
+  const auto c_code = c->wait(60s);
+  const std::string out_c = read_file(s.path("c.log"));
+  INFO(logs_of(s, {"a", "b", "c"}));
+  REQUIRE(a_code);
+  REQUIRE(b_code);
+  REQUIRE(c_code);
+  CHECK(*a_code == 0);
+  CHECK(*b_code == 0);
+  CHECK(*c_code == 0);
+  for (const char* name : {"a", "b"}) {
+    const std::string out = read_file(s.path(std::string(name) + ".log"));
+    CHECK(out.find("joining it; the workers run on") != std::string::npos);
+    CHECK(out.find("restarting") == std::string::npos);
+  }
+  CHECK(out_c.find("healed from ") != std::string::npos);
+  std::map<std::string, ReplicaLines> lines;
+  for (const char* name : {"a", "b", "c"}) {
+    const auto one = replica_lines(read_file(s.path(std::string(name) + ".log")));
+    REQUIRE(one.size() == 1);
+    lines.insert(one.begin(), one.end());
+  }
+  REQUIRE(lines.size() == 3);
+  check_kept_processes(lines);
+  const auto commits = read_consumed(consumed);
+  CHECK(commits.size() == 3);  // the newcomer committed steps too
+  check_commits(commits, samples);
+}
+
+TEST_CASE("python fault tolerance: ctrund SIGKILLed and restarted with --state_dir") {
+  ScratchDir s("py_ft_daemon");
+  SystemPython python;
+  const std::string consumed = s.path("consumed");
+  const std::vector<std::string> state = {"--state_dir", s.path("state")};
+  std::unique_ptr<ChildProcess> daemon;
+  const std::uint16_t port = start_ctrund(daemon, s, CTRUND_PATH, state, 0, "ctrund1");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  const std::uint64_t samples = 12288;
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (const char* name : {"a", "b", "c"}) {
+    agents.push_back(
+        ft_agent(s, name, "3", endpoint, "is_host=false,keep_alive_interval=1", consumed, samples));
+  }
+  REQUIRE(wait_for_lines(consumed, 3 * 20, 90s));
+  daemon->signal(SIGKILL);
+  REQUIRE(daemon->wait(5s).has_value());
+  const long committed_at_kill = lines_in(consumed);
+  std::this_thread::sleep_for(1s);
+  start_ctrund(daemon, s, CTRUND_PATH, state, port, "ctrund2");
+  std::vector<std::optional<int>> codes;
+  for (auto& agent : agents) codes.push_back(agent->wait(180s));
+  const std::string all = logs_of(s, {"a", "b", "c"});
+  INFO(all << "---- ctrund2 ----\n" << read_file(s.path("ctrund2.log")));
+  for (const auto& code : codes) {
+    REQUIRE(code);
+    CHECK(*code == 0);
+  }
+  // The job trained on after the daemon came back, every worker in its first process.
+  CHECK(lines_in(consumed) > committed_at_kill + 3 * 10);
+  const auto lines = replica_lines(all);
+  REQUIRE(lines.size() == 3);
+  check_kept_processes(lines);
+  check_commits(read_consumed(consumed), samples);
+}
