@@ -321,6 +321,171 @@ def _beat():
             pass
 
 
+class _BackgroundAsker:
+    """One thread for the run that asks for the next quorum while a step runs (begin_step()
+    in steady state); the answer is awaited before the step's first collective."""
+
+    def __init__(self, ask):
+        self._ask = ask
+        self._orders = []
+        self._ready = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="ctrun-quorum-ask", daemon=True)
+        self._thread.start()
+
+    def ask(self, committed):
+        done, result = threading.Event(), {}
+        with self._ready:
+            self._orders.append((committed, done, result))
+            self._ready.notify()
+        return done, result
+
+    def stop(self):
+        with self._ready:
+            self._orders.append(None)
+            self._ready.notify()
+
+    def _run(self):
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: self._orders)
+                order = self._orders.pop(0)
+            if order is None:
+                return
+            committed, done, result = order
+            try:
+                result["reply"] = self._ask(committed, False)
+            except BaseException as e:  # handed to the step
+                result["error"] = e
+            done.set()
+
+
+class _GradientBuckets:
+    """The gradients averaged during the backward pass, as DDP does: the parameters in
+    reverse order (roughly the order backward produces their gradients) in buckets of one
+    dtype and device, the first about 1 MB and the others about 25 MB. A parameter's hook copies
+    its gradient into its bucket; a full bucket is all-reduced at once, in bucket order on every
+    replica (a bucket waits for those before it), so replicas launch the same collectives in the
+    same order. The first launch waits for the step's quorum. Buckets left at the end of the
+    step (parameters that got no gradient, a replica with no samples) are launched by finish(),
+    their missing gradients as zeros."""
+
+    FIRST_BYTES = 1 << 20
+    BYTES = 25 << 20
+
+    def __init__(self, ft):
+        self._ft = ft
+        params = [p for p in ft.model.parameters() if p.requires_grad]
+        groups, current, size, kind = [], [], 0, None
+        cap = self.FIRST_BYTES
+        for p in reversed(params):
+            if current and (size >= cap or (p.dtype, p.device) != kind):
+                groups.append(current)
+                current, size, cap = [], 0, self.BYTES
+            current.append(p)
+            kind = (p.dtype, p.device)
+            size += p.numel() * p.element_size()
+        if current:
+            groups.append(current)
+        self._buckets = []
+        for index, group in enumerate(groups):
+            offsets, total = [], 0
+            for p in group:
+                offsets.append(total)
+                total += p.numel()
+            self._buckets.append({"params": group, "offsets": offsets, "flat": None,
+                                  "size": total, "seen": [False] * len(group), "ready": 0,
+                                  "work": None})
+            for slot, p in enumerate(group):
+                p.register_hook(self._hook(index, slot))
+        self._next = 0
+        self._active = False
+        self.accumulated = False
+
+    def _flat(self, bucket):
+        if bucket["flat"] is None:
+            p = bucket["params"][0]
+            bucket["flat"] = self._ft._torch.zeros(bucket["size"], dtype=p.dtype,
+                                                   device=self._ft._device)
+        return bucket["flat"]
+
+    def begin(self):
+        for bucket in self._buckets:
+            bucket["seen"] = [False] * len(bucket["params"])
+            bucket["ready"] = 0
+            bucket["work"] = None
+        self._next = 0
+        self._active = True
+        self.accumulated = False
+
+    def _hook(self, index, slot):
+        def on_gradient(grad):
+            if not self._active:
+                return None  # a backward outside a step: the caller's own
+            bucket = self._buckets[index]
+            if bucket["seen"][slot]:
+                self.accumulated = True  # a second backward in the step
+                return None
+            bucket["seen"][slot] = True
+            offset, n = bucket["offsets"][slot], bucket["params"][slot].numel()
+            self._flat(bucket)[offset:offset + n].copy_(grad.reshape(-1))
+            bucket["ready"] += 1
+            while self._next < len(self._buckets) and \
+                    self._buckets[self._next]["ready"] == len(self._buckets[self._next]["params"]):
+                self._launch(self._buckets[self._next])
+                self._next += 1
+            return None
+        return on_gradient
+
+    def _launch(self, bucket):
+        ft = self._ft
+        ft._resolve_answer()
+        if ft._skip or ft._lost:
+            return
+        try:
+            bucket["work"] = ft._group.allreduce([bucket["flat"]])
+        except RuntimeError as e:
+            ft._collective_failed(_first_line(e))
+
+    def finish(self):
+        """Waits for the step's buckets and writes the quorum's average into each .grad (raises
+        what a failed collective raised). False when the step ran backward more than once: the
+        caller averages the whole .grad then."""
+        ft = self._ft
+        self._active = False
+        while self._next < len(self._buckets):
+            bucket = self._buckets[self._next]
+            flat = self._flat(bucket)
+            for slot, p in enumerate(bucket["params"]):
+                if not bucket["seen"][slot]:
+                    offset = bucket["offsets"][slot]
+                    flat[offset:offset + p.numel()].zero_()
+            self._launch(bucket)
+            self._next += 1
+        for bucket in self._buckets:
+            if bucket["work"] is not None and not ft._lost:
+                bucket["work"].wait()  # raises when a peer failed: the step is lost
+        if ft._lost:
+            return True  # nothing to average: the step is lost
+        if self.accumulated:
+            return False
+        for bucket in self._buckets:
+            flat = bucket["flat"]
+            flat /= ft._size
+            for slot, p in enumerate(bucket["params"]):
+                offset = bucket["offsets"][slot]
+                average = flat[offset:offset + p.numel()].view_as(p)
+                if p.grad is None:
+                    p.grad = average.clone()
+                else:
+                    p.grad.copy_(average)
+        return True
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 class FaultTolerance:
     """Per-step fault tolerance for a data-parallel script under ctrun --fault_tolerance=step
     (docs/fault_tolerance.md): every step trains on a quorum of the job's replicas and commits
@@ -336,6 +501,12 @@ class FaultTolerance:
     averages the gradients over the quorum and says whether the step commits: then the caller
     steps the optimizer; otherwise the gradients are discarded and the next step trains the same
     samples again. Committed parameters are the same on every replica.
+
+    With overlap_gradients (the default) the gradients are averaged during the backward pass, in
+    buckets as DDP's (about 1 MB, then 25 MB, in the parameters' reverse order), each launched as
+    soon as its gradients are ready; a step that runs backward more than once (gradient
+    accumulation) is averaged again whole at should_commit(), correct but not overlapped: pass
+    overlap_gradients=False for such loops.
 
     The timeouts form one hierarchy: collective < join < quorum, heartbeat < quorum (seconds)."""
 
@@ -355,7 +526,7 @@ class FaultTolerance:
     def __init__(self, model, optimizer, sampler=None, *, backend="gloo", min_replicas=1,
                  max_replicas=0, collective_timeout=30.0, heartbeat_timeout=5.0,
                  join_timeout=60.0, quorum_timeout=300.0, overlap_quorum=True,
-                 committed_step=0):
+                 overlap_gradients=True, committed_step=0):
         if os.environ.get("CTRUN_FAULT_TOLERANCE") != "step":
             raise RuntimeError("ctrun_worker.FaultTolerance needs a worker started by ctrun "
                                "--fault_tolerance=step (CTRUN_FAULT_TOLERANCE=step)")
@@ -389,6 +560,9 @@ class FaultTolerance:
         self._collective_timeout = float(collective_timeout)
         self._quorum_timeout = float(quorum_timeout)
         self._overlap = bool(overlap_quorum)
+        self._fatal = None
+        self._asks = _BackgroundAsker(self._ask)
+        self._buckets = _GradientBuckets(self) if overlap_gradients else None
         if backend == "nccl":
             # A failed peer's communicator is aborted and the wait raises, instead of the
             # watchdog ending this process (torch 2.x).
@@ -429,12 +603,14 @@ class FaultTolerance:
             raise RuntimeError("FaultTolerance: begin_step() twice without should_commit()")
         self._lost = False
         self._skip = False
+        if self._buckets is not None:
+            self._buckets.begin()
         self._step_open = True
         if self._overlap and self._group is not None and self._last_committed and \
                 not self._broken:
             # Steady state: the next quorum is asked for while the step runs, and awaited
             # before its first collective (should_commit()).
-            self._pending = self._ask_in_background(self._committed)
+            self._pending = self._asks.ask(self._committed)
             return FaultTolerance.Step(self._committed + 1, self._rank, self._size)
         try:
             self._settle()
@@ -451,16 +627,19 @@ class FaultTolerance:
             raise RuntimeError("FaultTolerance: should_commit() without begin_step()")
         self._step_open = False
         self._resolve_answer()
+        if self._fatal is not None:
+            fatal, self._fatal = self._fatal, None
+            raise fatal
         if not self._skip:
             try:
-                self._average_gradients()
+                if self._buckets is None or not self._buckets.finish():
+                    self._average_gradients()
                 if self._backend == "nccl":
                     # NCCL's collectives end on the device: a barrier waited on the host
                     # settles the step's (see the C++ runtime's FaultTolerance).
                     self._group.barrier().wait()
             except RuntimeError as e:
-                self._collective_failed(str(e).strip().splitlines()[0] if str(e).strip()
-                                        else type(e).__name__)
+                self._collective_failed(_first_line(e))
         if self._lost:
             self.stats["steps_lost"] += 1
             self._last_committed = False
@@ -484,6 +663,7 @@ class FaultTolerance:
         except _ProxyError as e:
             _log("telling the quorum that training finished: %s" % e)
         self._drop_group()
+        self._asks.stop()
         self._proxy.close()
 
     @property
@@ -500,20 +680,6 @@ class FaultTolerance:
         return self._proxy.call("quorum", committed=int(committed), rebuild=bool(rebuild),
                                 timeout_ms=int(self._quorum_timeout * 1000))
 
-    def _ask_in_background(self, committed):
-        result = {}
-        done = threading.Event()
-
-        def run():
-            try:
-                result["reply"] = self._ask(committed, False)
-            except BaseException as e:  # handed to the main thread
-                result["error"] = e
-            done.set()
-
-        threading.Thread(target=run, name="ctrun-quorum-ask", daemon=True).start()
-        return (done, result)
-
     def _no_quorum(self, error):
         return RuntimeError(
             "fault tolerance: no quorum for step %d within %gs (this replica is on the minority "
@@ -521,6 +687,8 @@ class FaultTolerance:
             % (self._committed + 1, self._quorum_timeout, error))
 
     def _resolve_answer(self):
+        """Takes the overlapped ask's answer, if one is pending: the step goes on, or is lost
+        when the quorum changed under it (or none formed: should_commit() raises that)."""
         if self._pending is None:
             return
         done, result = self._pending
@@ -528,7 +696,8 @@ class FaultTolerance:
         done.wait()
         if "error" in result:
             self._lost = self._skip = True
-            raise self._no_quorum(result["error"])
+            self._fatal = self._no_quorum(result["error"])
+            return
         reply = result["reply"]
         if not self._continues(reply):
             # Redone under the new quorum, which the next begin_step() adopts without asking
@@ -579,7 +748,7 @@ class FaultTolerance:
         except RuntimeError as e:
             self._drop_group()
             self._broken = True
-            return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return _first_line(e)
         self._prefix = quorum["store_prefix"]
         self._members = [m["replica"] for m in quorum["members"]]
         self._rank, self._size = rank, size

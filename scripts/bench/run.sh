@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issues 2, 3, 4, 7, 16, 18, 19, 26, 23 and 41 and prints their tables with ratios:
+# Runs every benchmark of issues 2, 3, 4, 7, 16, 18, 19, 26, 23, 41 and 45 and prints their tables with ratios:
 #   store_bench       ctrund vs PyTorch's TCPStore: set+get throughput (1/4/16 client processes), latency
 #   bootstrap_bench   process-group bootstrap store traffic of 1024..65536 ranks, from one address
 #                     and from 256: the agent's worker store (its defaults, a round of N ranks) vs
@@ -16,6 +16,8 @@
 #                     all-reduce bus bandwidth
 #   ft_bench          a worker SIGKILLed: --fault_tolerance=step vs ctrun's restart vs torchrun
 #                     (fault to next committed step, steps lost); the quorum's steady cost
+#   py_ft_bench       the same for Python scripts (ctrun_worker.FaultTolerance): a worker SIGKILLed,
+#                     vs ctrun's restart and torchrun with a plain DDP script; the cost per step vs DDP
 #   zero_bench        ZeRO stages 1-3 vs DDP: measured per-rank tensor memory against the
 #                     formulas, step time (gpt on CPU at 2, 3 and 4 ranks)
 #   hostfile_bench    ctrun --hosts over ssh (cold, warm) vs pdsh and sequential ssh, 2/4/8 hosts
@@ -83,6 +85,7 @@ run 1200 /usr/bin/python3 "$root/scripts/bench/etcd_rdzv_bench.py" \
 run 900 /usr/bin/python3 "$root/scripts/bench/launch_bench.py" "${quick[@]}"
 run 3600 /usr/bin/python3 "$root/scripts/bench/train_bench.py" "${quick[@]}"
 run 1800 /usr/bin/python3 "$root/scripts/bench/ft_bench.py" "${quick[@]}"
+run 1200 /usr/bin/python3 "$root/scripts/bench/py_ft_bench.py" "${quick[@]}"
 run 1800 /usr/bin/python3 "$root/scripts/bench/zero_bench.py" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/hostfile_bench.py" --ctrun "$build/launcher/ctrun" --ctrund "$build/rendezvous/daemon/ctrund" "${quick[@]}"
 run 1800 /usr/bin/python3 "$root/scripts/bench/fault_bench.py" "${quick[@]}"

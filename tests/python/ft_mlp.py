@@ -109,6 +109,7 @@ def main():
         ft.finish()
         print("%s parameters digest %s after %d steps (%s)" % (
             who, digest(model), ft.committed_step, ft.stats), flush=True)
+        ctrun_worker.write_result(digest(model))  # --fault_report quotes it by rank
 
 
 if __name__ == "__main__":

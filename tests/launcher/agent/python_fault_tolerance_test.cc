@@ -1,7 +1,7 @@
 // Per-step fault tolerance for Python scripts: tests/python/ft_mlp.py (ctrun_worker's
 // FaultTolerance and StepSampler, torch 1.13 here, Gloo) under ctrun --fault_tolerance=step, as
 // processes: a worker SIGKILLed or hung mid-step, on ctrund and on etcd, a node lost, a node
-// joining, the daemon restarted. Each run asserts what the mode promises, as for the C++
+// joining, the daemon restarted, a random --faults plan with its --fault_report. Each run asserts what the mode promises, as for the C++
 // trainers (tests/trainers/fault_tolerant_test.cc): the survivors keep their processes, no
 // committed step is lost or redone, every sample of each epoch is trained exactly once, and
 // every replica ends with the very same parameters.
@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "catch.h"
+#include "ctrun/rendezvous/json.h"
 #include "etcd_server.h"
 #include "ft_checks.h"
 #include "process.h"
@@ -243,4 +244,43 @@ TEST_CASE("python fault tolerance: ctrund SIGKILLed and restarted with --state_d
   REQUIRE(lines.size() == 3);
   check_kept_processes(lines);
   check_commits(read_consumed(consumed), samples);
+}
+
+TEST_CASE("python fault tolerance: a random plan of five faults loses no step, the report says so") {
+  ScratchDir s("py_ft_faults");
+  SystemPython python;
+  // Kills, SIGTERMs, exceptions (raised by report_step() in should_commit()) and one-second
+  // hangs at steps drawn from the seed; each worker that ends is replaced alone and heals.
+  std::vector<std::string> argv = {
+      CTRUN_PATH,
+      "--standalone",
+      "--nproc_per_node=3",
+      "--fault_tolerance=step",
+      "--max_restarts=8",
+      "--faults",
+      "random:seed=21,count=5,kinds=kill+term+exception+hang,ranks=0-2,steps=5-150,duration=1",
+      "--fault_report",
+      s.path("report.json")};
+  const auto script = ft_script(12288, s.path("consumed"));
+  argv.insert(argv.end(), script.begin(), script.end());
+  ChildProcess job(argv, s.path("job.log"));
+  const auto rc = job.wait(300s);
+  const std::string log = read_file(s.path("job.log"));
+  INFO(log);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(count_of(log, "ctrun: injecting fault ") == 5);
+  CHECK(log.find("replacing worker rank ") != std::string::npos);
+  CHECK(log.find("restarting the job") == std::string::npos);  // nobody else stopped
+  const auto report = ctrun::rendezvous::Json::parse(read_file(s.path("report.json")));
+  CHECK(report["outcome"] == "succeeded");
+  REQUIRE(report["results"].size() == 3);
+  std::set<std::string> digests;
+  for (const auto& [rank, digest] : report["results"].items()) digests.insert(digest);
+  CHECK(digests.size() == 1);  // the very same parameters on every replica
+  for (const auto& f : report["faults"]) {
+    INFO(f.dump());
+    if (f.contains("steps_redone")) CHECK(f["steps_redone"] == 0);
+  }
+  check_commits(read_consumed(s.path("consumed")), 12288);
 }
