@@ -635,9 +635,11 @@ class FaultTolerance:
                 if self._buckets is None or not self._buckets.finish():
                     self._average_gradients()
                 if self._backend == "nccl":
-                    # NCCL's collectives end on the device: a barrier waited on the host
-                    # settles the step's (see the C++ runtime's FaultTolerance).
-                    self._group.barrier().wait()
+                    # NCCL's collectives end on the device: one more, waited for on the host,
+                    # settles the step's (the C++ runtime's FaultTolerance does the same).
+                    closing = self._torch.zeros(1, device=self._device)
+                    self._group.allreduce([closing]).wait()
+                    self._torch.cuda.current_stream(self._device).synchronize()
             except RuntimeError as e:
                 self._collective_failed(_first_line(e))
         if self._lost:
@@ -819,7 +821,10 @@ class FaultTolerance:
     def _load_state(self, data):
         import io
         torch = self._torch
-        state = torch.load(io.BytesIO(data), map_location="cpu")
+        try:  # a peer's own state over the job's group: not only tensors (torch 2.6 default)
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+        except TypeError:  # a torch without weights_only
+            state = torch.load(io.BytesIO(data), map_location="cpu")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
