@@ -112,6 +112,20 @@ std::string logs_of(const ScratchDir& s, const std::vector<std::string>& names) 
 
 }  // namespace
 
+TEST_CASE("python fault tolerance: StepSampler trains each sample once, in torch's order") {
+  ScratchDir s("py_ft_sampler");
+  // tests/python/step_sampler_check.py asserts, with ctrun's helper on its path (env(1) sets it).
+  ChildProcess check({"/usr/bin/env", std::string("PYTHONPATH=") + CTRUN_PYTHON_HELPER_DIR,
+                      "/usr/bin/python3", SAMPLER_CHECK_PATH},
+                     s.path("check.log"));
+  const auto rc = check.wait(60s);
+  const std::string out = read_file(s.path("check.log"));
+  INFO(out);
+  REQUIRE(rc);
+  CHECK(*rc == 0);
+  CHECK(out.find("ok\n") != std::string::npos);
+}
+
 TEST_CASE("python fault tolerance: a killed or hung worker costs a step, not a restart") {
   ScratchDir s("py_ft");
   SystemPython python;
