@@ -7,7 +7,9 @@ StepSampler under ctrun --fault_tolerance=step, on CPU (Gloo). What the tests ch
   "[<replica> pid N] parameters digest X" at the end.
 
 The last local rank of the first attempt kills itself (--kill_at_step) or hangs (--hang_at_step)
-in the middle of that step, after its backward pass.
+in the middle of that step, after its backward pass. With --checkpoint, quorum rank 0 saves the
+model, the optimizer, the sampler and the step every --checkpoint_every committed steps, and a
+job started again resumes from it (--max_steps ends a run early, at a checkpoint).
 
   ctrun --standalone --nproc_per_node=3 --fault_tolerance=step tests/python/ft_mlp.py
 """
@@ -54,6 +56,9 @@ def main():
     parser.add_argument("--heartbeat_timeout", type=float, default=0.5)
     parser.add_argument("--join_timeout", type=float, default=3.0)
     parser.add_argument("--quorum_timeout", type=float, default=30.0)
+    parser.add_argument("--checkpoint", default="")
+    parser.add_argument("--checkpoint_every", type=int, default=0)
+    parser.add_argument("--max_steps", type=int, default=0)
     args = parser.parse_args()
 
     replica = os.environ["CTRUN_REPLICA_ID"]
@@ -67,14 +72,22 @@ def main():
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     x, y = make_dataset(args.samples)
     sampler = ctrun_worker.StepSampler(args.samples, args.batch_size, seed=args.seed)
+    resumed = 0
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        state = torch.load(args.checkpoint)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        sampler.load_state_dict(state["sampler"])
+        resumed = state["step"]
+        print("%s resumed from the checkpoint at step %d" % (who, resumed), flush=True)
     ft = ctrun_worker.FaultTolerance(
         model, optimizer, sampler, collective_timeout=args.collective_timeout,
         heartbeat_timeout=args.heartbeat_timeout, join_timeout=args.join_timeout,
-        quorum_timeout=args.quorum_timeout)
+        quorum_timeout=args.quorum_timeout, committed_step=resumed)
     log = open(args.consumed_log, "a") if args.consumed_log else None
     criterion = nn.CrossEntropyLoss()
     finished_by_others = False
-    while True:
+    while not (args.max_steps and ft.committed_step >= args.max_steps):
         if sampler.epoch_done():
             if sampler.epoch + 1 >= args.epochs:
                 break
@@ -104,6 +117,12 @@ def main():
                     replica, epoch, ft.committed_step, int(time.time() * 1000), os.getpid(),
                     " ".join(str(i) for i in quorum_samples)))
                 log.flush()
+            if (args.checkpoint and args.checkpoint_every and step.rank == 0 and
+                    ft.committed_step % args.checkpoint_every == 0):
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "sampler": sampler.state_dict(), "step": ft.committed_step},
+                           args.checkpoint + ".tmp")
+                os.replace(args.checkpoint + ".tmp", args.checkpoint)
         optimizer.zero_grad()
     if not finished_by_others:
         ft.finish()

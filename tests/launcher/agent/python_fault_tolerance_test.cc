@@ -1,7 +1,8 @@
 // Per-step fault tolerance for Python scripts: tests/python/ft_mlp.py (ctrun_worker's
 // FaultTolerance and StepSampler, torch 1.13 here, Gloo) under ctrun --fault_tolerance=step, as
 // processes: a worker SIGKILLed or hung mid-step, on ctrund and on etcd, a node lost, a node
-// joining, the daemon restarted, a random --faults plan with its --fault_report. Each run asserts
+// joining, the daemon restarted, a random --faults plan with its --fault_report; and a job
+// resumed from the script's own checkpoint. Each run asserts
 // what the mode promises, as for the C++ trainers (tests/trainers/fault_tolerant_test.cc): the
 // survivors keep their processes, no committed step is lost or redone, every sample of each epoch
 // is trained exactly once, and every replica ends with the very same parameters.
@@ -302,4 +303,46 @@ TEST_CASE(
     if (f.contains("steps_redone")) CHECK(f["steps_redone"] == 0);
   }
   check_commits(read_consumed(s.path("consumed")), 12288);
+}
+
+TEST_CASE("python fault tolerance: checkpoints work beside it, a job resumes from one") {
+  ScratchDir s("py_ft_resume");
+  SystemPython python;
+  const std::string consumed = s.path("consumed");
+  const std::uint64_t samples = 1536;  // 16 steps of 3 x 32 per epoch, 32 in two epochs
+  auto run = [&](const std::string& name, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {CTRUN_PATH, "--standalone", "--nproc_per_node=3",
+                                     "--fault_tolerance=step"};
+    std::vector<std::string> script = ft_script(
+        samples, consumed, {"--checkpoint", s.path("ckpt.pt"), "--checkpoint_every", "4"});
+    script.insert(script.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), script.begin(), script.end());
+    ChildProcess job(argv, s.path(name + ".log"));
+    const auto rc = job.wait(120s);
+    const std::string out = read_file(s.path(name + ".log"));
+    INFO(out);
+    REQUIRE(rc);
+    CHECK(*rc == 0);
+    return out;
+  };
+  // The first job stops at step 20 (a checkpoint, in the second epoch); the second resumes there.
+  const std::string first = run("first", {"--max_steps", "20"});
+  CHECK(first.find("resumed") == std::string::npos);
+  const std::string second = run("second", {});
+  CHECK(count_of(second, "resumed from the checkpoint at step 20") == 3);
+  const auto lines = replica_lines(second);
+  REQUIRE(lines.size() == 3);
+  check_kept_processes(lines);
+  // Steps 1-20 from the first job and 21-32 from the second (its replicas, new ids): none
+  // missing or done twice, and each sample of both epochs trained once across the two jobs.
+  const auto commits = read_consumed(consumed);
+  REQUIRE(commits.size() == 6);
+  for (const auto& [replica, r] : lines) {
+    INFO(replica);
+    REQUIRE(commits.count(replica) == 1);
+    const auto& steps = commits.at(replica);
+    CHECK(steps.begin()->first == 21);
+    CHECK(steps.rbegin()->first == 32);
+  }
+  check_commits(commits, samples);
 }
