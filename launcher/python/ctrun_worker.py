@@ -272,6 +272,7 @@ def _proxy_store_class():
             super().__init__()
             self._proxy = proxy
             self._timeout_ms = int(timeout_s * 1000)
+            self._clones = []
 
         def set(self, key, value):
             self._proxy.call("set", key=key, value=as_bytes(value).hex())
@@ -303,6 +304,13 @@ def _proxy_store_class():
 
         def set_timeout(self, timeout):
             self._timeout_ms = int(timeout.total_seconds() * 1000)
+
+        def clone(self):
+            # torch 2.x may ask for a copy (Store::clone). The copy shares the proxy, which is
+            # thread-safe; it is kept here because the C++ side would not keep its Python half.
+            copy = ProxyStore(self._proxy, self._timeout_ms / 1000)
+            self._clones.append(copy)
+            return copy
 
     return ProxyStore
 
