@@ -3,11 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <array>
-#include <condition_variable>
 #include <future>
 #include <iostream>
 #include <mutex>
-#include <thread>
 
 #include "ctrun/worker/heartbeat.h"
 #include "ctrun/worker/sampler.h"
@@ -16,6 +14,7 @@
 #include "worker_runtime/fault_tolerance/replica_state.h"
 #include "worker_runtime/process_groups/ctrun_store.h"
 #include "worker_runtime/process_groups/make_group.h"
+#include "worker_runtime/quorum/background_asker.h"
 #include "worker_runtime/quorum/quorum_asker.h"
 #include "worker_runtime/quorum/quorum_plan.h"
 #include "worker_runtime/quorum/quorum_settle.h"
@@ -82,19 +81,10 @@ class FaultTolerance::Impl : public StepGate {
         replicate_group_(*this, options.backend, Span::kReplicas),
         committed_(options.committed_step),
         quorum_(std::move(quorum)),
-        background_([this] { ask_and_beat(); }) {
+        background_(*quorum_, options.quorum_timeout) {
     // A worker's place in its shard group is fixed for the run: the wrapper sharding over it
     // lays out its shards once.
     shard_group_.reset(slot_.index, options_.shard_group_size);
-  }
-
-  ~Impl() override {
-    {
-      std::lock_guard lock(background_mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    background_.join();  // after an ask in flight, bounded by the quorum timeout
   }
 
   ProcessGroup& group() { return group_; }
@@ -129,14 +119,7 @@ class FaultTolerance::Impl : public StepGate {
     if (options_.overlap_quorum && inner_ && last_committed_ && !group_broken_) {
       // Steady state: the background thread asks while the step runs; the answer is awaited by
       // the step's first collective (step_group()).
-      std::promise<Result<QuorumAssignment>> answer;
-      pending_ = answer.get_future();
-      {
-        std::lock_guard lock(background_mutex_);
-        ask_for_ = committed_;
-        answer_ = std::move(answer);
-      }
-      wake_.notify_all();
+      pending_ = background_.ask(committed_);
       return plan();
     }
     try {
@@ -429,10 +412,11 @@ class FaultTolerance::Impl : public StepGate {
       const int from = *p.heal_from[i];
       if (from == rank) {
         if (state.empty()) state = save_replica_state(state_, committed_);
-        send_bytes(state, to);
+        send_replica_bytes(*inner_, state, to, device());
         ++stats_.heals_sent;
       } else if (to == rank) {
-        const std::int64_t step = load_replica_state(state_, recv_bytes(from));
+        const std::int64_t step =
+            load_replica_state(state_, recv_replica_bytes(*inner_, from, device()));
         if (step != p.step) {
           throw std::runtime_error("healing: the peer sent step " + std::to_string(step) +
                                    ", the quorum trains from step " + std::to_string(p.step));
@@ -451,53 +435,6 @@ class FaultTolerance::Impl : public StepGate {
   at::Device device() const {
     return options_.backend == Backend::kNccl ? at::Device(at::kCUDA, env_.local_rank)
                                               : at::Device(at::kCPU);
-  }
-
-  void send_bytes(const std::string& bytes, int to) {
-    at::Tensor length = at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong);
-    inner_->send(length.to(device()), to);
-    at::Tensor data = at::from_blob(const_cast<char*>(bytes.data()),
-                                    {static_cast<std::int64_t>(bytes.size())}, at::kByte);
-    inner_->send(data.to(device()), to);
-  }
-
-  std::string recv_bytes(int from) {
-    at::Tensor length = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(device()));
-    inner_->recv(length, from);
-    const std::int64_t size = length.cpu().item<std::int64_t>();
-    if (size <= 0 || size > (std::int64_t{1} << 40)) {
-      throw std::runtime_error("healing: the peer announced " + std::to_string(size) + " bytes");
-    }
-    at::Tensor data = at::empty({size}, at::TensorOptions().dtype(at::kByte).device(device()));
-    inner_->recv(data, from);
-    data = data.cpu();
-    return std::string(static_cast<const char*>(data.data_ptr()), static_cast<std::size_t>(size));
-  }
-
-  // The background thread, one for the run (not one per step): the steady state's overlapped
-  // asks, and between them heartbeats that keep the replica alive in the quorum through steps
-  // longer than the heartbeat timeout. An ask in flight is proof of life itself: then no beat.
-  void ask_and_beat() {
-    std::unique_lock lock(background_mutex_);
-    for (;;) {
-      wake_.wait_for(lock, options_.heartbeat_timeout / 4,
-                     [this] { return stopping_ || ask_for_.has_value(); });
-      if (stopping_) return;
-      if (ask_for_) {
-        const std::int64_t committed = *ask_for_;
-        ask_for_.reset();
-        auto answer = std::move(answer_);
-        lock.unlock();
-        try {
-          answer.set_value(ask(committed, false));
-        } catch (...) {
-          answer.set_exception(std::current_exception());
-        }
-        lock.lock();
-        continue;
-      }
-      quorum_->heartbeat_if_idle();
-    }
   }
 
   const WorkerEnv env_;
@@ -536,12 +473,7 @@ class FaultTolerance::Impl : public StepGate {
   std::optional<QuorumAssignment> changed_;  // the overlapped ask's answer, when it changed
   std::string fatal_;
 
-  std::mutex background_mutex_;  // the background thread's orders
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::optional<std::int64_t> ask_for_;  // ask for the step after this committed one
-  std::promise<Result<QuorumAssignment>> answer_;
-  std::thread background_;  // last: started once everything it uses exists
+  BackgroundAsker background_;  // last: its thread starts once everything it uses exists
 };
 
 Result<std::unique_ptr<FaultTolerance>> FaultTolerance::start(const WorkerEnv& env,

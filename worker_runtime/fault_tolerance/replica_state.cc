@@ -107,4 +107,25 @@ std::int64_t load_replica_state(const ReplicaState& state, const std::string& by
   }
 }
 
+void send_replica_bytes(ProcessGroup& group, const std::string& bytes, int to, at::Device device) {
+  at::Tensor length = at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong);
+  group.send(length.to(device), to);
+  at::Tensor data = at::from_blob(const_cast<char*>(bytes.data()),
+                                  {static_cast<std::int64_t>(bytes.size())}, at::kByte);
+  group.send(data.to(device), to);
+}
+
+std::string recv_replica_bytes(ProcessGroup& group, int from, at::Device device) {
+  at::Tensor length = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(device));
+  group.recv(length, from);
+  const std::int64_t size = length.cpu().item<std::int64_t>();
+  if (size <= 0 || size > (std::int64_t{1} << 40)) {
+    throw std::runtime_error("healing: the peer announced " + std::to_string(size) + " bytes");
+  }
+  at::Tensor data = at::empty({size}, at::TensorOptions().dtype(at::kByte).device(device));
+  group.recv(data, from);
+  data = data.cpu();
+  return std::string(static_cast<const char*>(data.data_ptr()), static_cast<std::size_t>(size));
+}
+
 }  // namespace ctrun::worker
