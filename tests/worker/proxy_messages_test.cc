@@ -231,6 +231,12 @@ TEST_CASE("worker proxy: serves a worker over pipes, against ctrund") {
   CHECK(
       hear() ==
       Json{{"id", 1}, {"ok", false}, {"code", "bad_request"}, {"error", "quorum: connect first"}});
+  // A mistyped field is an error answer; the proxy serves on.
+  say({{"id", 20}, {"op", "connect"}, {"timeout_ms", "soon"}, {"config", Json::object()}});
+  const Json mistyped = hear();
+  CHECK(mistyped["id"] == 20);
+  CHECK(mistyped["ok"] == false);
+  CHECK(mistyped["code"] == "bad_request");
   say({{"id", 2},
        {"op", "connect"},
        {"timeout_ms", 5000},

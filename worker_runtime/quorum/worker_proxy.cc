@@ -72,7 +72,7 @@ class Proxy {
   [[noreturn]] void serve_quorum() {
     for (;;) {
       ProxyRequest r = quorum_requests_.pop();
-      auto answer = answer_quorum(r);
+      auto answer = guarded([&] { return answer_quorum(r); });
       write_line(answer ? proxy_reply(r.id, std::move(answer).value())
                         : proxy_error(r.id, answer.error()));
     }
@@ -89,7 +89,7 @@ class Proxy {
         }
         store_ = std::move(connected).value();
       }
-      auto answer = answer_store_request(*store_, r);
+      auto answer = guarded([&] { return answer_store_request(*store_, r); });
       if (!answer && answer.error().code == ErrorCode::kConnection) store_.reset();
       write_line(answer ? proxy_reply(r.id, std::move(answer).value())
                         : proxy_error(r.id, answer.error()));
@@ -112,6 +112,17 @@ class Proxy {
   }
 
  private:
+  // A field of an unexpected type (nlohmann's value() throws) is the request's mistake: an
+  // error answer, never the end of the proxy.
+  template <typename Answer>
+  static rendezvous::Result<Json> guarded(Answer answer) {
+    try {
+      return answer();
+    } catch (const std::exception& e) {
+      return Error{ErrorCode::kBadRequest, std::string("a field of the request: ") + e.what()};
+    }
+  }
+
   rendezvous::Result<Json> answer_quorum(const ProxyRequest& r) {
     const Json& b = r.body;
     const auto within = std::chrono::milliseconds(b.value("timeout_ms", std::int64_t{300000}));

@@ -19,66 +19,15 @@
 #include "worker_runtime/base/shard_layout.h"
 #include "worker_runtime/process_groups/coalesced.h"
 #include "worker_runtime/sharded/sharded_access.h"
+#include "worker_runtime/sharded/sharded_units.h"
 
 namespace ctrun::worker {
-namespace {
 
-// `numel` elements of `base`'s memory from `offset` on, as a tensor of its own: autograd does
-// not see it as a view of `base`, so writing through it (a collective, the optimizer) bumps no
-// version counter that a saved tensor of the model's graph checks. `base`'s memory must be
-// allocated when this is called.
-at::Tensor alias(const at::Tensor& base, int64_t offset, int64_t numel) {
-  at::Tensor t = at::empty({0}, base.options());
-  t.set_(base.storage(), base.storage_offset() + offset, {numel}, {1});
-  return t;
-}
-
-// Stage 3 frees a unit's gathered parameters by taking the memory from under its storage, not
-// by dropping the tensor: the graph's saved tensors (e.g. a weight's transpose) keep pointing
-// at that storage, and find the values again once the unit is gathered into it for backward.
-// This is what FSDP does with storage resize_(0).
-void release_memory(const at::Tensor& t) {
-  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
-  storage->set_nbytes(0);
-}
-
-void restore_memory(const at::Tensor& t) {
-  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
-  storage->set_nbytes(bytes);
-}
-
-enum class Gathered { kNo, kInFlight, kYes };
-
-struct Unit {
-  std::vector<std::size_t> members;  // indices into the engine's parameters
-  ShardLayout layout;
-  bool root = false;  // stage 3: the parameters in no listed module
-  at::Tensor full;    // [padded], compute type: the whole parameters; stage 3: memory only
-                      // while gathered
-  std::vector<at::Tensor> views;  // each member's shape over `full`
-  at::Tensor shard;       // [shard], what the optimizer steps, in the parameters' own type; without
-                          // mixed precision at stages 1-2 an alias into `full`
-  at::Tensor grad_full;   // stage 1: [padded]; the members' .grad are aliases into it
-  at::Tensor grad_shard;  // [shard], compute type: this rank's chunk of the reduced gradients
-                          // (stage 1: an alias into grad_full)
-
-  // This backward pass.
-  std::size_t pending = 0;  // members whose gradient is not ready
-  bool complete = false;    // every member's gradient is ready (and, stages 2-3, in grad_input)
-  at::Tensor grad_input;    // stages 2-3: the unit's gradient, flat, to be reduce-scattered
-  at::Tensor grad_output;   // stages 2-3: this rank's chunk of the sum
-  std::unique_ptr<Work> reduce;
-  std::unique_ptr<Work> replicate;  // HSDP: the shard's average across the replicas
-
-  // Stage 3.
-  Gathered gathered = Gathered::kYes;
-  std::unique_ptr<Work> gather;
-};
-
-}  // namespace
+using sharding::alias;
+using sharding::Gathered;
+using sharding::release_memory;
+using sharding::restore_memory;
+using sharding::Unit;
 
 class ShardedDataParallel::Engine {
  public:
@@ -88,7 +37,10 @@ class ShardedDataParallel::Engine {
       throw std::invalid_argument("ShardingOptions::stage: expected 1, 2 or 3, got " +
                                   std::to_string(options_.stage));
     }
-    collect_parameters(module);
+    auto trained = sharding::trained_parameters(module);
+    params_ = std::move(trained.params);
+    names_ = std::move(trained.names);
+    unit_of_.assign(params_.size(), kNoUnit);
     compute_type_ = options_.param_dtype.value_or(params_[0].scalar_type());
     mixed_ = compute_type_ != params_[0].scalar_type();
     if (mixed_ && !at::isFloatingType(compute_type_)) {
@@ -104,7 +56,16 @@ class ShardedDataParallel::Engine {
       for (const auto& p : params_) bytes.push_back(p.numel() * p.element_size());
       for (auto& members : group_into_units(bytes, options_.unit_bytes)) add_unit(members, false);
     } else {
-      plan_stage3_units();
+      // One unit per listed module, in the order listed, then the root: the rest.
+      auto plan = sharding::plan_stage3_units({params_, names_}, options_.units);
+      for (const auto& [listed, members] : plan.listed) {
+        unit_of_module_[listed] = units_.size();
+        add_unit(members, false);
+      }
+      if (!plan.rest.empty()) {
+        root_ = units_.size();
+        add_unit(plan.rest, true);
+      }
     }
     for (std::size_t i = 0; i < params_.size(); ++i) {
       // The accumulator is what torch's own reducer hooks: its post hook runs once the
@@ -318,107 +279,10 @@ class ShardedDataParallel::Engine {
     std::size_t index;
   };
 
-  void collect_parameters(torch::nn::Module& module) {
-    for (const auto& item : module.named_parameters()) {
-      const at::Tensor& p = item.value();
-      if (!p.requires_grad()) continue;  // frozen: stays whole on every rank
-      if (!params_.empty() &&
-          (p.scalar_type() != params_[0].scalar_type() || p.device() != params_[0].device())) {
-        throw std::invalid_argument("ShardedDataParallel: parameter '" + item.key() + "' is " +
-                                    c10::toString(p.scalar_type()) + " on " + p.device().str() +
-                                    ", the first one " + c10::toString(params_[0].scalar_type()) +
-                                    " on " + params_[0].device().str() +
-                                    "; every parameter must have one type and device");
-      }
-      if (!at::isFloatingType(p.scalar_type())) {
-        throw std::invalid_argument("ShardedDataParallel: parameter '" + item.key() +
-                                    "' is not of a floating type");
-      }
-      names_.push_back(item.key());
-      params_.push_back(p);
-    }
-    if (params_.empty()) {
-      throw std::invalid_argument(
-          "ShardedDataParallel: no parameter of the module requires a "
-          "gradient");
-    }
-    unit_of_.assign(params_.size(), kNoUnit);
-  }
-
-  // One unit per listed module, in the order listed, then the root: the rest.
-  void plan_stage3_units() {
-    std::unordered_map<const c10::TensorImpl*, std::size_t> index;
-    for (std::size_t i = 0; i < params_.size(); ++i) index[params_[i].unsafeGetTensorImpl()] = i;
-    std::vector<bool> claimed(params_.size(), false);
-    // Checked whole before any parameter moves: a bad list leaves the model as it was.
-    std::vector<std::pair<const torch::nn::Module*, std::vector<std::size_t>>> planned;
-    for (const auto& listed : options_.units) {
-      if (!listed) throw std::invalid_argument("ShardingOptions::units: a null module");
-      std::vector<std::size_t> members;
-      for (const auto& p : listed->parameters()) {
-        if (!p.requires_grad()) continue;
-        const auto found = index.find(p.unsafeGetTensorImpl());
-        if (found == index.end()) {
-          throw std::invalid_argument("ShardingOptions::units: module '" + listed->name() +
-                                      "' has a parameter that is not the model's");
-        }
-        if (claimed[found->second]) {
-          throw std::invalid_argument("ShardingOptions::units: parameter '" +
-                                      names_[found->second] + "' is in two units");
-        }
-        claimed[found->second] = true;
-        members.push_back(found->second);
-      }
-      if (!members.empty()) planned.emplace_back(listed.get(), std::move(members));
-    }
-    for (const auto& [listed, members] : planned) {
-      unit_of_module_[listed] = units_.size();
-      add_unit(members, false);
-    }
-    std::vector<std::size_t> rest;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      if (!claimed[i]) rest.push_back(i);
-    }
-    if (!rest.empty()) {
-      root_ = units_.size();
-      add_unit(rest, true);
-    }
-  }
-
-  // Moves the members' values into the unit's flat buffer and points them at it.
   void add_unit(const std::vector<std::size_t>& members, bool root) {
-    at::NoGradGuard no_grad;
-    Unit& unit = units_.emplace_back();
-    unit.members = members;
-    unit.root = root;
-    std::vector<int64_t> numels;
-    for (std::size_t m : members) numels.push_back(params_[m].numel());
-    unit.layout = make_shard_layout(numels, group_.size());
-    const ShardLayout& layout = unit.layout;
-    const at::TensorOptions master_options = params_[members[0]].options().requires_grad(false);
-    const at::TensorOptions options = master_options.dtype(compute_type_);
-    unit.full = at::zeros({layout.padded}, options);
-    // With mixed precision the values in the parameters' own type, for the master shard.
-    at::Tensor master = mixed_ ? at::zeros({layout.padded}, master_options) : unit.full;
-    if (stage() == 1) unit.grad_full = at::zeros({layout.padded}, options);
-    for (std::size_t k = 0; k < members.size(); ++k) {
-      at::Tensor& p = params_[members[k]];
-      at::Tensor view = alias(unit.full, layout.offsets[k], layout.numels[k]).view(p.sizes());
-      view.copy_(p.detach());
-      if (mixed_) master.narrow(0, layout.offsets[k], layout.numels[k]).copy_(p.detach().view(-1));
-      p.set_data(view);
-      unit.views.push_back(view);
-      if (stage() == 1) {
-        p.mutable_grad() =
-            alias(unit.grad_full, layout.offsets[k], layout.numels[k]).view(p.sizes());
-      }
-      unit_of_[members[k]] = units_.size() - 1;
-    }
-    const int64_t begin = group_.rank() * layout.shard;
-    unit.shard = stage() < 3 && !mixed_ ? alias(unit.full, begin, layout.shard)
-                                        : master.narrow(0, begin, layout.shard).clone();
-    unit.shard.requires_grad_(true);
-    if (stage() == 1) unit.grad_shard = alias(unit.grad_full, begin, layout.shard);
+    for (std::size_t m : members) unit_of_[m] = units_.size();
+    units_.push_back(sharding::make_unit(
+        params_, members, root, {stage(), compute_type_, mixed_, group_.rank(), group_.size()}));
   }
 
   // Stage 3.

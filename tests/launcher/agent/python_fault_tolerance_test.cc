@@ -281,7 +281,8 @@ TEST_CASE(
       "random:seed=21,count=5,kinds=kill+term+exception+hang,ranks=0-2,steps=5-150,duration=1",
       "--fault_report",
       s.path("report.json")};
-  const auto script = ft_script(12288, s.path("consumed"));
+  // Steps of at least 20 ms (about 8 s in all), so that the replacements have time to join.
+  const auto script = ft_script(12288, s.path("consumed"), {"--step_sleep_ms", "20"});
   argv.insert(argv.end(), script.begin(), script.end());
   ChildProcess job(argv, s.path("job.log"));
   const auto rc = job.wait(300s);
@@ -294,7 +295,12 @@ TEST_CASE(
   CHECK(log.find("restarting the job") == std::string::npos);  // nobody else stopped
   const auto report = ctrun::rendezvous::Json::parse(read_file(s.path("report.json")));
   CHECK(report["outcome"] == "succeeded");
-  REQUIRE(report["results"].size() == 3);
+  // A replacement started after the others finished (a late fault, Python's seconds to start on
+  // a busy machine) learns that nothing is left and writes no result.
+  REQUIRE(report["results"].size() >= 2);
+  if (report["results"].size() < 3) {
+    CHECK(log.find("the other replicas finished the training at step") != std::string::npos);
+  }
   std::set<std::string> digests;
   for (const auto& [rank, digest] : report["results"].items()) digests.insert(digest);
   CHECK(digests.size() == 1);  // the very same parameters on every replica

@@ -72,8 +72,10 @@ TEST_CASE(
   // the job fails once the report is made.
   for (int node = 0; node < 2; ++node) CHECK(agents[node]->wait(120s) != 0);
   int reports = 0, sections = 0;
+  std::string logs;  // both agents', for a failure of the checks after the loop
   for (int node = 0; node < 2; ++node) {
     const std::string log = read_file(s.path("agent." + std::to_string(node) + ".log"));
+    logs += "---- agent " + std::to_string(node) + " ----\n" + log;
     INFO(log);
     for (const auto& e : events_named(s.path("events." + std::to_string(node)), "hang_report")) {
       ++reports;
@@ -96,6 +98,7 @@ TEST_CASE(
     // The failure report (of the node whose worker's exit ended the job) has the section.
     if (log.find("Hang report (worker rank ") != std::string::npos) ++sections;
   }
+  INFO(logs);
   CHECK(reports >= 1);
   CHECK(sections >= 1);
 }
