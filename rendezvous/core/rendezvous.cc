@@ -345,6 +345,13 @@ std::vector<Notice> Rendezvous::remove_node(const std::string& node_id, const st
   std::erase(members_, node_id);
   --place_counts_[static_cast<int>(nodes_.at(node_id).place)];
   nodes_.erase(node_id);
+  // Lost after every other node had finished (a dead machine is seen only when its keep-alives
+  // or its lease run out): nobody is left to form a round, and what the job had to do is done.
+  if (state_ == JobState::kRunning && count(Place::kDone) > 0 &&
+      static_cast<std::size_t>(count(Place::kDone)) == nodes_.size()) {
+    end(JobState::kSucceeded, "every node succeeded (node '" + node_id + "' left after them)", out);
+    return out;
+  }
   maybe_form(out);
   return out;
 }

@@ -111,6 +111,48 @@ std::string logs_of(const ScratchDir& s, const std::vector<std::string>& names) 
   return all;
 }
 
+// Three agents (one Python worker each) of a 2:3 job on the rendezvous `rendezvous` names
+// (its flags); the first hosts it where it can. c is the node lost: its agent SIGKILLed after 20
+// committed steps, its worker dying with it and the worker's proxy with the worker, as on a dead
+// machine. a and b finish in their first processes with the promises kept.
+void check_node_lost(const ScratchDir& s, const std::vector<std::string>& rendezvous) {
+  const std::string consumed = s.path("consumed");
+  const std::uint64_t samples = 6144;
+  auto agent = [&](const std::string& name) {
+    std::vector<std::string> argv = {CTRUN_PATH, "--nnodes=2:3", "--nproc_per_node=1"};
+    argv.insert(argv.end(), rendezvous.begin(), rendezvous.end());
+    argv.insert(argv.end(), {"--fault_tolerance=step", "--max_restarts=0"});
+    const auto script = ft_script(samples, consumed);
+    argv.insert(argv.end(), script.begin(), script.end());
+    return std::make_unique<ChildProcess>(argv, s.path(name + ".log"));
+  };
+  auto a = agent("a");
+  if (rendezvous.front() == "--rdzv_backend=c10d") {
+    REQUIRE(wait_for_text(s.path("a.log"), "hosting the rendezvous", 30s));
+  }
+  auto b = agent("b");
+  auto c = agent("c");
+  REQUIRE(wait_for_lines(consumed, 3 * 20, 90s));  // 20 steps committed by each of the three
+  c->signal(SIGKILL);
+  const auto c_code = c->wait(30s);
+  const auto a_code = a->wait(120s);
+  const auto b_code = b->wait(60s);
+  INFO(logs_of(s, {"a", "b", "c"}));
+  REQUIRE(c_code);
+  CHECK(*c_code == 128 + SIGKILL);
+  REQUIRE(a_code);
+  REQUIRE(b_code);
+  CHECK(*a_code == 0);
+  CHECK(*b_code == 0);
+  auto lines = replica_lines(read_file(s.path("a.log")));
+  const auto lines_b = replica_lines(read_file(s.path("b.log")));
+  REQUIRE(lines.size() == 1);
+  REQUIRE(lines_b.size() == 1);
+  lines.insert(lines_b.begin(), lines_b.end());
+  check_kept_processes(lines);
+  check_commits(read_consumed(consumed), samples);
+}
+
 }  // namespace
 
 TEST_CASE("python fault tolerance: StepSampler trains each sample once, in torch's order") {
@@ -150,37 +192,20 @@ TEST_CASE("python fault tolerance: on etcd a killed or hung worker costs a step,
 TEST_CASE("python fault tolerance: a node lost costs a step, the others go on") {
   ScratchDir s("py_ft_agents");
   SystemPython python;
-  const std::string consumed = s.path("consumed");
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
-  const std::uint64_t samples = 6144;
-  auto agent = [&](const std::string& name) {
-    return ft_agent(s, name, "2:3", endpoint, "", consumed, samples);
-  };
-  // a hosts the rendezvous; c, which does not, is the node lost (its agent SIGKILLed: its
-  // worker dies with it, and the worker's proxy with the worker, as on a dead machine).
-  auto a = agent("a");
-  REQUIRE(wait_for_text(s.path("a.log"), "hosting the rendezvous", 30s));
-  auto b = agent("b");
-  auto c = agent("c");
-  REQUIRE(wait_for_lines(consumed, 3 * 20, 90s));  // 20 steps committed by each of the three
-  c->signal(SIGKILL);
-  const auto c_code = c->wait(30s);
-  const auto a_code = a->wait(120s);
-  const auto b_code = b->wait(60s);
-  INFO(logs_of(s, {"a", "b", "c"}));
-  REQUIRE(c_code);
-  CHECK(*c_code == 128 + SIGKILL);
-  REQUIRE(a_code);
-  REQUIRE(b_code);
-  CHECK(*a_code == 0);
-  CHECK(*b_code == 0);
-  auto lines = replica_lines(read_file(s.path("a.log")));
-  const auto lines_b = replica_lines(read_file(s.path("b.log")));
-  REQUIRE(lines.size() == 1);
-  REQUIRE(lines_b.size() == 1);
-  lines.insert(lines_b.begin(), lines_b.end());
-  check_kept_processes(lines);
-  check_commits(read_consumed(consumed), samples);
+  check_node_lost(s,
+                  {"--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint, "--rdzv_id=py-ft-agents"});
+}
+
+TEST_CASE("python fault tolerance: on etcd a node lost costs a step, the others go on") {
+  CTRUN_SKIP_WITHOUT_ETCD();
+  ScratchDir s("py_ft_agents_etcd");
+  SystemPython python;
+  EtcdCluster etcd(s, 1);
+  // The lost node's replica goes when its quorum lease (the 0.5 s heartbeat timeout, as etcd
+  // grants it) expires, its agent when its rendezvous lease does.
+  check_node_lost(s, {"--rdzv_backend=etcd", "--rdzv_endpoint=" + etcd.endpoints(),
+                      "--rdzv_id=py-ft-lost-etcd"});
 }
 
 TEST_CASE("python fault tolerance: a node that joins heals and trains, nobody stops") {

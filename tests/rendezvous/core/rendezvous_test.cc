@@ -442,6 +442,25 @@ TEST_CASE("rendezvous: a survivor that vanishes instead of rejoining is not wait
   CHECK(formed[0].node_id == "b");
 }
 
+TEST_CASE("rendezvous: a member lost after every other one succeeded ends the job, succeeded") {
+  ManualClock clock;
+  Rendezvous r("job", nodes(2, 3), clock);
+  join_ok(r, node("a"));
+  join_ok(r, node("b"));
+  join_ok(r, node("c"));
+  REQUIRE(r.formed());
+  REQUIRE(r.report("a", true, ""));
+  REQUIRE(r.report("b", true, ""));
+  CHECK(r.state() == JobState::kRunning);
+  // c's machine died; its lease (or keep-alives) ran out only after a and b had finished:
+  // nobody is left to form another round, and the finished nodes hear that the job ended.
+  auto out = r.remove_node("c", "its etcd lease expired");
+  CHECK(r.state() == JobState::kSucceeded);
+  CHECK(for_node(out, "a") != nullptr);
+  CHECK(for_node(out, "b") != nullptr);
+  CHECK(of_kind(out, Notice::Kind::kJobEnded).size() == 2);
+}
+
 TEST_CASE("rendezvous: a member that already succeeded is not waited for after a reopen") {
   ManualClock clock;
   Rendezvous r("job", nodes(1, 3), clock);
