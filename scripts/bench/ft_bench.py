@@ -82,6 +82,12 @@ def one_run(mode, args, tmp, rep, fault):
     wall = time.monotonic() - start
     if code != 0:
         raise RuntimeError(f"{mode} run exited {code}:\n{out[-3000:]}")
+    return fault_row(mode, consumed, wall, fault)
+
+
+def fault_row(mode, consumed, wall, fault):
+    """A run's row from its consumed log: total_s, and with a fault to_commit_ms and
+    steps_lost (py_ft_bench.py measures its Python runs with this too)."""
     seen, commits = read_consumed(consumed)
     row = {"total_s": wall}
     if fault:
@@ -118,6 +124,19 @@ def bench_faults(args, tmp):
     print(f"\n### One of 3 workers SIGKILLed after step {args.kill_at} (mlp, {args.samples} samples, "
           f"batch 32 per worker, checkpoint every {args.checkpoint_every} in the restart modes), "
           f"median of {args.reps}\n")
+    print_fault_table(rows)
+    t, r, f = (median(rows[m], "total_s") - median(clean[m], "total_s")
+               for m in ("torchrun", "restart", "ft"))
+    print(f"| the fault's cost: total - the same run without it (s) | {t:.2f} | {r:.2f} | {f:.2f} "
+          f"| | |")
+    f_ms = median(rows["ft"], "to_commit_ms")
+    print(f"\nGoal: fault -> next committed step under 300 ms with 0 steps lost: "
+          f"{'MET' if f_ms < 300 and median(rows['ft'], 'steps_lost') == 0 else 'MISSED'} "
+          f"({f_ms:.0f} ms)")
+
+
+def print_fault_table(rows):
+    """The three modes' medians side by side, with the ratios to ft (py_ft_bench.py too)."""
     print("| measure | torchrun | ctrun restart | ctrun --fault_tolerance=step | torchrun / ft "
           "| restart / ft |")
     print("|---|---|---|---|---|---|")
@@ -128,14 +147,6 @@ def bench_faults(args, tmp):
         print(f"| {label} | {t:.0f} | {r:.0f} | {f:.0f} | {ratio(t)} | {ratio(r)} |")
     t, r, f = (median(rows[m], "total_s") for m in ("torchrun", "restart", "ft"))
     print(f"| total wall time (s) | {t:.2f} | {r:.2f} | {f:.2f} | {t / f:.2f}x | {r / f:.2f}x |")
-    t, r, f = (median(rows[m], "total_s") - median(clean[m], "total_s")
-               for m in ("torchrun", "restart", "ft"))
-    print(f"| the fault's cost: total - the same run without it (s) | {t:.2f} | {r:.2f} | {f:.2f} "
-          f"| | |")
-    f_ms = median(rows["ft"], "to_commit_ms")
-    print(f"\nGoal: fault -> next committed step under 300 ms with 0 steps lost: "
-          f"{'MET' if f_ms < 300 and median(rows['ft'], 'steps_lost') == 0 else 'MISSED'} "
-          f"({f_ms:.0f} ms)")
 
 
 STEP_MS = re.compile(r"step_ms ([0-9.]+)")

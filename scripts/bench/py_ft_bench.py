@@ -31,7 +31,7 @@ import tempfile
 import time
 
 from bench_common import ensure_loopback_netns, run_bounded
-from ft_bench import read_consumed
+from ft_bench import fault_row, median, print_fault_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -69,22 +69,7 @@ def one_run(mode, args, tmp, rep, fault):
     wall = time.monotonic() - start
     if code != 0:
         raise RuntimeError(f"{mode} run exited {code}:\n{out[-3000:]}")
-    seen, commits = read_consumed(consumed)
-    row = {"total_s": wall}
-    if fault:
-        if seen is None:
-            raise RuntimeError(f"{mode}: no fault in the consumed log")
-        fault_ms, done = seen
-        old = {pid for t, step, pid in commits if t <= fault_ms}
-        after = [(t, step) for t, step, pid in commits
-                 if t > fault_ms and (step > done or pid not in old)]
-        row["to_commit_ms"] = after[0][0] - fault_ms
-        row["steps_lost"] = done - (after[0][1] - 1)
-    return row
-
-
-def median(rows, key):
-    return statistics.median(r[key] for r in rows)
+    return fault_row(mode, consumed, wall, fault)
 
 
 def bench_faults(args, tmp):
@@ -98,16 +83,7 @@ def bench_faults(args, tmp):
     print(f"\n### Python: one of 3 workers SIGKILLed before step {args.kill_at} (MLP, "
           f"{args.samples} samples, batch 32 per worker, checkpoint every "
           f"{args.checkpoint_every} in the restart modes), median of {args.reps}\n")
-    print("| measure | torchrun | ctrun restart | ctrun --fault_tolerance=step | torchrun / ft "
-          "| restart / ft |")
-    print("|---|---|---|---|---|---|")
-    for key, label in (("to_commit_ms", "fault -> next committed step (ms)"),
-                       ("steps_lost", "committed steps done again")):
-        t, r, f = (median(rows[m], key) for m in ("torchrun", "restart", "ft"))
-        ratio = (lambda a: f"{a / f:.1f}x" if f > 0 else "-")
-        print(f"| {label} | {t:.0f} | {r:.0f} | {f:.0f} | {ratio(t)} | {ratio(r)} |")
-    t, r, f = (median(rows[m], "total_s") for m in ("torchrun", "restart", "ft"))
-    print(f"| total wall time (s) | {t:.2f} | {r:.2f} | {f:.2f} | {t / f:.2f}x | {r / f:.2f}x |")
+    print_fault_table(rows)
     f_ms = median(rows["ft"], "to_commit_ms")
     met = f_ms < 500 and median(rows["ft"], "steps_lost") == 0
     print(f"\nGoal: fault -> next committed step under 500 ms with 0 steps lost: "
