@@ -6,6 +6,8 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "catch.h"
 #include "process.h"
 
@@ -81,6 +83,64 @@ std::map<std::string, ReplicaLines> replica_lines(const std::string& log) {
     }
   }
   return out;
+}
+
+void check_replaced_worker(const std::string& out, std::size_t workers, int faulty) {
+  const auto lines = replica_lines(out);
+  REQUIRE(lines.size() == workers);
+  const std::string suffix = "/" + std::to_string(faulty);
+  std::set<std::string> digests;
+  for (const auto& [replica, r] : lines) {
+    INFO(replica);
+    const bool replaced =
+        replica.size() > suffix.size() &&
+        replica.compare(replica.size() - suffix.size(), suffix.size(), suffix) == 0;
+    CHECK(r.started_pids.size() == (replaced ? 2u : 1u));
+    if (replaced && r.digest.empty()) {
+      CHECK(out.find("the other replicas finished the training at step") != std::string::npos);
+      continue;
+    }
+    digests.insert(r.digest);
+    CHECK_FALSE(r.digest.empty());
+    if (!replaced) CHECK(r.final_pid == r.started_pids.front());
+  }
+  CHECK(digests.size() == 1);  // the very same parameters on every replica
+}
+
+void check_node_joined(const std::string& out_a, const std::string& out_b, const std::string& out_c,
+                       const std::string& consumed, std::uint64_t samples) {
+  // The first two took the new node in without stopping their workers (no restart counted).
+  for (const std::string* out : {&out_a, &out_b}) {
+    CHECK(out->find("joining it; the workers run on") != std::string::npos);
+    CHECK(out->find("restarting") == std::string::npos);
+  }
+  // The newcomer healed from a peer, then trained with them to the same parameters.
+  CHECK(out_c.find("healed from ") != std::string::npos);
+  std::map<std::string, ReplicaLines> lines;
+  for (const std::string* out : {&out_a, &out_b, &out_c}) {
+    const auto one = replica_lines(*out);
+    REQUIRE(one.size() == 1);
+    lines.insert(one.begin(), one.end());
+  }
+  REQUIRE(lines.size() == 3);
+  check_kept_processes(lines);
+  const auto commits = read_consumed(consumed);
+  CHECK(commits.size() == 3);  // the newcomer committed steps too
+  check_commits(commits, samples);
+}
+
+std::size_t check_fault_tolerant_report(const std::string& path) {
+  const auto report = nlohmann::json::parse(read_file(path));
+  CHECK(report["outcome"] == "succeeded");
+  std::set<std::string> digests;
+  for (const auto& [rank, digest] : report["results"].items()) digests.insert(digest);
+  CHECK(digests.size() == 1);  // the very same parameters on every replica
+  for (const auto& f : report["faults"]) {
+    INFO(f.dump());
+    // A replaced worker heals from its peers' committed step: nothing is trained twice.
+    if (f.contains("steps_redone")) CHECK(f["steps_redone"] == 0);
+  }
+  return report["results"].size();
 }
 
 std::vector<std::string> ft_mlp_argv(const std::string& mlp_path, std::uint64_t samples,

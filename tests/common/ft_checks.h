@@ -43,6 +43,24 @@ std::string without_step_lines(const std::string& log);
 // parameters as the others.
 void check_kept_processes(const std::map<std::string, ReplicaLines>& lines);
 
+// One node's replicas after its last worker (local rank `faulty`) failed once and was
+// replaced, from the job's log `out`: `workers` replicas; the survivors ran in one process from
+// start to end; the faulty one was started twice, and its replacement either ended with the
+// others' parameters or, started after they finished, learned that nothing was left; every
+// digest is the same.
+void check_replaced_worker(const std::string& out, std::size_t workers, int faulty);
+
+// A 2:3 job whose third node (log `out_c`) joined while the first two (`out_a`, `out_b`)
+// trained: those two took it in without stopping their workers, the newcomer healed from a peer
+// and committed steps too, every replica ran in one process to the same parameters, and the
+// commits in `consumed` keep their promises for `samples` samples.
+void check_node_joined(const std::string& out_a, const std::string& out_b, const std::string& out_c,
+                       const std::string& consumed, std::uint64_t samples);
+
+// A --fault_report of a --fault_tolerance=step job at `path`: it succeeded, no replaced worker
+// redid a step, and every result (digest) is the same. Returns how many results it holds.
+std::size_t check_fault_tolerant_report(const std::string& path);
+
 // `mlp --fault_tolerant` for 2 epochs of `samples` (batch 32, seed 7), logging its commits to
 // `consumed`, with the tests' timeouts: collective 1 s, heartbeat 0.5 s, join 3 s, quorum
 // `quorum_timeout_ms`.

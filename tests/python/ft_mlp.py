@@ -7,7 +7,8 @@ StepSampler under ctrun --fault_tolerance=step, on CPU (Gloo). What the tests ch
   "[<replica> pid N] parameters digest X" at the end.
 
 The last local rank of the first attempt kills itself (--kill_at_step) or hangs (--hang_at_step)
-in the middle of that step, after its backward pass. With --checkpoint, quorum rank 0 saves the
+in the middle of that step, after its forward pass: before its backward pass, which starts the
+step's collectives, so that its peers' collectives of that step fail for certain. With --checkpoint, quorum rank 0 saves the
 model, the optimizer, the sampler and the step every --checkpoint_every committed steps, and a
 job started again resumes from it (--max_steps ends a run early, at a checkpoint).
 
@@ -101,15 +102,16 @@ def main():
         mine = sampler.step(step.rank, step.size)
         quorum_samples = [i for r in range(step.size) for i in sampler.step(r, step.size)]
         epoch = sampler.epoch
+        if args.step_sleep_ms:  # a longer step, as a bigger model's
+            time.sleep(args.step_sleep_ms / 1000)
         if mine:
             loss = criterion(model(x[mine]), y[mine])
-            loss.backward()
-        if args.step_sleep_ms:
-            time.sleep(args.step_sleep_ms / 1000)
         if faulty and step.step == args.kill_at_step:
             os.kill(os.getpid(), signal.SIGKILL)
         if faulty and step.step == args.hang_at_step:
             time.sleep(3600)
+        if mine:
+            loss.backward()
         if ft.should_commit():
             optimizer.step()
             if log:

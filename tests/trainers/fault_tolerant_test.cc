@@ -78,27 +78,7 @@ void check_worker_fault(const ScratchDir& s, const Fault& f,
   CHECK(out.find("replacing worker rank " + last + " (local rank " + last +
                  "; 1 of 2 restarts); the others run on") != std::string::npos);
 
-  const auto lines = replica_lines(out);
-  REQUIRE(lines.size() == static_cast<std::size_t>(workers));
-  std::set<std::string> digests;
-  for (const auto& [replica, r] : lines) {
-    INFO(replica);
-    // Survivors ran in one process from start to end; the faulty one was replaced once. Its
-    // replacement heals and trains on, or, started after its peers finished (a hang is seen
-    // only after --worker_timeout), learns that nothing is left.
-    const std::string suffix = "/" + last;
-    const bool faulty = replica.size() > suffix.size() &&
-                        replica.compare(replica.size() - suffix.size(), suffix.size(), suffix) == 0;
-    CHECK(r.started_pids.size() == (faulty ? 2u : 1u));
-    if (faulty && r.digest.empty()) {
-      CHECK(out.find("the other replicas finished the training at step") != std::string::npos);
-      continue;
-    }
-    digests.insert(r.digest);
-    CHECK_FALSE(r.digest.empty());
-    if (!faulty) CHECK(r.final_pid == r.started_pids.front());
-  }
-  CHECK(digests.size() == 1);  // the very same parameters on every replica
+  check_replaced_worker(out, static_cast<std::size_t>(workers), workers - 1);
   check_commits(read_consumed(consumed), f.samples);
   if (std::string(f.name) == "killed") CHECK(out.find("healed from ") != std::string::npos);
 }
@@ -199,24 +179,7 @@ TEST_CASE("trainers: with --fault_tolerant a node that joins heals and trains, n
   CHECK(*a_code == 0);
   CHECK(*b_code == 0);
   CHECK(*c_code == 0);
-  // The first two took the new node in without stopping their workers (no restart counted).
-  for (const std::string* out : {&out_a, &out_b}) {
-    CHECK(out->find("joining it; the workers run on") != std::string::npos);
-    CHECK(out->find("restarting") == std::string::npos);
-  }
-  // The newcomer healed from a peer, then trained with them to the same parameters.
-  CHECK(out_c.find("healed from ") != std::string::npos);
-  std::map<std::string, ReplicaLines> lines;
-  for (const std::string* out : {&out_a, &out_b, &out_c}) {
-    const auto one = replica_lines(*out);
-    REQUIRE(one.size() == 1);
-    lines.insert(one.begin(), one.end());
-  }
-  REQUIRE(lines.size() == 3);
-  check_kept_processes(lines);
-  const auto commits = read_consumed(consumed);
-  CHECK(commits.size() == 3);  // the newcomer committed steps too
-  check_commits(commits, samples);
+  check_node_joined(out_a, out_b, out_c, consumed, samples);
 }
 
 TEST_CASE("trainers: with --fault_tolerant ctrund SIGKILLed and restarted with --state_dir") {

@@ -21,13 +21,8 @@ namespace {
 
 std::unique_ptr<QuorumAsker> replica(std::uint16_t port, const std::string& id,
                                      const rdzv::QuorumConfig& config) {
-  auto env = read_worker_env(env_of({{"RANK", "0"},
-                                     {"WORLD_SIZE", "1"},
-                                     {"TORCHELASTIC_RUN_ID", "bg-job"},
-                                     {"CTRUN_STORE_ADDR", "127.0.0.1"},
-                                     {"CTRUN_STORE_PORT", std::to_string(port)},
-                                     {"CTRUN_FAULT_TOLERANCE", "step"},
-                                     {"CTRUN_REPLICA_ID", id}}));
+  auto env =
+      read_worker_env(env_of(ctrun::testing::fault_tolerant_worker_vars(port, id, "bg-job")));
   REQUIRE(env.ok());
   auto asker = QuorumAsker::connect(env.value(), config, 5s);
   REQUIRE(asker.ok());

@@ -194,14 +194,7 @@ TEST_CASE("worker proxy: a quorum's answer carries its plan, the same rules as t
 
 TEST_CASE("worker proxy: serves a worker over pipes, against ctrund") {
   LoopbackDaemon daemon;
-  const std::map<std::string, std::string> vars = {
-      {"RANK", "0"},
-      {"WORLD_SIZE", "1"},
-      {"TORCHELASTIC_RUN_ID", "py-job"},
-      {"CTRUN_STORE_ADDR", "127.0.0.1"},
-      {"CTRUN_STORE_PORT", std::to_string(daemon.port())},
-      {"CTRUN_FAULT_TOLERANCE", "step"},
-      {"CTRUN_REPLICA_ID", "n/0"}};
+  const auto vars = ctrun::testing::fault_tolerant_worker_vars(daemon.port(), "n/0", "py-job");
   int requests[2];
   int answers[2];
   REQUIRE(::pipe2(requests, O_CLOEXEC) == 0);

@@ -22,13 +22,7 @@ namespace rdzv = ctrun::rendezvous;
 namespace {
 
 std::map<std::string, std::string> worker_vars(std::uint16_t port, const std::string& replica) {
-  return {{"RANK", "0"},
-          {"WORLD_SIZE", "1"},
-          {"TORCHELASTIC_RUN_ID", "ft-job"},
-          {"CTRUN_STORE_ADDR", "127.0.0.1"},
-          {"CTRUN_STORE_PORT", std::to_string(port)},
-          {"CTRUN_FAULT_TOLERANCE", "step"},
-          {"CTRUN_REPLICA_ID", replica}};
+  return ctrun::testing::fault_tolerant_worker_vars(port, replica, "ft-job");
 }
 
 rdzv::QuorumConfig three_replicas() {
