@@ -40,12 +40,6 @@ const std::unordered_map<std::string_view, Service::Impl::Handler> Service::Impl
 
 namespace {
 
-// "10.0.0.5:41608" -> "10.0.0.5", "[::1]:41608" -> "[::1]": what a per-host limit counts.
-std::string host_of(const std::string& peer) {
-  const auto colon = peer.rfind(':');
-  return colon == std::string::npos ? peer : peer.substr(0, colon);
-}
-
 // Well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
 bool valid_utf8(const std::string& s) {
   std::size_t i = 0;
@@ -116,7 +110,13 @@ void read_stragglers(const KeyValueStore& store, JobMetrics& j) {
 }  // namespace
 
 Service::Impl::Impl(ServiceOptions options, const Clock& clock, Transport& transport)
-    : options_(std::move(options)), clock_(clock), transport_(transport) {
+    : options_(std::move(options)),
+      clock_(clock),
+      transport_(transport),
+      answers_(transport),
+      limits_(options_, clock, [this](const std::string& line) { log(line); }),
+      journal_(options_.state, options_.compact_bytes,
+               [this](const std::string& line) { log(line); }) {
   if (!options_.random) options_.random = random_bytes;
 }
 
@@ -124,47 +124,13 @@ void Service::Impl::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-void Service::Impl::log_refusal(const std::string& line) {
-  const TimePoint now = clock_.now();
-  if (refusals_unlogged_ > 0 && now - last_refusal_logged_ < std::chrono::seconds(1)) {
-    ++refusals_unlogged_;
-    return;
-  }
-  std::string said = line;
-  if (refusals_unlogged_ > 1) {
-    said +=
-        " (and " + std::to_string(refusals_unlogged_ - 1) + " more refused since the last said)";
-  }
-  log(said);
-  last_refusal_logged_ = now;
-  refusals_unlogged_ = 1;
-}
-
 bool Service::Impl::admit_ctrund(ConnectionId id, const std::string& peer) {
-  auto refuse = [&](const std::string& why, const char* answer) {
-    log_refusal(peer + " refused: " + why);
-    transport_.send(id, encode_frame(error_response(0, Error{ErrorCode::kLimit, answer})));
-    transport_.close(id);
-    ++counters_.connections_refused;
-    return false;
-  };
-  if (ctrund_connections_ >= options_.max_connections) {
-    return refuse(std::to_string(ctrund_connections_) +
-                      " connections already open (the limit: ctrund --max_connections, an "
-                      "agent's --rdzv_conf max_connections)",
-                  "daemon is at its connection limit");
-  }
-  const std::string host = host_of(peer);
-  std::size_t& from_host = connections_per_host_[host];
-  if (from_host >= options_.max_connections_per_host) {
-    return refuse(std::to_string(from_host) + " connections already open from " + host +
-                      " (the limit: ctrund --max_connections_per_host, an agent's --rdzv_conf "
-                      "max_connections_per_host)",
-                  "too many connections from this host");
-  }
-  ++from_host;
-  ++ctrund_connections_;
-  return true;
+  auto refusal = limits_.admit_ctrund(peer);
+  if (!refusal) return true;
+  transport_.send(id, encode_frame(error_response(0, Error{ErrorCode::kLimit, *refusal})));
+  transport_.close(id);
+  ++counters_.connections_refused;
+  return false;
 }
 
 Service::Impl::Job& Service::Impl::job_named(const std::string& name) {
@@ -196,27 +162,14 @@ std::size_t Service::Impl::job_ranks(Job& job) {
 }
 
 std::size_t Service::Impl::worker_store_limit(Job* job) {
-  const WorkerStoreLimits& l = options_.worker_store_limits;
-  if (l.max_connections > 0) return l.max_connections;
-  const std::size_t ranks = job ? job_ranks(*job) : 0;
-  return std::max(l.minimum, l.per_rank * ranks + l.margin);
+  return limits_.worker_store_limit([this, job] { return job ? job_ranks(*job) : 0; });
 }
 
 bool Service::Impl::admit_tcpstore(Job& job, const std::string& peer) {
-  const std::size_t limit = worker_store_limit(&job);
-  if (job.tcpstore_connections < limit) return true;
-  const WorkerStoreLimits& l = options_.worker_store_limits;
-  const std::string how = l.max_connections > 0
-                              ? "as set"
-                              : std::to_string(l.per_rank) + " a rank for its " +
-                                    std::to_string(job.ranks) + " ranks and " +
-                                    std::to_string(l.margin) + " more, at least " +
-                                    std::to_string(l.minimum);
-  log_refusal(peer + " refused: job '" + job.name + "' has " +
-              std::to_string(job.tcpstore_connections) +
-              " TCPStore connections open, its worker store's limit (" + how +
-              "); raise it with ctrund --worker_store_max_connections or an agent's --rdzv_conf "
-              "worker_store_max_connections");
+  if (limits_.admit_tcpstore(
+          job.name, job.tcpstore_connections, [this, &job] { return job_ranks(job); }, peer)) {
+    return true;
+  }
   ++counters_.connections_refused;
   return false;
 }
@@ -232,9 +185,9 @@ void Service::Impl::on_connect(ConnectionId id, std::string peer,
     const std::size_t limit = options_.max_connections +
                               worker_store_limit(job == jobs_.end() ? nullptr : job->second.get());
     if (connections_.size() >= limit) {
-      log_refusal(peer + " refused: " + std::to_string(connections_.size()) +
-                  " connections already open, the most this rendezvous and its worker store "
-                  "take (--rdzv_conf max_connections, worker_store_max_connections)");
+      limits_.refused(peer + " refused: " + std::to_string(connections_.size()) +
+                      " connections already open, the most this rendezvous and its worker store "
+                      "take (--rdzv_conf max_connections, worker_store_max_connections)");
       ++counters_.connections_refused;
       return transport_.close(id);  // no bytes: either protocol's client reads a closed socket
     }
@@ -332,15 +285,9 @@ void Service::Impl::drop(ConnectionId id, const std::string& why) {
   if (it == connections_.end()) return;
   std::unique_ptr<Connection> c = std::move(it->second);
   connections_.erase(it);
-  if (delayed_per_connection_.erase(id) != 0) {  // held answers go with the connection
-    std::erase_if(delayed_, [id](const DelayedBytes& d) { return d.id == id; });
-  }
+  answers_.forget(id);  // held answers go with the connection
   if (c->wire == Wire::kCtrund) {
-    --ctrund_connections_;
-    if (auto host = connections_per_host_.find(host_of(c->peer));
-        host != connections_per_host_.end() && --host->second == 0) {
-      connections_per_host_.erase(host);
-    }
+    limits_.ctrund_closed(c->peer);
   }
   if (!c->job.empty()) {  // past hello, or a TCPStore connection
     Job& job = *jobs_.at(c->job);
@@ -383,42 +330,13 @@ void Service::Impl::fail(const Connection& c, std::uint64_t id, const Error& e) 
 
 void Service::Impl::send_to(ConnectionId id, std::string bytes) {
   const TimePoint now = clock_.now();
-  auto held = delayed_per_connection_.find(id);
-  if (held == delayed_per_connection_.end() && now >= answer_delays_until_) {
-    transport_.send(id, std::move(bytes));  // no job is slowed now: the usual path, no lookups
-    return;
-  }
-  TimePoint due = now;
-  if (auto c = connections_.find(id); c != connections_.end() && !c->second->job.empty()) {
-    if (auto job = jobs_.find(c->second->job);
-        job != jobs_.end() && now < job->second->answer_delay_until) {
-      due = now + job->second->answer_delay;
-    }
-  }
-  if (due == now && held == delayed_per_connection_.end()) {
-    transport_.send(id, std::move(bytes));
-    return;
-  }
-  auto& [count, last_due] = delayed_per_connection_[id];
-  due = std::max(due, last_due);  // never ahead of what the connection was sent before
-  last_due = due;
-  ++count;
-  delayed_.push_back({due, id, std::move(bytes)});
-}
-
-void Service::Impl::send_delayed(TimePoint now, std::optional<ConnectionId> only) {
-  for (auto it = delayed_.begin(); it != delayed_.end();) {
-    if (only ? it->id != *only : it->due > now) {
-      ++it;
-      continue;
-    }
-    auto held = delayed_per_connection_.find(it->id);
-    if (held != delayed_per_connection_.end() && --held->second.first == 0) {
-      delayed_per_connection_.erase(held);
-    }
-    if (connections_.count(it->id) != 0) transport_.send(it->id, std::move(it->bytes));
-    it = delayed_.erase(it);
-  }
+  answers_.send(id, std::move(bytes), now, [this, id, now]() -> Duration {
+    auto c = connections_.find(id);
+    if (c == connections_.end() || c->second->job.empty()) return Duration::zero();
+    auto job = jobs_.find(c->second->job);
+    if (job == jobs_.end() || now >= job->second->answer_delay_until) return Duration::zero();
+    return job->second->answer_delay;
+  });
 }
 
 void Service::Impl::start_store_latency(Job& job, const std::string& value) {
@@ -433,7 +351,7 @@ void Service::Impl::start_store_latency(Job& job, const std::string& value) {
   job.answer_delay = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(ms / 1000));
   job.answer_delay_until =
       clock_.now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
-  answer_delays_until_ = std::max(answer_delays_until_, job.answer_delay_until);
+  answers_.slowed_until(job.answer_delay_until);
   char text[160];
   std::snprintf(text, sizeof text, "answering %ld ms late for %.3f s", std::lround(ms), seconds);
   log("job '" + job.name + "': " + text + " (an injected fault: ctrun --faults store_latency)");
@@ -443,7 +361,7 @@ void Service::Impl::reject(Connection& c, std::uint64_t id, const Error& e) {
   ++(e.code == ErrorCode::kAuthFailed ? counters_.auth_failures : counters_.frame_errors);
   log(c.peer + " closed: " + std::string(error_code_name(e.code)) + ": " + e.message);
   // What was held back for it goes first, then the error, at once: the connection closes now.
-  send_delayed(clock_.now(), c.id);
+  answers_.send_all(c.id);
   if (c.wire != Wire::kTcpStore) {  // TCPStore's wire has no error answer
     transport_.send(c.id, encode_frame(error_response(id, e)));
   }
@@ -965,7 +883,7 @@ void Service::Impl::op_jobs(Connection& c, std::uint64_t id, const Json&) {
 
 void Service::Impl::tick() {
   const TimePoint now = clock_.now();
-  send_delayed(now);
+  answers_.send_due(now);
   std::vector<std::pair<ConnectionId, std::string>> late;
   for (const auto& [id, c] : connections_) {
     // Only ctrun's clients owe a hello. A connection that has said nothing yet on a listener
@@ -993,14 +911,7 @@ void Service::Impl::tick() {
     if (job->quorum) deliver_quorum(*job, job->quorum->tick());
   }
   gc_jobs();
-  if (options_.state) {
-    const StateLog& state = *options_.state;
-    if (state_broken_ || (state.journal_bytes() > options_.compact_bytes &&
-                          state.journal_bytes() > state.snapshot_bytes())) {
-      compact();
-    }
-    if (auto s = options_.state->sync(); !s) log("state: " + s.error().message);
-  }
+  journal_.tick([this] { return snapshot_records(); });
 }
 
 // A node the rendezvous dropped on its timers (keep-alives missed, join timed out) whose
@@ -1026,106 +937,75 @@ void Service::Impl::close_dropped_nodes(Job& job) {
 
 // ---- state (--state_dir) ---------------------------------------------------------------------
 
-void Service::Impl::record(const Json& r) {
-  if (!options_.state || state_broken_) return;
-  if (auto s = options_.state->append(r); !s) {
-    // Later records would not add up without this one: rewrite the whole state instead.
-    log("state: " + s.error().message + "; the whole state is rewritten at the next tick");
-    state_broken_ = true;
-  }
-}
-
 void Service::Impl::record_key(const std::string& job, const std::string& key) {
-  if (!options_.state) return;
+  if (!journal_.on()) return;
   const std::string* value = jobs_.at(job)->store.find(key);
-  if (value) {
-    record(Json{{"t", "set"}, {"job", job}, {"key", key}, {"value", to_binary(*value)}});
-  } else {
-    record(Json{{"t", "del"}, {"job", job}, {"key", key}});
-  }
+  journal_.append(value ? set_record(job, key, *value) : delete_record(job, key));
 }
 
 void Service::Impl::record_rendezvous(Job& job) {
-  if (!options_.state) return;
+  if (!journal_.on()) return;
   const Rendezvous* r = job.rendezvous.get();
   if (r == job.saved_rendezvous && (!r || r->revision() == job.saved_revision)) return;
   job.saved_rendezvous = r;
   job.saved_revision = r ? r->revision() : 0;
-  record(Json{{"t", "rdzv"},
-              {"job", job.name},
-              {"generation", job.generation},
-              {"state", r ? r->save() : Json()}});
+  journal_.append(rendezvous_record(job.name, job.generation, r ? r->save() : Json()));
 }
 
-void Service::Impl::compact() {
+std::vector<Json> Service::Impl::snapshot_records() const {
   std::vector<Json> records;
   for (const auto& [name, job] : jobs_) {
     for (const auto& [key, value] : job->store.entries()) {
-      records.push_back(
-          Json{{"t", "set"}, {"job", name}, {"key", key}, {"value", to_binary(value)}});
+      records.push_back(set_record(name, key, value));
     }
-    records.push_back(Json{{"t", "rdzv"},
-                           {"job", name},
-                           {"generation", job->generation},
-                           {"state", job->rendezvous ? job->rendezvous->save() : Json()}});
+    records.push_back(rendezvous_record(name, job->generation,
+                                        job->rendezvous ? job->rendezvous->save() : Json()));
   }
-  if (auto s = options_.state->rewrite(records); !s) {
-    log("state: cannot write a snapshot: " + s.error().message);
-    state_broken_ = true;
-    return;
-  }
-  state_broken_ = false;
+  return records;
 }
 
 Status Service::Impl::apply_record(const Json& r) {
-  auto type = get_string(r, "t");
-  if (!type) return type.error();
-  auto name = get_string(r, "job");
-  if (!name) return name.error();
-  if (type.value() == "drop") {
-    jobs_.erase(name.value());
+  auto decoded = decode_job_record(r);
+  if (!decoded) return decoded.error();
+  JobRecord& record = decoded.value();
+  if (record.kind == JobRecord::Kind::kDrop) {
+    jobs_.erase(record.job);
     return ok_status();
   }
-  auto [it, created] = jobs_.try_emplace(name.value(), nullptr);
+  auto [it, created] = jobs_.try_emplace(record.job, nullptr);
   if (created) {
-    it->second = std::make_unique<Job>(name.value(), options_.store_limits);
+    it->second = std::make_unique<Job>(record.job, options_.store_limits);
     it->second->idle_since = clock_.now();
   }
   Job& job = *it->second;
-  if (type.value() == "set" || type.value() == "del") {
-    auto key = get_string(r, "key");
-    if (!key) return key.error();
-    if (type.value() == "del") {
-      job.store.erase(key.value());
+  switch (record.kind) {
+    case JobRecord::Kind::kDelete:
+      job.store.erase(record.key);
       return ok_status();
-    }
-    auto value = get_bytes(r, "value");
-    if (!value) return value.error();
-    return job.store.set(key.value(), std::move(value).value());
+    case JobRecord::Kind::kSet:
+      return job.store.set(record.key, std::move(record.value));
+    case JobRecord::Kind::kRendezvous:
+      job.generation = record.generation;
+      if (record.state.is_null()) {
+        job.rendezvous.reset();
+      } else {
+        auto restored = Rendezvous::restore(record.state, clock_, options_.log);
+        if (!restored) return restored.error();
+        job.rendezvous = std::move(restored).value();
+        job.rendezvous->set_event_sink(options_.events);
+      }
+      job.saved_rendezvous = job.rendezvous.get();
+      job.saved_revision = job.rendezvous ? job.rendezvous->revision() : 0;
+      return ok_status();
+    case JobRecord::Kind::kDrop:
+      break;
   }
-  if (type.value() == "rdzv") {
-    auto generation = get_int(r, "generation");
-    if (!generation) return generation.error();
-    job.generation = static_cast<int>(generation.value());
-    auto state = r.find("state");
-    if (state == r.end() || state->is_null()) {
-      job.rendezvous.reset();
-    } else {
-      auto restored = Rendezvous::restore(*state, clock_, options_.log);
-      if (!restored) return restored.error();
-      job.rendezvous = std::move(restored).value();
-      job.rendezvous->set_event_sink(options_.events);
-    }
-    job.saved_rendezvous = job.rendezvous.get();
-    job.saved_revision = job.rendezvous ? job.rendezvous->revision() : 0;
-    return ok_status();
-  }
-  return Error{ErrorCode::kBadRequest, "unknown record type '" + type.value() + "'"};
+  return ok_status();
 }
 
 Status Service::Impl::restore() {
-  if (!options_.state) return ok_status();
-  auto records = options_.state->load();
+  if (!journal_.on()) return ok_status();
+  auto records = journal_.load();
   if (!records) return records.error();
   std::size_t applied = 0;
   for (const auto& r : records.value()) {
@@ -1135,7 +1015,7 @@ Status Service::Impl::restore() {
     }
     ++applied;
   }
-  if (!options_.state->load_note().empty()) log("state: " + options_.state->load_note());
+  if (!journal_.load_note().empty()) log("state: " + journal_.load_note());
   std::size_t keys = 0;
   std::size_t nodes = 0;
   for (const auto& [name, job] : jobs_) {
@@ -1146,9 +1026,10 @@ Status Service::Impl::restore() {
       " key(s), " + std::to_string(nodes) + " node(s) from " + std::to_string(applied) +
       " record(s)");
   // One compact file to start from; it also drops what the replay superseded.
-  compact();
-  return state_broken_ ? Error{ErrorCode::kInternal, "cannot write the state snapshot"}
-                       : ok_status();
+  if (!journal_.rewrite(snapshot_records())) {
+    return Error{ErrorCode::kInternal, "cannot write the state snapshot"};
+  }
+  return ok_status();
 }
 
 void Service::Impl::gc_jobs() {
@@ -1164,7 +1045,7 @@ void Service::Impl::gc_jobs() {
     if (job.connections == 0 && now - job.idle_since >= keep) {
       log("job '" + it->first + "' dropped: no connections for " + std::to_string(to_millis(keep)) +
           " ms");
-      record(Json{{"t", "drop"}, {"job", it->first}});
+      journal_.append(drop_record(it->first));
       if (options_.events) options_.events("job_dropped", Json{{"job", it->first}});
       if (job.worker_store_port != 0) transport_.close_worker_store(it->first);
       it = jobs_.erase(it);

@@ -1,9 +1,10 @@
 // The Service's insides: its operations, and what it keeps per connection and per job. Private to
-// the Service's files: service.cc (ctrund's protocol, jobs, the journal) and service_tcpstore.cc
-// (torch's TCPStore wire); service.h forwards to it.
+// the Service's files: service.cc (ctrund's protocol, jobs, the journal), service_tcpstore.cc
+// (torch's TCPStore wire) and service_quorum.cc (the per-step quorum); service.h forwards to it.
+// Concerns of their own are objects beside it: ConnectionLimits (who is admitted),
+// DelayedAnswers (an injected store latency) and ServiceJournal (--state_dir's records).
 #pragma once
 
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,7 +18,10 @@
 #include "rendezvous/core/quorum.h"
 #include "rendezvous/protocol/fault_keys.h"
 #include "rendezvous/protocol/tcpstore_wire.h"
+#include "rendezvous/service/connection_limits.h"
+#include "rendezvous/service/delayed_answers.h"
 #include "rendezvous/service/service.h"
+#include "rendezvous/service/service_journal.h"
 
 namespace ctrun::rendezvous {
 
@@ -50,18 +54,14 @@ class Service::Impl {
   using Handler = void (Impl::*)(Connection&, std::uint64_t, const Json&);
 
   void log(const std::string& line) const;
-  // Connection limits (docs/ctrund.md): ctrun's protocol against max_connections and
-  // max_connections_per_host, answered with an error frame; torch's TCPStore clients against
-  // their job's worker-store limit, refused by a close before any byte (all torch's client
-  // understands). Each admits and counts, or refuses and says so.
+  // Connection limits (limits_ decides): ctrun's protocol refused with an error frame; torch's
+  // TCPStore clients by a close before any byte (all torch's client understands).
   bool admit_ctrund(ConnectionId id, const std::string& peer);
   bool admit_tcpstore(Job& job, const std::string& peer);
   std::size_t worker_store_limit(Job* job);  // null: a job not seen yet
   // Ranks of every node the job's rendezvous knows (0 without one), cached by its revision;
   // says once per size when the open-file limit cannot serve them.
   std::size_t job_ranks(Job& job);
-  // Refusal lines, one a second at most: a flood must not flood the log too.
-  void log_refusal(const std::string& line);
   Job& job_named(const std::string& name);
   void handle_frame(Connection& c, Json frame);
   void reply(const Connection& c, std::uint64_t id, Json body);
@@ -102,22 +102,20 @@ class Service::Impl {
   void deliver_quorum(Job& job, std::vector<QuorumNotice> notices);
   // The connection that asked for `replicas` is gone: so are they.
   void drop_replicas(Job& job, const Connection& c);
-  // --state_dir: a record per change, written before the change is acknowledged.
-  void record(const Json& r);
+  // --state_dir (journal_): a record per change, written before the change is acknowledged.
   void record_key(const std::string& job, const std::string& key);
   void record_rendezvous(Job& job);
   Status apply_record(const Json& r);
-  void compact();
+  // Every job's keys and rendezvous as records: the whole state, for a snapshot.
+  std::vector<Json> snapshot_records() const;
   // Binds a node to the connection that now speaks for it, superseding an older binding.
   void bind_node(Connection& c, Job& job, const std::string& node);
   // get, wait and multi_get: answer when every key exists, or time out.
   void wait_for_keys(Connection& c, std::uint64_t id, const Json& req, bool with_values);
   void send_challenge(const Connection& c);
   // Every frame or TCPStore answer to a connection goes through here: at once, or, while its
-  // job has an injected store latency (kStoreLatencyKey), queued until due, in order.
+  // job has an injected store latency (kStoreLatencyKey), held until due (answers_).
   void send_to(ConnectionId id, std::string bytes);
-  // Sends the queued bytes that are due (all of one connection's, with `only`).
-  void send_delayed(TimePoint now, std::optional<ConnectionId> only = std::nullopt);
   // The job's store was set kStoreLatencyKey: {"ms", "seconds"} from now.
   void start_store_latency(Job& job, const std::string& value);
 
@@ -142,25 +140,13 @@ class Service::Impl {
   const Clock& clock_;
   Transport& transport_;
   std::unordered_map<ConnectionId, std::unique_ptr<Connection>> connections_;
-  std::unordered_map<std::string, std::size_t> connections_per_host_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   ServiceMetrics counters_;  // the counter fields only; requests are counted apart
   std::unordered_map<std::string_view, std::uint64_t> request_counts_;   // keys: kHandlers'
   std::unordered_map<std::string_view, std::uint64_t> tcpstore_counts_;  // keys: op_name()
-  // Answers held back by an injected store latency, in the order they were sent; and per
-  // connection how many are held and the due time of its last one (later ones wait for it).
-  struct DelayedBytes {
-    TimePoint due;
-    ConnectionId id = 0;
-    std::string bytes;
-  };
-  std::deque<DelayedBytes> delayed_;
-  std::unordered_map<ConnectionId, std::pair<std::size_t, TimePoint>> delayed_per_connection_;
-  TimePoint answer_delays_until_{};     // the latest end of any job's store latency
-  std::size_t ctrund_connections_ = 0;  // of ctrun's own protocol; per host: connections_per_host_
-  TimePoint last_refusal_logged_{};
-  std::size_t refusals_unlogged_ = 0;
-  bool state_broken_ = false;   // an append failed: rewrite everything at the next tick
+  DelayedAnswers answers_;  // what an injected store latency holds back
+  ConnectionLimits limits_;
+  ServiceJournal journal_;
   bool shutting_down_ = false;  // shutdown(): closed connections keep their nodes
   static const std::unordered_map<std::string_view, Handler> kHandlers;
 };
