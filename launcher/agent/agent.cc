@@ -1,7 +1,7 @@
 // The agent's loop: what happens (the rendezvous' news, workers' exits, signals) goes to its
 // machine (agent_machine.h) as input, and what the machine decides is carried out here; the
 // rendezvous is reached, hosted and rejoined here too. Workers: agent_workers.cc; --faults:
-// agent_faults.cc.
+// fault_runner.h.
 #include "launcher/agent/agent_impl.h"
 
 #include <fcntl.h>
@@ -62,10 +62,7 @@ Agent::Impl::Impl(asio::io_context& io, LaunchOptions options, int local_world_s
       waiting_line_timer_(io),
       workers_(world_.make_workers ? world_.make_workers(io) : std::make_unique<WorkerGroup>(io)),
       adopted_timer_(io),
-      heartbeat_timer_(io),
-      heartbeats_(
-          std::chrono::duration_cast<std::chrono::milliseconds>(seconds(options_.worker_timeout))),
-      fault_timer_(io) {}
+      hung_workers_(make_hung_worker_watch()) {}
 
 void Agent::Impl::log(const std::string& line) { rdzv::log_line("ctrun", line); }
 
@@ -103,7 +100,7 @@ int Agent::Impl::run() {
   // their logs' directory.
   workers_->kill_all();
   if (world_.adopt_orphans) kill_adopted_children(workers_->pids());
-  finish_fault_report(code);
+  if (faults_) faults_->finish(code, machine_ ? machine_->round().rank_offset : 0);
   event("agent_exit",
         {{"exit_code", code}, {"signal", exit_signal_ ? signal_name(exit_signal_) : ""}});
   cleanup();
@@ -163,10 +160,8 @@ rdzv::Status Agent::Impl::setup() {
   if (!o.numa_binding.empty()) {
     if (auto s = plan_bindings(); !s) return s;
   }
-  if (!o.faults.empty()) {
-    if (auto s = load_fault_plan(); !s) return s;
-  } else if (!o.fault_report.empty()) {
-    faults_.emplace(FaultPlan{});  // no faults: a clean run's report, to compare with
+  if (!o.faults.empty() || !o.fault_report.empty()) {
+    if (auto s = start_fault_runner(); !s) return s;
   }
   if (heartbeat_files_on() || o.flight_recorder || o.fault_tolerance == "step") {
     // Python workers report their steps and results (and raise a planned exception) through
@@ -186,6 +181,7 @@ rdzv::Status Agent::Impl::setup() {
     }
     python_helper_dir_ = dir;
   }
+  stacks_ = make_node_stacks();
   if (o.fault_tolerance == "step") {
     // The workers' proxy is this very executable (`ctrun worker-proxy`).
     std::error_code ec;
@@ -231,12 +227,7 @@ rdzv::Status Agent::Impl::setup() {
   backend.events = hosted_events();
   client_ = world_.make_backend ? world_.make_backend(io_, std::move(backend))
                                 : rdzv::make_backend(io_, std::move(backend));
-  if (faults_) {
-    // A planned (or asked for) cut-off is this switch's.
-    auto switched = std::make_unique<CutOffBackend>(io_, std::move(client_));
-    cut_off_ = switched.get();
-    client_ = std::move(switched);
-  }
+  if (faults_) client_ = faults_->wrap_backend(std::move(client_));  // a cut-off's switch
   client_->set_event_handler([this](const rdzv::BackendEvent& e) {
     if (e.kind == rdzv::BackendEvent::Kind::kConnectAttemptFailed) {
       last_attempt_ = e.reason;  // for the waiting lines
@@ -289,6 +280,28 @@ rdzv::Status Agent::Impl::host_rendezvous() {
   return rdzv::ok_status();
 }
 
+rdzv::Status Agent::Impl::start_fault_runner() {
+  FaultRunner::Hooks hooks;
+  hooks.log = [](const std::string& line) { log(line); };
+  hooks.event = [this](const std::string& name, rdzv::Json fields) {
+    event(name, std::move(fields));
+  };
+  hooks.step = [this](int local_rank) { return heartbeat_files_.step(local_rank); };
+  hooks.worker_dir = [this](int local_rank) { return worker_dir(local_rank); };
+  hooks.stop_rendezvous = [this] {
+    if (!server_) return false;
+    server_->stop();
+    server_.reset();
+    return true;
+  };
+  hooks.start_rendezvous = [this] { return host_rendezvous(); };
+  hooks.exiting = [this] { return exiting_; };
+  auto runner = FaultRunner::create(io_, options_, node_id_, *workers_, std::move(hooks));
+  if (!runner) return runner.error();
+  faults_ = std::move(runner).value();
+  return rdzv::ok_status();
+}
+
 Task<void> Agent::Impl::connect() {
   const LaunchOptions& o = options_;
   AgentInput connected{.kind = AgentInput::Kind::kConnected};
@@ -304,10 +317,7 @@ Task<void> Agent::Impl::connect() {
     connected.status = co_await client_->set(rdzv::kMaxRestartsKey, budget);
   }
   if (connected.status && !dumps_) start_dump_watch();  // hang reports: every agent answers
-  if (connected.status && !o.faults.empty() && !watching_fault_requests_) {
-    watching_fault_requests_ = true;
-    spawn([this]() -> Task<void> { co_await watch_fault_requests(); });
-  }
+  if (connected.status && faults_) faults_->connected(host_);
   if (connected.status) {
     if (!o.rdzv_conf.ignored_keys.empty()) {
       std::string keys;
@@ -351,7 +361,7 @@ Task<int> Agent::Impl::run_job() {
   }
   arm_signals();
   if (options_.stop_on_stdin_close) watch_stdin();
-  if (options_.worker_timeout > 0) arm_heartbeat_check();
+  hung_workers_->start();
 
   // The health port first: a probe has its answer while the rendezvous is still being reached.
   rdzv::Status started = start_health_check();

@@ -1,7 +1,7 @@
 // The agent's inside (agent.h's Agent::Impl), private to the agent's files: agent.cc runs the
 // machine's loop and talks to the rendezvous, agent_workers.cc starts, watches and stops the
-// workers and reports their failures, agent_faults.cc carries out --faults, agent_watchdogs.cc
-// starts the services beside them (file timer, health port, straggler watch, node health).
+// workers and reports their failures, agent_watchdogs.cc starts the services beside them (file
+// timer, health port, straggler watch, node health); --faults is FaultRunner's (fault_runner.h).
 #pragma once
 
 #include <array>
@@ -24,24 +24,21 @@
 #include "launcher/agent/agent.h"
 #include "launcher/agent/agent_machine.h"
 #include "launcher/agent/agent_os.h"
+#include "launcher/agent/fault_runner.h"
+#include "launcher/agent/hung_worker_watch.h"
+#include "launcher/agent/node_stacks.h"
 #include "launcher/diagnosis/dump_watch.h"
-#include "launcher/diagnosis/heartbeat_monitor.h"
 #include "launcher/diagnosis/node_health.h"
 #include "launcher/diagnosis/straggler_watch.h"
-#include "launcher/faults/cut_off_backend.h"
-#include "launcher/faults/fault_injector.h"
-#include "launcher/faults/fault_report.h"
-#include "launcher/faults/fault_timeline.h"
-#include "launcher/faults/node_faults.h"
 #include "launcher/workers/file_timer_server.h"
 #include "launcher/workers/filtered_log.h"
+#include "launcher/workers/heartbeat_files.h"
 #include "launcher/workers/numa_binding.h"
 #include "launcher/workers/worker_runner.h"
 #include "rendezvous/backend/backend.h"
 #include "rendezvous/base/event_log.h"
 #include "rendezvous/daemon/http_server.h"
 #include "rendezvous/daemon/server.h"
-#include "rendezvous/protocol/fault_keys.h"
 
 namespace ctrun::launcher {
 
@@ -174,25 +171,13 @@ class Agent::Impl {
                        rdzv::Json fields);
   // At the job's end: a line naming the log files that were cut short, if any.
   void say_lost_logs() const;
-  void arm_heartbeat_check();
-  void check_heartbeats();
-  // A worker judged hung: its native stacks (eu-stack) into its log and the report; a Python
-  // worker is then sent SIGABRT, on which faulthandler writes every thread's Python stack to
-  // its stderr; then its process group is SIGKILLed.
-  Task<void> kill_hung_worker(int local_rank, int pid);
   // ---- hang reports (agent_hangs.cc) ----
-  // The signal on which a Python worker's faulthandler writes its stacks (sitecustomize.py).
-  static int stacks_signal();
-  std::string flight_recorder_prefix(int local_rank) const {
-    return worker_dir(local_rank) + "/nccl_trace_";
-  }
+  // This node's stacks (setup, once the Python helper's place is known), and from the first
+  // connect on, the watch that answers the job's dump requests with them.
+  std::unique_ptr<NodeStacks> make_node_stacks();
   void start_dump_watch();
-  // This node's answer to a dump request: its running workers' stacks and last steps, and
-  // with --flight_recorder what their NCCL Flight Recorder dumps say.
-  Task<rdzv::Json> take_dump_answer();
-  Task<std::optional<FlightRecord>> read_flight_record(int local_rank, int rank);
   // The watchdog found a hung worker: the job's report, once for the ranks found together;
-  // hang_report_pending_ until it is said (kill_hung_worker waits for it, bounded).
+  // hang_report_pending_ until it is said (the watch's kill waits for it, bounded).
   void start_hang_report(const std::string& reason);
   Task<void> report_hang(std::string reason);
   // The failure report of every rank that failed in this attempt, told to the rendezvous.
@@ -211,8 +196,6 @@ class Agent::Impl {
   std::string attempt_dir(int restart_count, int local_rank) const {
     return attempt_root(restart_count) + "/" + std::to_string(local_rank);
   }
-  // The step local rank `local_rank`'s worker last reported to its heartbeat file, if any.
-  std::optional<std::int64_t> reported_step_of(int local_rank) const;
   // Where local rank `local_rank`'s running worker keeps its files.
   std::string worker_dir(int local_rank) const {
     const auto slot = static_cast<std::size_t>(local_rank);
@@ -224,6 +207,8 @@ class Agent::Impl {
   // TORCHELASTIC_ENABLE_FILE_TIMER=1: the pipe made and served (its path goes to the workers).
   rdzv::Status start_file_timer();
   void file_timer_expired(const FileTimerReap& reap);
+  // --worker_timeout's watchdog, made with the agent (it watches only with a timeout).
+  std::unique_ptr<HungWorkerWatch> make_hung_worker_watch();
   // TORCHELASTIC_HEALTH_CHECK_PORT: up from the agent's start to its exit.
   rdzv::Status start_health_check();
   rdzv::HttpReply health_reply() const;
@@ -232,29 +217,9 @@ class Agent::Impl {
   // The node's health checks, awaited before each join (setup: they need the log root).
   void start_node_health();
 
-  // ---- agent_faults.cc: --faults and `ctrun fault` ----
-  // Reads the plan (setup); what falls due is carried out while workers run.
-  rdzv::Status load_fault_plan();
-  // What a fault needs that this node may lack (root and nft for a lost link, a GPU for a CUDA
-  // error): an error naming the fault, else ok.
-  rdzv::Status check_fault_needs(const Fault& fault) const;
-  void arm_fault_timer();
-  void carry_out(const FaultInjector::Action& action, const FaultInjector::Due& due);
-  // A link fault: the peer's address read from the round's store, then cut (node_faults_).
-  Task<void> cut_link(int fault_id, int peer);
-  // At the agent's end: nothing of the node's faults outlives it.
-  void end_node_faults();
-  // What an injected fault was, in the job's store (kFaultsInjectedKey): `ctrun status`, the
-  // daemon's metrics and `ctrun fault` read it there, apart from real failures. `then` runs
-  // once it is written (or failed to be).
-  void record_injected_fault(const FaultInjector::Fired& fired, int pid,
-                             std::function<void()> then = nullptr);
-  // `ctrun fault`: the faults asked for while the job runs, read from the job's store in turn
-  // (with --faults only: nothing fires without a plan).
-  Task<void> watch_fault_requests();
-  void take_fault_request(std::int64_t number, const std::string& text);
-  // At the agent's end: each injected fault's line, and --fault_report's file.
-  void finish_fault_report(int exit_code);
+  // ---- faults ----
+  // --faults or --fault_report: the runner of the plan (setup), with the agent's hooks.
+  rdzv::Status start_fault_runner();
 
   // ---- the loop and the rendezvous ----
   asio::io_context& io_;
@@ -299,15 +264,14 @@ class Agent::Impl {
   // Holds ctrun_worker.py with heartbeat files (--worker_timeout, --faults, --fault_report) or
   // --fault_tolerance=step; else empty.
   std::string python_helper_dir_;
-  std::string worker_proxy_;  // --fault_tolerance=step: this executable, for Python workers
+  std::string worker_proxy_;          // --fault_tolerance=step: this executable, for Python workers
   std::vector<CpuBinding> bindings_;  // --numa-binding: each local rank's, else empty
   // Adopted descendants that exited are reaped every second. Not on SIGCHLD: asio installs its
   // handlers without SA_RESTART, and every worker's exit would interrupt blocking calls.
   asio::steady_timer adopted_timer_;
-  asio::steady_timer heartbeat_timer_;
-  HeartbeatMonitor heartbeats_;
-  std::vector<std::string> heartbeat_files_;  // by local rank; empty without --worker_timeout
-  std::vector<std::string> stderr_files_;     // by local rank; empty: no stderr.log
+  HeartbeatFiles heartbeat_files_;  // by local rank; none without heartbeat_files_on()
+  std::unique_ptr<HungWorkerWatch> hung_workers_;
+  std::vector<std::string> stderr_files_;  // by local rank; empty: no stderr.log
   // By local rank: the attempt directory its running worker was started in (with
   // --fault_tolerance=step a replaced worker's differs from its peers').
   std::vector<std::string> worker_dirs_;
@@ -316,32 +280,17 @@ class Agent::Impl {
   bool workers_run_python_ = false;         // the entrypoint runs under $PYTHON_EXEC
   bool torch_probe_pending_ = false;        // probe_workers_torch() has not answered yet
   std::optional<TorchVersion> workers_torch_;
-  std::map<int, std::string> hung_stacks_;           // by pid, this group's workers killed as hung
   std::unique_ptr<FileTimerServer> file_timer_;      // TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::unique_ptr<rdzv::HttpServer> health_server_;  // TORCHELASTIC_HEALTH_CHECK_PORT
   std::shared_ptr<StragglerWatch> stragglers_;       // null: not watched
   std::unique_ptr<NodeHealth> health_;               // before each join
   std::shared_ptr<DumpWatch> dumps_;                 // answers the job's dump requests
-  std::vector<std::string> stacks_files_;            // by local rank: CTRUN_STACKS_FILE, else empty
+  std::unique_ptr<NodeStacks> stacks_;               // this node's answer to dump requests
   bool hang_report_pending_ = false;
   std::string hang_report_text_;  // the last report's section of the failure report
 
   // ---- the faults ----
-  std::optional<FaultInjector> faults_;  // --faults
-  FaultReport fault_report_;             // what became of the faults injected here
-  FaultTimeline fault_timeline_;         // the same as a picture (--fault_report=FILE.html)
-  std::vector<std::optional<std::int64_t>> reported_steps_;  // by local rank, with --faults
-  std::vector<std::string> result_files_;  // by local rank: CTRUN_RESULT_FILE (--fault_report)
-  asio::steady_timer fault_timer_;
-  CutOffBackend* cut_off_ = nullptr;  // client_, with --faults: the switch of a cut-off
-  // The node's cut links and full disks (the hosted rendezvous's stop and start are here).
-  NodeFaults node_faults_{{[](const std::vector<std::string>& argv) {
-                             const ToolRun run = run_tool(argv);
-                             return std::pair<int, std::string>(run.exit_code, run.output);
-                           },
-                           [](const std::string& line) { log(line); }}};
-  bool rendezvous_down_ = false;  // the hosted rendezvous stopped by a fault, to start again
-  bool watching_fault_requests_ = false;
+  std::unique_ptr<FaultRunner> faults_;  // --faults, --fault_report
 };
 
 }  // namespace ctrun::launcher

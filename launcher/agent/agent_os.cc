@@ -5,7 +5,6 @@
 #include <linux/capability.h>
 #include <netdb.h>
 #include <spawn.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -147,26 +146,6 @@ bool write_text_file_atomically(const std::string& path, const std::string& text
     if (!out) return false;
   }
   return std::rename(temporary.c_str(), path.c_str()) == 0;
-}
-
-std::optional<std::int64_t> reported_step(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  char text[32];
-  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
-  ::close(fd);
-  if (n <= 0) return std::nullopt;
-  text[n] = '\0';
-  char* end = nullptr;
-  const long long step = std::strtoll(text, &end, 10);
-  if (end == text) return std::nullopt;
-  return static_cast<std::int64_t>(step);
-}
-
-std::int64_t modification_stamp(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return 0;
-  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
 void write_error_file_if_absent(const std::string& path, const std::string& message) {

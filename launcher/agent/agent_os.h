@@ -24,16 +24,11 @@ bool is_local_host(const std::string& host);
 // A port nobody listens on right now, on `host` (torchrun picks MASTER_PORT the same way);
 // 0 when none can be had.
 int free_port(boost::asio::io_context& io, const std::string& host);
-// A heartbeat file's modification time in nanoseconds; 0 when it cannot be read.
-std::int64_t modification_stamp(const std::string& path);
 // A whole file's contents; nothing when it cannot be read (errno says why).
 std::optional<std::string> read_text_file(const std::string& path);
 // Writes `text` as the whole file at `path`, through a temporary file renamed over it, so a
 // reader sees the old contents or the new, never a part; false when it cannot (errno says why).
 bool write_text_file_atomically(const std::string& path, const std::string& text);
-// The step a worker wrote into its heartbeat file (a number, then anything); nothing when the
-// file holds none (never written, or caught between its truncation and its write).
-std::optional<std::int64_t> reported_step(const std::string& path);
 // Writes `message` as a worker's error file unless the worker wrote one itself, so that the
 // failure report names the real cause of a kill the agent decided on.
 void write_error_file_if_absent(const std::string& path, const std::string& message);

@@ -101,10 +101,35 @@ rdzv::HttpReply Agent::Impl::health_reply() const {
   return {200, "application/json", body.dump() + "\n"};
 }
 
-std::optional<std::int64_t> Agent::Impl::reported_step_of(int local_rank) const {
-  const auto slot = static_cast<std::size_t>(local_rank);
-  if (slot >= heartbeat_files_.size() || heartbeat_files_[slot].empty()) return std::nullopt;
-  return reported_step(heartbeat_files_[slot]);
+std::unique_ptr<HungWorkerWatch> Agent::Impl::make_hung_worker_watch() {
+  HungWorkerWatch::Settings settings;
+  settings.timeout = options_.worker_timeout;
+  settings.hang_report_timeout = options_.hang_report_timeout;
+  HungWorkerWatch::Hooks hooks;
+  hooks.log = [](const std::string& line) { log(line); };
+  hooks.watching = [this] { return machine_ && machine_->watching_workers(); };
+  hooks.who = [this](int local_rank) {
+    return "worker rank " + std::to_string(machine_->round().rank_offset + local_rank) +
+           " (local rank " + std::to_string(local_rank) + ")";
+  };
+  hooks.found = [this](int local_rank, int pid, const std::string& why) {
+    const int rank = machine_->round().rank_offset + local_rank;
+    log("worker rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) +
+        "): " + why);
+    event("worker_hung", {{"rank", rank}, {"local_rank", local_rank}, {"reason", why}});
+    write_error_file_if_absent(worker_dir(local_rank) + "/error.json", why);
+    // Every rank's stacks before this one is killed and the job restarts (one report for the
+    // ranks found hung together).
+    if (pid != 0) start_hang_report("worker rank " + std::to_string(rank) + " hung: " + why);
+  };
+  hooks.reporting = [this] { return hang_report_pending_ || (dumps_ && dumps_->answering()); };
+  hooks.stderr_place = [this](int local_rank) {
+    const auto slot = static_cast<std::size_t>(local_rank);
+    return slot < stderr_places_.size() ? stderr_places_[slot] : std::string("its stderr");
+  };
+  hooks.python = [this] { return workers_run_python_; };
+  return std::make_unique<HungWorkerWatch>(io_, settings, *workers_, heartbeat_files_,
+                                           std::move(hooks));
 }
 
 void Agent::Impl::start_straggler_watch() {
@@ -118,7 +143,7 @@ void Agent::Impl::start_straggler_watch() {
       std::chrono::milliseconds(100));
   StragglerWatch::Hooks hooks;
   hooks.running = [this](int local_rank) { return workers_->running_pid(local_rank) != 0; };
-  hooks.step = [this](int local_rank) { return reported_step_of(local_rank); };
+  hooks.step = [this](int local_rank) { return heartbeat_files_.step(local_rank); };
   hooks.set = [this](std::string key, std::string value) -> Task<rdzv::Status> {
     co_return co_await client_->set(std::move(key), std::move(value));
   };

@@ -1,33 +1,24 @@
 // The agent's workers: each attempt's files and environment, starting, restarting (one worker
-// with --fault_tolerance=step) and stopping them, the hung-worker watchdog (--worker_timeout),
-// and the failure report of the ranks that failed.
+// with --fault_tolerance=step) and stopping them, and the failure report of the ranks that
+// failed (with the stacks of those hung_worker_watch.h found hung).
 #include "launcher/agent/agent_impl.h"
-
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 
 #include "ctrun/launcher/log_line_prefix.h"
 #include "ctrun/launcher/worker_env.h"
 #include "launcher/agent/agent_os.h"
-#include "launcher/diagnosis/native_stack_probe.h"
 #include "launcher/workers/adopted_children.h"
 #include "launcher/workers/captured_run.h"
 #include "rendezvous/base/log.h"
-#include "rendezvous/protocol/fault_keys.h"
 
 namespace ctrun::launcher {
 
 namespace {
 
-// A hung worker's last moments: eu-stack's time to take its native stacks, and a Python
-// worker's time to write faulthandler's stacks and die of the SIGABRT.
-constexpr std::chrono::milliseconds kNativeStacksTimeout{5000};
-constexpr std::chrono::milliseconds kPythonStacksTimeout{2000};
 // How long a failed worker's stderr may take to be read to its end for the report.
 constexpr std::chrono::milliseconds kStderrDrainTimeout{2000};
 
@@ -159,8 +150,7 @@ rdzv::Result<WorkerSpec> Agent::Impl::worker_spec(const Attempt& attempt,
   if (!o.fault_report.empty()) {
     in.result_file = dir + "/result";
     std::remove(in.result_file.c_str());  // a result is this worker's, never an earlier one's
-    result_files_.resize(static_cast<std::size_t>(local_world_size_));
-    result_files_.at(slot) = in.result_file;
+    if (faults_) faults_->set_result_file(local_rank, in.result_file);
   }
   if (faults_) {
     in.fault_file = dir + "/fault";
@@ -168,19 +158,18 @@ rdzv::Result<WorkerSpec> Agent::Impl::worker_spec(const Attempt& attempt,
   }
   in.python_helper_dir = python_helper_dir_;
   in.worker_proxy = worker_proxy_;
-  if (!python_helper_dir_.empty() && workers_run_python_ && slot < stacks_files_.size()) {
+  if (!python_helper_dir_.empty() && workers_run_python_) {
     // Made by the worker's sitecustomize.py once its handler is registered: not before.
     in.stacks_file = dir + "/python_stacks";
-    in.stacks_signal = stacks_signal();
+    in.stacks_signal = NodeStacks::signal();
     std::remove(in.stacks_file.c_str());
-    stacks_files_[slot] = in.stacks_file;
+    stacks_->set_stacks_file(local_rank, in.stacks_file);
   }
-  if (o.flight_recorder) in.flight_recorder_prefix = flight_recorder_prefix(local_rank);
+  if (o.flight_recorder) in.flight_recorder_prefix = NodeStacks::flight_recorder_prefix(dir);
   if (file_timer_) in.timer_file = file_timer_->path();
   if (heartbeat_files_on()) {
     in.heartbeat_file = dir + "/heartbeat";
-    if (std::FILE* f = std::fopen(in.heartbeat_file.c_str(), "w")) std::fclose(f);
-    heartbeat_files_.at(slot) = in.heartbeat_file;
+    heartbeat_files_.create(local_rank, in.heartbeat_file);
   }
 
   WorkerSpec spec;
@@ -217,22 +206,19 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
   auto attempt = prepare_attempt(restart_count);
   if (!attempt) return attempt.error();
   const auto n = static_cast<std::size_t>(local_world_size_);
-  heartbeat_files_.assign(heartbeat_files_on() ? n : 0, "");
-  stacks_files_.assign(n, "");
+  heartbeat_files_.reset(heartbeat_files_on() ? local_world_size_ : 0);
+  stacks_->reset(local_world_size_);
   hang_report_text_.clear();  // a report of an earlier attempt's hang is not this one's
   stderr_files_.assign(n, "");
   stderr_places_.assign(n, "");
   worker_dirs_.assign(n, "");
-  hung_stacks_.clear();
   std::vector<WorkerSpec> specs;
   for (int local_rank = 0; local_rank < local_world_size_; ++local_rank) {
     auto spec = worker_spec(attempt.value(), round, restart_count, local_rank);
     if (!spec) return spec.error();
     specs.push_back(std::move(spec).value());
   }
-  std::vector<std::int64_t> initial_stamps;
-  for (const auto& file : heartbeat_files_) initial_stamps.push_back(modification_stamp(file));
-  heartbeats_.reset(initial_stamps, std::chrono::steady_clock::now());
+  hung_workers_->workers_started();
   workers_->set_log_error_handler([this, offset = round.rank_offset](
                                       int local_rank, const std::string& path, int error) {
     const int rank = offset + local_rank;
@@ -241,13 +227,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
         path, error, {{"rank", rank}, {"local_rank", local_rank}});
   });
   auto started = workers_->start(std::move(specs), [this](const WorkerExit& e) {
-    if (faults_ && (e.exit_code != 0 || e.signal != 0)) {
-      fault_report_.worker_failed(e.local_rank, std::chrono::system_clock::now());
-    }
-    if (faults_) {
-      fault_timeline_.worker_ended(e.local_rank, e.exit_code == 0 && e.signal == 0,
-                                   std::chrono::system_clock::now());
-    }
+    if (faults_) faults_->worker_ended(e);
     post({.kind = AgentInput::Kind::kWorkerExit, .exit = e});
   });
   if (started) {
@@ -256,21 +236,7 @@ rdzv::Status Agent::Impl::start_workers(const rdzv::RoundAssignment& round, int 
     if (stragglers_)
       stragglers_->workers_started(round, local_world_size_, rdzv::local_host_name());
     if (faults_) {
-      faults_->set_hosts_rendezvous(server_ != nullptr || rendezvous_down_);
-      faults_->workers_started(round.group_rank, round.rank_offset, local_world_size_,
-                               std::chrono::steady_clock::now());
-      // Where this node is, for a peer's lost link (the cutting agent looks its peer up).
-      spawn([this, key = round.store_prefix + rdzv::kFaultHostKey +
-                         std::to_string(round.group_rank)]() -> Task<void> {
-        (void)co_await client_->set(key, host_);
-      });
-      fault_report_.workers_started(std::nullopt, std::chrono::system_clock::now());
-      fault_report_.restarts(restart_count);
-      fault_timeline_.workers_started(std::nullopt, round.rank_offset, local_world_size_,
-                                      std::chrono::system_clock::now());
-      reported_steps_.assign(static_cast<std::size_t>(local_world_size_), std::nullopt);
-      fault_timer_.cancel();
-      arm_fault_timer();
+      faults_->workers_started(round, local_world_size_, restart_count, server_ != nullptr);
     }
   }
   return started;
@@ -283,22 +249,10 @@ rdzv::Status Agent::Impl::restart_worker(int local_rank, int restart_count) {
   if (!attempt) return attempt.error();
   auto spec = worker_spec(attempt.value(), round, restart_count, local_rank);
   if (!spec) return spec.error();
-  if (heartbeat_files_on()) {
-    const auto& file = heartbeat_files_.at(static_cast<std::size_t>(local_rank));
-    heartbeats_.replace(local_rank, modification_stamp(file), std::chrono::steady_clock::now());
-  }
+  if (heartbeat_files_on()) hung_workers_->worker_replaced(local_rank);
   auto started = workers_->restart(std::move(spec).value());
   if (started && stragglers_) stragglers_->worker_replaced(local_rank);
-  if (started && faults_) {
-    faults_->worker_replaced(local_rank);
-    fault_report_.workers_started(local_rank, std::chrono::system_clock::now());
-    fault_report_.restarts(restart_count);
-    fault_timeline_.workers_started(local_rank, round.rank_offset, local_world_size_,
-                                    std::chrono::system_clock::now());
-    if (static_cast<std::size_t>(local_rank) < reported_steps_.size()) {
-      reported_steps_[local_rank] = std::nullopt;
-    }
-  }
+  if (started && faults_) faults_->worker_replaced(local_rank, restart_count);
   if (started) {
     event("worker_restarted", {{"local_rank", local_rank},
                                {"restart", restart_count},
@@ -322,107 +276,11 @@ Task<void> Agent::Impl::stop_workers(int signo) {
         stopped = true;
         done.cancel();
       });
-  if (faults_) {
-    // A worker a planned hang holds stopped sees the signal once continued, as a real hung
-    // worker would.
-    for (int local_rank : faults_->stopped_workers()) workers_->kill(local_rank, SIGCONT);
-    faults_->workers_stopped();
-    fault_report_.workers_stopped(std::chrono::system_clock::now());
-    fault_timeline_.workers_stopped(std::chrono::system_clock::now());
-  }
+  if (faults_) faults_->workers_stopping();
   while (!stopped) co_await done.async_wait(asio::as_tuple(asio::use_awaitable));
   if (file_timer_) file_timer_->clear();  // the timers of workers that are no more
   // What the workers left that escaped their process groups (a setsid daemon) goes too.
   if (world_.adopt_orphans) kill_adopted_children(workers_->pids());
-}
-
-// Checked often enough that a hang is seen within a fifth of the timeout (at least every 1 s).
-void Agent::Impl::arm_heartbeat_check() {
-  const auto interval = std::clamp<rdzv::Duration>(
-      seconds(options_.worker_timeout / 5), std::chrono::milliseconds(50), std::chrono::seconds(1));
-  heartbeat_timer_.expires_after(interval);
-  heartbeat_timer_.async_wait([this](boost::system::error_code ec) {
-    if (ec) return;
-    check_heartbeats();
-    arm_heartbeat_check();
-  });
-}
-
-void Agent::Impl::check_heartbeats() {
-  if (!machine_ || !machine_->watching_workers()) return;
-  const rdzv::RoundAssignment& round = machine_->round();
-  const auto now = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < heartbeat_files_.size(); ++i) {
-    heartbeats_.observe(static_cast<int>(i), modification_stamp(heartbeat_files_[i]), now);
-  }
-  for (int local_rank : heartbeats_.take_overdue(now)) {
-    char why[128];
-    std::snprintf(why, sizeof why, "no heartbeat for %.1f s (--worker_timeout=%g): killed as hung",
-                  std::chrono::duration<double>(heartbeats_.silent_for(local_rank, now)).count(),
-                  options_.worker_timeout);
-    log("worker rank " + std::to_string(round.rank_offset + local_rank) + " (local rank " +
-        std::to_string(local_rank) + "): " + std::string(why));
-    event("worker_hung", {{"rank", round.rank_offset + local_rank},
-                          {"local_rank", local_rank},
-                          {"reason", std::string(why)}});
-    write_error_file_if_absent(worker_dir(local_rank) + "/error.json", why);
-    const int pid = workers_->running_pid(local_rank);
-    if (pid == 0) continue;  // it exited meanwhile; that exit is on its way
-    hung_stacks_[pid] = "";
-    // Every rank's stacks before this one is killed and the job restarts (one report for the
-    // ranks found hung together).
-    start_hang_report("worker rank " + std::to_string(round.rank_offset + local_rank) +
-                      " hung: " + why);
-    asio::co_spawn(io_, kill_hung_worker(local_rank, pid), asio::detached);
-  }
-}
-
-Task<void> Agent::Impl::kill_hung_worker(int local_rank, int pid) {
-  const std::string who = "worker rank " +
-                          std::to_string(machine_->round().rank_offset + local_rank) +
-                          " (local rank " + std::to_string(local_rank) + ")";
-  const auto index = static_cast<std::size_t>(local_rank);
-  const std::string place = index < stderr_places_.size() ? stderr_places_[index] : "its stderr";
-  NativeStacks stacks =
-      co_await capture_native_stacks(io_.get_executor(), pid, kNativeStacksTimeout);
-  // Gone meanwhile (the group was stopped for another reason): a new group may use this rank.
-  if (workers_->running_pid(local_rank) != pid) co_return;
-  hung_stacks_[pid] = stacks.text;
-  workers_->write_stderr_note(local_rank, "ctrun: " + who + " hung: native stacks (eu-stack -p " +
-                                              std::to_string(pid) + "):\n" + stacks.text);
-  if (stacks.taken) {
-    log(who + ": native stacks (eu-stack) written to " + place);
-  } else {
-    // One log line: eu-stack's words (its error, a timeout, the hint), not frames.
-    std::string why;
-    std::istringstream lines(stacks.text);
-    for (std::string line; std::getline(lines, line) && why.size() < 600;) {
-      if (!line.empty() && line[0] != '#') why += (why.empty() ? "" : "; ") + line;
-    }
-    log(who + ": no native stacks: " + why.substr(0, 600));
-  }
-  // The job's hang report takes the other ranks' stacks while they still stand where they are.
-  const auto report_deadline = std::chrono::steady_clock::now() +
-                               seconds(options_.hang_report_timeout) + std::chrono::seconds(5);
-  while ((hang_report_pending_ || (dumps_ && dumps_->answering())) &&
-         std::chrono::steady_clock::now() < report_deadline) {
-    co_await linger(std::chrono::milliseconds(50));
-  }
-  if (workers_->running_pid(local_rank) != pid) co_return;
-  if (workers_run_python_) {
-    // The abort is the agent's: no core file of what may be a process of many GiB.
-    const rlimit no_core{0, 0};
-    prlimit(pid, RLIMIT_CORE, &no_core, nullptr);
-    workers_->signal_process(local_rank, SIGABRT);
-    log(who + ": sent SIGABRT: Python stacks (faulthandler) to " + place);
-    const auto deadline = std::chrono::steady_clock::now() + kPythonStacksTimeout;
-    while (workers_->running_pid(local_rank) == pid &&
-           std::chrono::steady_clock::now() < deadline) {
-      co_await linger(std::chrono::milliseconds(20));
-    }
-  }
-  // SIGKILL: a hung process may not run a SIGTERM handler. Its exit restarts the job.
-  if (workers_->running_pid(local_rank) == pid) workers_->kill(local_rank, SIGKILL);
 }
 
 void Agent::Impl::say_lost_logs() const {
@@ -448,9 +306,9 @@ FailureInfo Agent::Impl::failure_info(const WorkerExit& exit) const {
   if (static_cast<std::size_t>(exit.local_rank) < stderr_files_.size()) {
     info.stderr_log = stderr_files_[static_cast<std::size_t>(exit.local_rank)];
   }
-  if (auto hung = hung_stacks_.find(exit.pid); hung != hung_stacks_.end()) {
+  if (auto stacks = hung_workers_->hung_stacks(exit.pid)) {
     info.hung = true;
-    info.native_stacks = hung->second;
+    info.native_stacks = *stacks;
   }
   return info;
 }
