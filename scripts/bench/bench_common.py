@@ -1,5 +1,6 @@
 """Helpers the Python benchmark drivers share (launch_bench.py, train_bench.py, gpu_bench.py,
-c10d_rdzv_bench.py, etcd_rdzv_bench.py, ft_bench.py)."""
+c10d_rdzv_bench.py, etcd_rdzv_bench.py, ft_bench.py, and the network-namespace clusters of
+hostfile_bench.py and lost_node_bench.py)."""
 import json
 import multiprocessing as mp
 import os
@@ -11,6 +12,39 @@ import subprocess
 import sys
 import tempfile
 import time
+
+
+class Skip(Exception):
+    """What a benchmark cannot run here (no root, no sshd): said, and the run goes on."""
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def tail(path, n=30):
+    """The last n lines of a file ("" when it cannot be read)."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+def live(pid):
+    """True while pid exists and is not a zombie (PID 1 here reaps orphans slowly)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def netns_pids(ns):
+    """The pids of the processes in network namespace ns (`ip netns pids`)."""
+    done = subprocess.run(["ip", "netns", "pids", ns], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True, timeout=30)
+    return [int(p) for p in done.stdout.split()]
 
 
 def ensure_loopback_netns(script, argv):

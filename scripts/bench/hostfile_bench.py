@@ -53,6 +53,8 @@ import tempfile
 import time
 import uuid
 
+from bench_common import Skip, live, log, netns_pids, tail
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 BUILD = os.path.join(ROOT, "build-bench")
@@ -69,20 +71,8 @@ VARIANTS = ("ctrun_cold", "ctrun_warm", "pdsh", "seq_ssh")
 UNITS = (("ctrun_cold", "ctrun_warm"), ("pdsh",), ("seq_ssh",))  # the order rotates by unit
 
 
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 def med(xs):
     return statistics.median(xs)
-
-
-def tail(path, n=20):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return ""
 
 
 def wait_proc(p, timeout):
@@ -99,19 +89,6 @@ def comm(pid):
             return f.read().strip()
     except OSError:
         return "?"
-
-
-def live(pid):
-    """True while pid exists and is not a zombie (PID 1 here reaps orphans slowly)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-class Skip(Exception):
-    pass
 
 
 # ---- the cluster ------------------------------------------------------------------------------
@@ -187,9 +164,7 @@ class Cluster:
                 "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
 
     def pids(self, i):
-        done = subprocess.run(["ip", "netns", "pids", self.ns(i)], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, timeout=30)
-        return [int(p) for p in done.stdout.split()]
+        return netns_pids(self.ns(i))
 
     def strays(self, nodes, spare=lambda pid: False):
         """{pid: comm} of the live processes in `nodes`, but the sshd listeners and `spare`."""

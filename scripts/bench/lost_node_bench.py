@@ -60,6 +60,8 @@ import threading
 import time
 import uuid
 
+from bench_common import Skip, live, log, netns_pids, tail
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 BUILD = os.path.join(ROOT, "build-bench")
@@ -78,30 +80,6 @@ SETUP_TIMEOUT_S = 60
 PORT = 29400
 
 SETTINGS = ("ctrun", "torchrun", "ctrun_tuned", "torchrun_tuned")
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def tail(path, n=30):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return ""
-
-
-def live(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-class Skip(Exception):
-    pass
 
 
 class Cluster:
@@ -156,9 +134,7 @@ class Cluster:
         return time.time()
 
     def pids(self, i):
-        done = subprocess.run(["ip", "netns", "pids", self.ns(i)], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, timeout=30)
-        return [int(p) for p in done.stdout.split()]
+        return netns_pids(self.ns(i))
 
     def clean(self):
         """SIGKILL by PID to every process in the namespaces until none is left."""

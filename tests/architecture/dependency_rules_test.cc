@@ -88,6 +88,7 @@ const std::map<std::string, std::string> kPublicWorkerHeaders = {
     {"ctrun/worker/malloc_tuning.h", "worker_runtime/base"},
     {"ctrun/worker/sampler.h", "worker_runtime/base"},
     {"ctrun/worker/throughput.h", "worker_runtime/base"},
+    {"ctrun/worker/torch_forward.h", "worker_runtime/base"},
     {"ctrun/worker/step_quorum.h", "worker_runtime/quorum"},
     {"ctrun/worker/process_group.h", "worker_runtime/process_groups"},
     {"ctrun/worker/ddp.h", "worker_runtime/data_parallel"},

@@ -16,10 +16,6 @@
 #include "consumed_log.h"
 #include "train_loop.h"
 
-namespace torch::optim {
-class Optimizer;
-}
-
 namespace ctrun::trainers {
 
 class StepPlan {

@@ -16,14 +16,8 @@
 #include "ctrun/worker/env.h"
 #include "ctrun/worker/process_group.h"
 #include "ctrun/worker/sharded.h"
+#include "ctrun/worker/torch_forward.h"
 #include "train_options.h"
-
-namespace torch::nn {
-class Module;
-}
-namespace torch::optim {
-class Optimizer;
-}
 
 namespace ctrun::trainers {
 

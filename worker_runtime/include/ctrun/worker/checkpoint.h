@@ -12,12 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace torch::nn {
-class Module;
-}
-namespace torch::optim {
-class Optimizer;
-}
+#include "ctrun/worker/torch_forward.h"
 
 namespace ctrun::worker {
 

@@ -19,10 +19,7 @@
 #include <vector>
 
 #include "ctrun/worker/process_group.h"
-
-namespace torch::nn {
-class Module;
-}
+#include "ctrun/worker/torch_forward.h"
 
 namespace ctrun::worker {
 

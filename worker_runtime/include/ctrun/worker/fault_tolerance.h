@@ -48,13 +48,7 @@
 #include "ctrun/rendezvous/quorum.h"
 #include "ctrun/worker/env.h"
 #include "ctrun/worker/process_group.h"
-
-namespace torch::nn {
-class Module;
-}
-namespace torch::optim {
-class Optimizer;
-}
+#include "ctrun/worker/torch_forward.h"
 
 namespace ctrun::worker {
 

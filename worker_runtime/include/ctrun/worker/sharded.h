@@ -32,13 +32,7 @@
 #include <vector>
 
 #include "ctrun/worker/process_group.h"
-
-namespace torch::nn {
-class Module;
-}
-namespace torch::optim {
-class Optimizer;
-}
+#include "ctrun/worker/torch_forward.h"
 
 namespace ctrun::worker {
 
