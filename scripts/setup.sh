@@ -17,7 +17,7 @@ test_packages=(
   catch2 clang-format iproute2 procps elfutils help2man lintian
   etcd-server etcd-client slurmctld slurmd slurm-client munge prometheus
   openssh-server openssh-client pdsh
-  chromium libpng-dev nftables curl python3-pytest
+  chromium libpng-dev nftables curl python3-pytest python3-etcd
 )
 case "${1:-}" in
   "") ;;

@@ -330,16 +330,24 @@ TEST_CASE("python fault tolerance: checkpoints work beside it, a job resumes fro
   const auto lines = replica_lines(second);
   REQUIRE(lines.size() == 3);
   check_kept_processes(lines);
-  // Steps 1-20 from the first job and 21-32 from the second (its replicas, new ids): none
+  // Steps 1-20 from the first job and 21 on from the second (its replicas, new ids): none
   // missing or done twice, and each sample of both epochs trained once across the two jobs.
+  // The last step is 32 when every quorum held all three replicas; under load a replica that
+  // asks late sits a step out (a quorum of two, a smaller step), and the epochs take a step more.
   const auto commits = read_consumed(consumed);
   REQUIRE(commits.size() == 6);
+  std::set<std::int64_t> first_steps;
+  std::set<std::int64_t> last_steps;
   for (const auto& [replica, r] : lines) {
     INFO(replica);
     REQUIRE(commits.count(replica) == 1);
     const auto& steps = commits.at(replica);
-    CHECK(steps.begin()->first == 21);
-    CHECK(steps.rbegin()->first == 32);
+    first_steps.insert(steps.begin()->first);
+    last_steps.insert(steps.rbegin()->first);
   }
+  CHECK(*first_steps.begin() == 21);  // the second job goes on right after the checkpoint
+  CHECK(*first_steps.rbegin() <= 22);
+  REQUIRE(last_steps.size() == 1);  // the three finish together
+  CHECK(*last_steps.begin() >= 32);
   check_commits(commits, samples);
 }
