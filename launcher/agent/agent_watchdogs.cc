@@ -108,14 +108,14 @@ std::unique_ptr<HungWorkerWatch> Agent::Impl::make_hung_worker_watch() {
   HungWorkerWatch::Hooks hooks;
   hooks.log = [](const std::string& line) { log(line); };
   hooks.watching = [this] { return machine_ && machine_->watching_workers(); };
-  hooks.who = [this](int local_rank) {
+  auto who = [this](int local_rank) {
     return "worker rank " + std::to_string(machine_->round().rank_offset + local_rank) +
            " (local rank " + std::to_string(local_rank) + ")";
   };
-  hooks.found = [this](int local_rank, int pid, const std::string& why) {
+  hooks.who = who;
+  hooks.found = [this, who](int local_rank, int pid, const std::string& why) {
     const int rank = machine_->round().rank_offset + local_rank;
-    log("worker rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) +
-        "): " + why);
+    log(who(local_rank) + ": " + why);
     event("worker_hung", {{"rank", rank}, {"local_rank", local_rank}, {"reason", why}});
     write_error_file_if_absent(worker_dir(local_rank) + "/error.json", why);
     // Every rank's stacks before this one is killed and the job restarts (one report for the

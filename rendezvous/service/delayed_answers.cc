@@ -4,15 +4,9 @@
 
 namespace ctrun::rendezvous {
 
-void DelayedAnswers::send(ConnectionId id, std::string bytes, TimePoint now,
-                          const std::function<Duration()>& delay) {
-  auto earlier = per_connection_.find(id);
-  if (earlier == per_connection_.end() && now >= slowed_until_) {
-    transport_.send(id, std::move(bytes));  // no job is slowed now: the usual path
-    return;
-  }
-  TimePoint due = now + delay();
-  if (due == now && earlier == per_connection_.end()) {
+void DelayedAnswers::send_or_hold(ConnectionId id, std::string bytes, TimePoint now,
+                                  TimePoint due) {
+  if (due == now && !per_connection_.contains(id)) {
     transport_.send(id, std::move(bytes));
     return;
   }

@@ -22,10 +22,18 @@ class DelayedAnswers {
  public:
   explicit DelayedAnswers(Transport& transport) : transport_(transport) {}
 
-  // `bytes` for connection `id`, sent now or held; `delay` says how late its job answers now
-  // (zero: not slowed), asked only while some job may be slowed or `id` has bytes held.
-  void send(ConnectionId id, std::string bytes, TimePoint now,
-            const std::function<Duration()>& delay);
+  // `bytes` for connection `id`, sent now or held; `delay()` says how late its job answers now
+  // (zero: not slowed), asked only while some job may be slowed or `id` has bytes held. A
+  // template: every answer passes here, and a std::function of the service's lookup would be
+  // built (and allocated) for each.
+  template <typename Delay>
+  void send(ConnectionId id, std::string bytes, TimePoint now, const Delay& delay) {
+    if (now >= slowed_until_ && !per_connection_.contains(id)) {
+      transport_.send(id, std::move(bytes));  // no job is slowed now: the usual path
+      return;
+    }
+    send_or_hold(id, std::move(bytes), now, now + delay());
+  }
   // Some job answers late until `until`.
   void slowed_until(TimePoint until);
   // Sends what is due by `now`.
@@ -42,6 +50,9 @@ class DelayedAnswers {
     ConnectionId id = 0;
     std::string bytes;
   };
+  // Sends `bytes` at once when nothing is held for `id` and they are due `now`, else holds
+  // them until `due`.
+  void send_or_hold(ConnectionId id, std::string bytes, TimePoint now, TimePoint due);
   // Sends and drops the held bytes `pick` chooses, oldest first.
   void send_held(const std::function<bool(const Held&)>& pick);
 
