@@ -125,11 +125,6 @@ Task<AgentInput> Agent::Impl::next_input() {
   co_return input;
 }
 
-Task<void> Agent::Impl::linger(rdzv::Duration d) {
-  asio::steady_timer t(io_, d);
-  co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-}
-
 rdzv::Status Agent::Impl::setup() {
   const LaunchOptions& o = options_;
   for (const auto& w : o.warnings) log("warning: " + w);
@@ -455,7 +450,7 @@ Task<std::optional<int>> Agent::Impl::perform(AgentAction a) {
       spawn([this, ok = a.ok, text = std::move(a.text)]() -> Task<void> {
         (void)co_await client_->report(ok, text);
         // A failure: let the job's end reach the other nodes before this one goes.
-        if (!ok) co_await linger(std::chrono::milliseconds(200));
+        if (!ok) co_await rdzv::sleep_for(std::chrono::milliseconds(200));
         post({.kind = AgentInput::Kind::kRendezvousTold});
       });
       break;
@@ -488,7 +483,7 @@ Task<std::optional<int>> Agent::Impl::perform(AgentAction a) {
 Task<void> Agent::Impl::await_failure_window() {
   const auto window = std::chrono::steady_clock::now() + seconds(options_.monitor_interval);
   while (workers_->running() > 0 && std::chrono::steady_clock::now() < window) {
-    co_await linger(std::chrono::milliseconds(5));
+    co_await rdzv::sleep_for(std::chrono::milliseconds(5));
   }
   post({.kind = AgentInput::Kind::kFailureWindowOver});
 }

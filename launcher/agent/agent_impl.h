@@ -71,7 +71,6 @@ class Agent::Impl {
   // One action of the machine; the agent's exit code when it is kExit.
   Task<std::optional<int>> perform(AgentAction action);
   Task<AgentInput> next_input();
-  Task<void> linger(rdzv::Duration d);
   // After a lost connection: connect again (retrying up to join_timeout) and take this node's
   // place up again; where it finds the node is the machine's to judge.
   Task<void> reconnect();

@@ -98,7 +98,7 @@ Task<void> Agent::Impl::read_workers_torch(std::string python_exec) {
 }
 
 Task<void> Agent::Impl::torch_probed() {
-  while (torch_probe_pending_) co_await linger(std::chrono::milliseconds(2));
+  while (torch_probe_pending_) co_await rdzv::sleep_for(std::chrono::milliseconds(2));
 }
 
 // What every worker of an attempt shares: the filtered logs, the command, the environment.
@@ -323,7 +323,7 @@ Task<void> Agent::Impl::report_failure(WorkerExit first) {
   const auto drained = std::chrono::steady_clock::now() + kStderrDrainTimeout;
   for (const WorkerExit& f : failed) {
     while (!workers_->stderr_closed(f.local_rank) && std::chrono::steady_clock::now() < drained) {
-      co_await linger(std::chrono::milliseconds(20));
+      co_await rdzv::sleep_for(std::chrono::milliseconds(20));
     }
   }
   std::vector<FailureInfo> infos;
@@ -338,7 +338,8 @@ Task<void> Agent::Impl::report_failure(WorkerExit first) {
   event("job_end", {{"state", "failed"}, {"reason", summary}});
   log(std::string(kJobFailedLine) + summary);  // as the other nodes' agents log it
   (void)co_await client_->report(false, summary);
-  co_await linger(std::chrono::milliseconds(200));  // let the job's end reach the other nodes
+  // Let the job's end reach the other nodes.
+  co_await rdzv::sleep_for(std::chrono::milliseconds(200));
   post({.kind = AgentInput::Kind::kRendezvousTold});
 }
 

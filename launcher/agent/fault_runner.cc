@@ -378,7 +378,6 @@ void FaultRunner::record(const FaultInjector::Fired& fired, int pid, std::functi
 Task<void> FaultRunner::watch_requests() {
   // Only faults asked for from now on: an agent that joins later does not replay old ones.
   std::int64_t next = 0;
-  asio::steady_timer pause(io_);
   while (!hooks_.exiting()) {
     if (next == 0) {
       auto count = co_await backend_->add(rdzv::kFaultRequestsKey, 0);
@@ -397,8 +396,8 @@ Task<void> FaultRunner::watch_requests() {
       if (text.error().code == rdzv::ErrorCode::kTimeout) continue;
     }
     if (hooks_.exiting()) co_return;
-    pause.expires_after(std::chrono::seconds(1));  // not connected now (a reconnect in progress)
-    co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+    // Not connected now (a reconnect in progress).
+    co_await rdzv::sleep_for(std::chrono::seconds(1));
   }
 }
 

@@ -80,11 +80,6 @@ void HungWorkerWatch::check() {
   }
 }
 
-Task<void> HungWorkerWatch::linger(std::chrono::milliseconds d) {
-  asio::steady_timer t(io_, d);
-  co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-}
-
 Task<void> HungWorkerWatch::kill(int local_rank, int pid) {
   const std::string who = hooks_.who(local_rank);
   const std::string place = hooks_.stderr_place(local_rank);
@@ -111,7 +106,7 @@ Task<void> HungWorkerWatch::kill(int local_rank, int pid) {
                                milliseconds(settings_.hang_report_timeout) +
                                std::chrono::seconds(5);
   while (hooks_.reporting() && std::chrono::steady_clock::now() < report_deadline) {
-    co_await linger(std::chrono::milliseconds(50));
+    co_await rendezvous::sleep_for(std::chrono::milliseconds(50));
   }
   if (workers_.running_pid(local_rank) != pid) co_return;
   if (hooks_.python()) {
@@ -122,7 +117,7 @@ Task<void> HungWorkerWatch::kill(int local_rank, int pid) {
     hooks_.log(who + ": sent SIGABRT: Python stacks (faulthandler) to " + place);
     const auto deadline = std::chrono::steady_clock::now() + settings_.python_stacks_timeout;
     while (workers_.running_pid(local_rank) == pid && std::chrono::steady_clock::now() < deadline) {
-      co_await linger(std::chrono::milliseconds(20));
+      co_await rendezvous::sleep_for(std::chrono::milliseconds(20));
     }
   }
   // SIGKILL: a hung process may not run a SIGTERM handler. Its exit restarts the job.

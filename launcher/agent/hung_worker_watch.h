@@ -64,7 +64,6 @@ class HungWorkerWatch {
   void arm();
   void check();
   rendezvous::Task<void> kill(int local_rank, int pid);
-  rendezvous::Task<void> linger(std::chrono::milliseconds d);
 
   boost::asio::io_context& io_;
   Settings settings_;

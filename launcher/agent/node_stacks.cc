@@ -73,11 +73,6 @@ void NodeStacks::set_stacks_file(int local_rank, std::string path) {
   if (slot < stacks_files_.size()) stacks_files_[slot] = std::move(path);
 }
 
-Task<void> NodeStacks::linger(std::chrono::milliseconds d) {
-  asio::steady_timer t(io_, d);
-  co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-}
-
 Task<rdzv::Json> NodeStacks::take(rdzv::RoundAssignment round) {
   const std::string host = rdzv::local_host_name();
   std::vector<RankStacks> taken;
@@ -110,7 +105,7 @@ Task<rdzv::Json> NodeStacks::take(rdzv::RoundAssignment round) {
   std::vector<std::uintmax_t> seen(signalled.size(), 0);
   const auto python_deadline = std::chrono::steady_clock::now() + kPythonStacksWait;
   while (!signalled.empty() && std::chrono::steady_clock::now() < python_deadline) {
-    co_await linger(std::chrono::milliseconds(100));
+    co_await rdzv::sleep_for(std::chrono::milliseconds(100));
     bool all = true;
     for (std::size_t i = 0; i < signalled.size(); ++i) {
       const auto [index, before] = signalled[i];
@@ -137,7 +132,7 @@ Task<rdzv::Json> NodeStacks::take(rdzv::RoundAssignment round) {
       const auto deadline = std::chrono::steady_clock::now() + kNativeStacksWait;
       while (hooks_.hung_stacks(r.pid).value_or("gone").empty() &&
              std::chrono::steady_clock::now() < deadline) {
-        co_await linger(std::chrono::milliseconds(50));
+        co_await rdzv::sleep_for(std::chrono::milliseconds(50));
       }
       r.native_stacks = summarize_native_stacks(hooks_.hung_stacks(r.pid).value_or(""));
       continue;
@@ -185,7 +180,7 @@ Task<std::optional<FlightRecord>> NodeStacks::read_flight_record(int local_rank,
     const auto deadline = std::chrono::steady_clock::now() + kFlightDumpWait;
     std::int64_t seen = before;
     while (std::chrono::steady_clock::now() < deadline) {
-      co_await linger(std::chrono::milliseconds(200));
+      co_await rdzv::sleep_for(std::chrono::milliseconds(200));
       const std::int64_t now = modification_stamp(dump);
       if (now != before && now == seen) break;
       seen = now;

@@ -59,7 +59,6 @@ class NodeStacks {
 
  private:
   rendezvous::Task<std::optional<FlightRecord>> read_flight_record(int local_rank, int rank);
-  rendezvous::Task<void> linger(std::chrono::milliseconds d);
 
   boost::asio::io_context& io_;
   WorkerRunner& workers_;

@@ -39,11 +39,6 @@ std::int64_t whole_seconds_up(Duration d) {
   return std::max<std::int64_t>(2, (ms + 999) / 1000);  // etcd's shortest lease is about 2 s
 }
 
-Task<void> sleep_for(asio::io_context& io, Duration d) {
-  asio::steady_timer t(io, d);
-  co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-}
-
 // One connection to etcd: the options' own, else a gateway Client.
 std::unique_ptr<etcd::Kv> connect_kv(asio::io_context& io, const BackendSpec& options,
                                      etcd::ClientOptions client) {
@@ -98,7 +93,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       if (granted.error().code != ErrorCode::kConnection || Clock::now() + backoff >= until) {
         co_return Error{granted.error().code, "cannot reach etcd: " + granted.error().message};
       }
-      co_await sleep_for(io_, backoff);
+      co_await sleep_for(backoff);
       backoff = std::min<Duration>(backoff * 2, std::chrono::seconds(2));
     }
     if (local_address_.empty() && !options_.endpoints.empty()) {
@@ -290,7 +285,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   Task<void> reload_state() {
     auto read = co_await client_->txn(job_.reload_request());
     if (!read || !job_.take_reload(read.value())) {
-      co_await sleep_for(io_, std::chrono::milliseconds(100));
+      co_await sleep_for(std::chrono::milliseconds(100));
       co_return;
     }
     after_change();
@@ -303,7 +298,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     while (!closed_) {
       auto loaded = co_await load();
       if (!loaded) {
-        if (!closed_) co_await sleep_for(io_, backoff);
+        if (!closed_) co_await sleep_for(backoff);
         backoff = std::min<Duration>(backoff * 2, std::chrono::seconds(1));
         continue;
       }
@@ -425,7 +420,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       // retry lost to it: read the state again. Our own write is done; anything else gets the
       // change applied anew. Many agents racing back off a random while, growing with each
       // loss: the winner's write may take their joins in.
-      co_await sleep_for(io_, etcd::contention_backoff(++lost));
+      co_await sleep_for(etcd::contention_backoff(++lost));
       co_await reload_state();
       // Another agent's write landed: the job moves on, and a join waits its turn (the oldest
       // requests are taken in first), however many nodes join at once.
@@ -458,7 +453,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     auto refreshed = Clock::now();
     std::string last_error;
     while (!closed_ && epoch == keep_alive_epoch_) {
-      co_await sleep_for(io_, keep_alive_interval_);
+      co_await sleep_for(keep_alive_interval_);
       if (closed_ || epoch != keep_alive_epoch_) co_return;
       const std::int64_t lease = lease_;
       auto ttl = co_await lease_client_->keep_alive(lease);

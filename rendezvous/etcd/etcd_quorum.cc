@@ -171,7 +171,7 @@ etcd::Task<Result<QuorumAssignment>> EtcdQuorum::ask(QuorumRequest request, Dura
       auto wrote = co_await client_.txn(std::move(write));
       if (!wrote) co_return wrote.error();
       if (!wrote.value().succeeded) {
-        co_await etcd::sleep_for(etcd::contention_backoff(++losses));
+        co_await sleep_for(etcd::contention_backoff(++losses));
         continue;  // another replica wrote first: decide again on what it wrote
       }
       losses = 0;
@@ -199,7 +199,7 @@ etcd::Task<Result<QuorumAssignment>> EtcdQuorum::ask(QuorumRequest request, Dura
                                    std::chrono::steady_clock::now() + (until - now),
                                    [](const etcd::WatchMessage& m) { return !m.events.empty(); });
     if (!waited && waited.error().code != ErrorCode::kTimeout) {
-      co_await etcd::sleep_for(std::chrono::milliseconds(100));  // a broken stream: read again
+      co_await sleep_for(std::chrono::milliseconds(100));  // a broken stream: read again
     }
   }
 }

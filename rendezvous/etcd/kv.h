@@ -9,15 +9,13 @@
 #include <optional>
 #include <string>
 
-#include <boost/asio/awaitable.hpp>
-
 #include "ctrun/rendezvous/clock.h"
+#include "ctrun/rendezvous/task.h"
 #include "rendezvous/etcd/etcd.h"
 
 namespace ctrun::rendezvous::etcd {
 
-template <typename T>
-using Task = boost::asio::awaitable<T>;
+using rendezvous::Task;
 
 class Kv {
  public:

@@ -55,9 +55,4 @@ Task<Status> watch_until(Kv& client, std::string key, std::string range_end,
   co_return Error{ErrorCode::kConnection, "etcd: the watch ended"};
 }
 
-Task<void> sleep_for(Duration d) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, d);
-  co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-}
-
 }  // namespace ctrun::rendezvous::etcd

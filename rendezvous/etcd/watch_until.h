@@ -21,7 +21,4 @@ Task<Status> watch_until(Kv& client, std::string key, std::string range_end,
                          std::chrono::steady_clock::time_point deadline,
                          std::function<bool(const WatchMessage&)> done);
 
-// A pause on the coroutine's executor.
-Task<void> sleep_for(Duration d);
-
 }  // namespace ctrun::rendezvous::etcd
