@@ -34,6 +34,15 @@ using Clock = std::chrono::steady_clock;
 // or that lost every race while no other agent's write landed either.
 constexpr Duration kWriteTimeout = std::chrono::seconds(30);
 
+// How long a join request not among the oldest waits for the older ones' writes while the state
+// does not move before its agent reads the requests again (an agent that is gone leaves its
+// request only until its lease runs out): 5 s and a random spread, so that a thousand such agents
+// do not all read at once.
+Duration join_patience() {
+  static thread_local std::minstd_rand random(std::random_device{}());
+  return std::chrono::milliseconds(5000 + random() % 5000);
+}
+
 std::int64_t whole_seconds_up(Duration d) {
   const auto ms = to_millis(d);
   return std::max<std::int64_t>(2, (ms + 999) / 1000);  // etcd's shortest lease is about 2 s
@@ -151,19 +160,35 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     job_.begin_join();
     if (auto s = co_await put_node_key(); !s) co_return s.error();
     const std::string request = to_json(JoinRequest{node, config}).dump();
-    const Change enter = job_.enter(node, config);
+    const Change enter = job_.enter(node, config, EtcdReducer::JoinTurn::kAfterOlder);
     if (auto asked = co_await ask_to_join(request, enter); !asked) co_return asked.error();
     // The answer is in the state once the round forms; each change wakes this.
     using Kind = EtcdReducer::JoinStep::Kind;
+    std::int64_t seen_revision = job_.state_revision();
+    auto reread_at = Clock::now() + join_patience();
     while (true) {
       if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
+      if (job_.state_revision() != seen_revision) {
+        seen_revision = job_.state_revision();
+        reread_at = Clock::now() + join_patience();
+      }
       auto step = job_.join_step();
       if (!step) co_return step.error();
       const Kind kind = step.value().kind;
       if (kind == Kind::kJoined) co_return step.value().assignment;
       Status done = ok_status();
       if (kind == Kind::kTakeIn) {
-        done = co_await mutate(enter);
+        // Not among the oldest requests: their agents' writes take this one in.
+        if (Clock::now() >= reread_at) {
+          // The state did not move for a while: an older request's agent may be gone (its
+          // request with its lease), a later read tells.
+          reread_at = Clock::now() + join_patience();
+          co_await reload_state();
+        } else if (job_.writes_joins()) {
+          done = co_await mutate(enter);
+        } else {
+          co_await wait_change(std::min(reread_at, Clock::now() + std::chrono::seconds(1)));
+        }
       } else if (kind == Kind::kAskAgain) {
         done = co_await ask_to_join(request, enter);
       } else {
@@ -241,6 +266,7 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     kv.lease = lease_;
     job_.own_join_put(std::move(kv));
     co_await reload_state();  // every request so far, to take in with this one
+    // Behind older requests, `enter` writes nothing: their agents' writes take it in.
     co_return co_await mutate(std::move(enter));
   }
 

@@ -232,8 +232,9 @@ bool EtcdReducer::holds(const Write& write) const {
   return state_json_ == Json::parse(write.text, nullptr, false);
 }
 
-EtcdReducer::Change EtcdReducer::enter(const NodeInfo& node, const RendezvousConfig& config) const {
-  return [this, node, config](Edit& edit) -> Status {
+EtcdReducer::Change EtcdReducer::enter(const NodeInfo& node, const RendezvousConfig& config,
+                                       JoinTurn turn) const {
+  return [this, node, config, turn](Edit& edit) -> Status {
     // Taken in already (by another agent's write): the requests still waiting are their own
     // agents' to write. Were every agent to go on taking in the others', a thousand of them
     // would race for the one key and some would lose every race until their deadline.
@@ -242,6 +243,9 @@ EtcdReducer::Change EtcdReducer::enter(const NodeInfo& node, const RendezvousCon
     // Every node of an ended job is gone: the same id starts a new job, as with ctrund. Its
     // store (and its add markers) and its replicas' quorum go with the old job.
     const bool replace = r && r->state() != JobState::kRunning && !any_live_peer(*r);
+    if (turn == JoinTurn::kAfterOlder && (!r || replace) && behind_older_requests(nullptr)) {
+      return ok_status();  // the oldest requests' agents start the job
+    }
     if (!r || replace) {
       const int generation = r ? r->generation() + 1 : 0;
       if (r) {
@@ -262,8 +266,48 @@ EtcdReducer::Change EtcdReducer::enter(const NodeInfo& node, const RendezvousCon
                        std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes)};
     }
     (void)node;  // its request is under joins/, taken in with the others
+    if (turn == JoinTurn::kAfterOlder && r->state() == JobState::kRunning &&
+        behind_older_requests(r.get())) {
+      return ok_status();
+    }
     return take_in_joins(edit);
   };
+}
+
+bool EtcdReducer::writes_joins() {
+  const auto own = joins_.find(node_id_);
+  if (own == joins_.end()) return false;
+  WritesJoinsMemo& memo = writes_joins_memo_;
+  if (memo.state_rev == state_rev_ && memo.joins_rev == joins_rev_ &&
+      memo.own_rev == own->second.mod_revision) {
+    return memo.writes;
+  }
+  auto current = view();
+  if (!current) return true;
+  const Rendezvous* r = current.value();
+  if (r && (r->is_joining(node_id_) || r->assignment(node_id_))) return false;  // taken in
+  memo = {state_rev_, joins_rev_, own->second.mod_revision,
+          !behind_older_requests(r && r->state() == JobState::kRunning ? r : nullptr)};
+  return memo.writes;
+}
+
+bool EtcdReducer::behind_older_requests(const Rendezvous* r) const {
+  const auto own = joins_.find(node_id_);
+  if (own == joins_.end()) return false;
+  std::size_t older = 0;
+  for (const auto& [id, kv] : joins_) {
+    if (id == node_id_ || kv.mod_revision >= own->second.mod_revision) continue;
+    if (r && (r->is_joining(id) || r->assignment(id))) continue;  // taken in since the read
+    // Requests no write takes in (not one, another nnodes) are their own agents' to end.
+    auto request = parse_join_request(id, kv.value);
+    if (!request) continue;
+    if (r && (request->config.min_nodes != r->config().min_nodes ||
+              request->config.max_nodes != r->config().max_nodes)) {
+      continue;
+    }
+    if (++older >= kJoinWriters) return true;
+  }
+  return false;
 }
 
 // Takes the pending join requests into the running job, this node's first and then the oldest,
@@ -285,6 +329,9 @@ Status EtcdReducer::take_in_joins(Edit& edit) const {
   if (joins_.count(node_id_)) order.insert(order.begin(), node_id_);
   for (const auto& id : order) {
     if (edit.applied.size() >= kJoinsPerWrite) break;
+    // Taken in by a write this agent's watch brought since it read the requests: that write
+    // deleted the key, and a compare on it would fail the whole write.
+    if (id != node_id_ && (r.is_joining(id) || r.assignment(id))) continue;
     const etcd::KeyValue& kv = joins_.at(id);
     auto request = parse_join_request(id, kv.value);
     if (!request || request->config.min_nodes != r.config().min_nodes ||
@@ -350,6 +397,11 @@ Result<EtcdReducer::JoinStep> EtcdReducer::join_step() {
   auto current = view();
   if (!current) return current.error();
   const Rendezvous* r = current.value();
+  // No job yet, or an ended one whose nodes are all gone: a waiting request's write starts the
+  // job (enter()), and this one's agent may not have written yet.
+  if ((!r || (r->state() != JobState::kRunning && !any_live_peer(*r))) && joins_.count(node_id_)) {
+    return JoinStep{JoinStep::Kind::kTakeIn};
+  }
   if (!r) return Error{ErrorCode::kClosed, "etcd key " + state_key_ + " was deleted"};
   if (r->state() != JobState::kRunning) {
     return Error{ErrorCode::kClosed, "job '" + job_ + "' ended (" +

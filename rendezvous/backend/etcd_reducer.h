@@ -30,6 +30,10 @@ namespace ctrun::rendezvous {
 // Under contention one write takes in every join request it sees, up to this many (a compare
 // and a delete each; etcd allows 128 operations in a transaction).
 inline constexpr std::size_t kJoinsPerWrite = 120;
+// How many agents write join requests in at once: those of the oldest requests still waiting.
+// The others wait for those writes, which take the oldest in first: a thousand agents racing
+// for the one key would each lose, re-read and write again after every write that lands.
+inline constexpr std::size_t kJoinWriters = 3;
 
 class EtcdReducer {
  public:
@@ -110,8 +114,16 @@ class EtcdReducer {
   bool holds(const Write& write) const;
 
   // The changes, as ctrund would make them for this node. `enter` takes in this node's pending
-  // request with the others it sees; once its own is in, it writes nothing.
-  Change enter(const NodeInfo& node, const RendezvousConfig& config) const;
+  // request with the others it sees; once its own is in, it writes nothing. With kAfterOlder it
+  // also writes nothing while kJoinWriters older requests wait in the running job (their agents'
+  // writes take this one in); kNow writes regardless (those agents seem gone).
+  enum class JoinTurn { kNow, kAfterOlder };
+  Change enter(const NodeInfo& node, const RendezvousConfig& config,
+               JoinTurn turn = JoinTurn::kNow) const;
+  // Whether this node's request waits and is its agent's to write now: among the kJoinWriters
+  // oldest still waiting (as far as the cache knows: a request the cached state has taken in
+  // waits no more; with no running job, the oldest start it).
+  bool writes_joins();
   Change report(bool succeeded, std::string message) const;
   Change leave() const;
   Change tick() const;
@@ -155,6 +167,9 @@ class EtcdReducer {
   void take_joins(const std::vector<etcd::KeyValue>& kvs, std::int64_t revision);
   Status take_in_joins(Edit& edit) const;
   bool any_live_peer(const Rendezvous& r) const;
+  // Whether kJoinWriters older requests wait to be taken into `r` (nullptr: into a job not
+  // started yet).
+  bool behind_older_requests(const Rendezvous* r) const;
 
   const std::string job_;
   const Clock& clock_;
@@ -178,6 +193,16 @@ class EtcdReducer {
   // Join requests not taken in yet (joins/<id>) as the last read saw them, at joins_rev_.
   std::map<std::string, etcd::KeyValue> joins_;
   std::int64_t joins_rev_ = 0;
+
+  // writes_joins()'s answer, kept while the state and the requests it was drawn from stay: an
+  // agent asks on every change it hears of, and the answer reads every request.
+  struct WritesJoinsMemo {
+    std::int64_t state_rev = -1;
+    std::int64_t joins_rev = -1;
+    std::int64_t own_rev = -1;
+    bool writes = false;
+  };
+  WritesJoinsMemo writes_joins_memo_;
 
   std::optional<int> running_round_;  // the round this node runs in, after its join returned
   int reported_round_ = 0;            // the newest round this node knows of

@@ -205,6 +205,67 @@ TEST_CASE(
   CHECK(step.value().kind == EtcdReducer::JoinStep::Kind::kWait);
 }
 
+TEST_CASE(
+    "etcd reducer: the agents of the three oldest waiting requests write them in, the others wait "
+    "for those writes") {
+  ManualClock clock;
+  const RendezvousConfig config = nodes(8, 8);
+  const auto later = EtcdReducer::JoinTurn::kAfterOlder;
+  const std::vector<std::string> ids{"a", "b", "c", "d", "e", "f", "g", "h"};
+  std::vector<etcd::KeyValue> joins;  // a's the oldest, at revision 2
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    joins.push_back(kv(kPrefix + "joins/" + ids[i], request(ids[i], config), 2 + i));
+  }
+
+  // No job yet: the three oldest requests' agents start it; d's agent waits, unless told now.
+  Agent d("d", clock);
+  REQUIRE(d.job.take_load(load(10, std::nullopt, ids, joins)).ok());
+  d.ask(config, 5);
+  CHECK_FALSE(d.job.writes_joins());
+  auto waits = d.job.plan(d.job.enter(node("d"), config, later));
+  REQUIRE(waits.ok());
+  CHECK_FALSE(waits.value().write.has_value());
+  auto now = d.job.plan(d.job.enter(node("d"), config));
+  REQUIRE(now.ok());
+  CHECK(now.value().write.has_value());
+
+  // c, the third oldest, starts it; its read had seen a, b and c only.
+  Agent c("c", clock);
+  REQUIRE(c.job.take_load(load(4, std::nullopt, ids, {joins[0], joins[1], joins[2]})).ok());
+  c.ask(config, 4);
+  CHECK(c.job.writes_joins());
+  const auto started = c.land(c.job.enter(node("c"), config, later), 11);
+  CHECK(started.applied == std::vector<std::string>{"c", "a", "b"});
+
+  // d, e and f wait the longest now: f writes; h, behind d, e, f and g, waits.
+  Agent f("f", clock);
+  Agent h("h", clock);
+  REQUIRE(f.job.take_load(load(10, std::nullopt, ids, joins)).ok());
+  REQUIRE(h.job.take_load(load(10, std::nullopt, ids, joins)).ok());
+  f.ask(config, 7);
+  h.ask(config, 9);
+  see_state(f.job, started, 11);
+  see_state(h.job, started, 11);
+  CHECK(f.job.writes_joins());
+  CHECK_FALSE(h.job.writes_joins());
+  auto h_step = h.job.join_step();
+  REQUIRE(h_step.ok());
+  CHECK(h_step.value().kind == EtcdReducer::JoinStep::Kind::kTakeIn);
+  auto h_waits = h.job.plan(h.job.enter(node("h"), config, later));
+  REQUIRE(h_waits.ok());
+  CHECK_FALSE(h_waits.value().write.has_value());
+  // f's write leaves out what c's took in (its keys are gone: a compare on them would fail).
+  const auto rest = f.land(f.job.enter(node("f"), config, later), 12);
+  CHECK(rest.applied == std::vector<std::string>{"f", "d", "e", "g", "h"});
+
+  // h's request is in: it writes nothing, and the round of eight has formed.
+  see_state(h.job, rest, 12);
+  CHECK_FALSE(h.job.writes_joins());
+  auto joined = h.job.join_step();
+  REQUIRE(joined.ok());
+  CHECK(joined.value().kind == EtcdReducer::JoinStep::Kind::kJoined);
+}
+
 TEST_CASE("etcd reducer: the write that forms a round reads the restart counter and compares it") {
   ManualClock clock;
   Agent a("a", clock);
