@@ -116,7 +116,7 @@ class EtcdReducer {
   // The changes, as ctrund would make them for this node. `enter` takes in this node's pending
   // request with the others it sees; once its own is in, it writes nothing. With kAfterOlder it
   // also writes nothing while kJoinWriters older requests wait in the running job (their agents'
-  // writes take this one in); kNow writes regardless (those agents seem gone).
+  // writes take this one in), as the agents' joins use it; kNow writes regardless.
   enum class JoinTurn { kNow, kAfterOlder };
   Change enter(const NodeInfo& node, const RendezvousConfig& config,
                JoinTurn turn = JoinTurn::kNow) const;
