@@ -2,10 +2,8 @@
 
 #include <memory>
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
 namespace ctrun::rendezvous::etcd {
 namespace asio = boost::asio;
