@@ -78,6 +78,12 @@ std::string env(const char* name) {
   return v ? v : "<unset>";
 }
 
+// Whole or not at all: a test that sees the file reads the pid (written, then renamed in).
+void write_pid(const std::string& path) {
+  std::ofstream(path + ".tmp") << getpid() << "\n";
+  std::filesystem::rename(path + ".tmp", path);
+}
+
 void write_env(const std::string& prefix) {
   std::ofstream out(prefix + "." + env("RANK"));
   for (const char* name : {"RANK",
@@ -187,13 +193,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "until_alone" && argc > 2) {
-    std::ofstream(std::string(argv[2]) + "." + env("RANK")) << getpid() << "\n";
+    write_pid(std::string(argv[2]) + "." + env("RANK"));
     if (env("GROUP_WORLD_SIZE") == "1") return 0;
     std::this_thread::sleep_for(std::chrono::seconds(300));
     return 0;
   }
   if (mode == "until_fewer" && argc > 3) {
-    std::ofstream(std::string(argv[3]) + "." + env("RANK")) << getpid() << "\n";
+    write_pid(std::string(argv[3]) + "." + env("RANK"));
     if (std::atoi(env("GROUP_WORLD_SIZE").c_str()) < std::atoi(argv[2])) return 0;
     std::this_thread::sleep_for(std::chrono::seconds(300));
     return 0;
