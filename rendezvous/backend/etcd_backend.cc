@@ -110,9 +110,13 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       auto address = local_address_towards(first.host, first.port);
       local_address_ = address ? address.value() : "";
     }
-    if (!watching_) {
-      watching_ = true;
-      asio::co_spawn(io_, watch_loop(shared_from_this()), asio::detached);
+    if (!watching_nodes_) {
+      watching_nodes_ = true;
+      asio::co_spawn(io_, node_watch_loop(shared_from_this()), asio::detached);
+    }
+    if (!watching_state_) {
+      watching_state_ = true;
+      asio::co_spawn(io_, state_watch_loop(shared_from_this()), asio::detached);
     }
     while (!job_.loaded()) {
       if (Clock::now() >= until) {
@@ -306,39 +310,53 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     co_return read.value().revision;
   }
 
-  // The state and the pending join requests, read together: a request is deleted by the write
-  // that takes it in, so the two must come from one revision.
-  Task<void> reload_state() {
+  // The state and the pending join requests, read together (a request is deleted by the write
+  // that takes it in, so the two must come from one revision); the revision it saw.
+  Task<Result<std::int64_t>> reload() {
     auto read = co_await client_->txn(job_.reload_request());
-    if (!read || !job_.take_reload(read.value())) {
-      co_await sleep_for(std::chrono::milliseconds(100));
-      co_return;
-    }
+    if (!read) co_return read.error();
+    if (auto s = job_.take_reload(read.value()); !s) co_return s.error();
     after_change();
+    co_return read.value().revision;
   }
 
-  // Reads everything, then follows the changes; again from a fresh read whenever the stream
-  // ends (etcd restarted, a member lost, history compacted), until close().
-  Task<void> watch_loop([[maybe_unused]] std::shared_ptr<EtcdRendezvous> self) {
+  Task<void> reload_state() {
+    auto read = co_await reload();
+    if (!read) co_await sleep_for(std::chrono::milliseconds(100));
+  }
+
+  // Two watches, each from a fresh read of its own and read again whenever its stream ends (etcd
+  // restarted, a member lost, history compacted), until close(). Neither watches the join
+  // requests (read when a write is due) nor store/, where every worker's key goes: N of them
+  // heard by N agents would be N^2 messages. For the same reason the node keys are watched for
+  // their deletions only: every agent puts its own as it joins.
+  Task<void> node_watch_loop([[maybe_unused]] std::shared_ptr<EtcdRendezvous> self) {
+    co_await watch_loop(&EtcdRendezvous::load, job_.nodes_prefix(),
+                        etcd::prefix_end(job_.nodes_prefix()), etcd::WatchEvents::kDeletesOnly);
+    watching_nodes_ = false;  // closed: the next connect() watches again
+  }
+  Task<void> state_watch_loop([[maybe_unused]] std::shared_ptr<EtcdRendezvous> self) {
+    co_await watch_loop(&EtcdRendezvous::reload, job_.state_key(), "", etcd::WatchEvents::kAll);
+    watching_state_ = false;
+  }
+  Task<void> watch_loop(Task<Result<std::int64_t>> (EtcdRendezvous::*read)(), std::string key,
+                        std::string range_end, etcd::WatchEvents events) {
     Duration backoff = std::chrono::milliseconds(100);
     while (!closed_) {
-      auto loaded = co_await load();
-      if (!loaded) {
+      auto revision = co_await (this->*read)();
+      if (!revision) {
         if (!closed_) co_await sleep_for(backoff);
         backoff = std::min<Duration>(backoff * 2, std::chrono::seconds(1));
         continue;
       }
       backoff = std::chrono::milliseconds(100);
-      // nodes/ to rendezvous (ops/ lies between): not the join requests, read when a write is
-      // due, nor store/, where every worker's key goes: N of them seen by N watchers would be N^2
-      // messages.
-      (void)co_await client_->watch(job_.nodes_prefix(), etcd::prefix_end(job_.state_key()),
-                                    loaded.value() + 1, [this](const etcd::WatchMessage& m) {
-                                      if (job_.take_watch(m)) after_change();
-                                    });
+      (void)co_await client_->watch(
+          key, range_end, revision.value() + 1,
+          [this](const etcd::WatchMessage& m) {
+            if (job_.take_watch(m)) after_change();
+          },
+          events);
     }
-    // Closed (dropped connections, a cut-off): the next connect() watches again.
-    watching_ = false;
   }
 
   // What every change of the cache sets off: waiters wake, this node's notices go out, nodes
@@ -380,14 +398,30 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   }
 
   void remove_dead() {
-    if (removing_) return;
-    auto gone = job_.removable_dead();
-    if (gone.empty()) return;
+    if (removing_ || job_.removable_dead().empty()) return;
     removing_ = true;
+    asio::co_spawn(io_, remove_confirmed_dead(shared_from_this()), asio::detached);
+  }
+
+  // The watch hears node keys go but not come back (a node that lost its lease and joins again
+  // on a new one): their keys are read before they are removed.
+  Task<void> remove_confirmed_dead(std::shared_ptr<EtcdRendezvous> self) {
+    const auto candidates = job_.removable_dead();
+    auto read = co_await client_->txn(job_.node_keys_request(candidates));
+    if (!read || !job_.take_node_keys(candidates, read.value())) {
+      co_await sleep_for(std::chrono::seconds(1));  // etcd unreachable: not a busy loop
+      removing_ = false;
+      after_change();
+      co_return;
+    }
+    auto gone = job_.removable_dead();
+    if (gone.empty() || closed_) {
+      removing_ = false;
+      co_return;
+    }
     const std::string why = "its etcd lease expired (no keep-alive for " +
                             std::to_string(whole_seconds_up(options_.lease_ttl)) + " s)";
-    asio::co_spawn(io_, apply(shared_from_this(), job_.remove(std::move(gone), why), true),
-                   asio::detached);
+    co_await apply(std::move(self), job_.remove(std::move(gone), why), true);
   }
 
   // mutate() for a detached caller, which keeps this alive. A removal, once done, looks again:
@@ -546,7 +580,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   std::vector<asio::steady_timer*> waiters_;
 
   bool closed_ = false;
-  bool watching_ = false;
+  bool watching_nodes_ = false;
+  bool watching_state_ = false;
   bool removing_ = false;
   std::int64_t lease_ = 0;
   bool lost_ = false;

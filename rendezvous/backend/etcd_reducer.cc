@@ -70,12 +70,12 @@ Status EtcdReducer::take_load(const etcd::TxnResult& read) {
   for (const auto& kv : read.ranges[1].kvs) live_.insert(kv.key.substr(nodes_prefix_.size()));
   // Dead: nodes of the state *as this read saw it* without a key (the cache may be newer, with
   // nodes whose keys this read predates), and those seen deleted before, unless back now.
-  std::erase_if(dead_, [this](const std::string& id) { return live_.count(id) != 0; });
+  std::erase_if(dead_, [this](const auto& entry) { return live_.count(entry.first) != 0; });
   if (state) {
     auto seen = etcd_restore_state(*state, clock_);
     if (seen) {
       for (const auto& id : seen.value()->node_ids()) {
-        if (!live_.count(id)) dead_.insert(id);
+        if (!live_.count(id)) dead_.emplace(id, read.revision);
       }
     }
   }
@@ -105,7 +105,7 @@ bool EtcdReducer::take_watch(const etcd::WatchMessage& message) {
       const std::string id = key.substr(nodes_prefix_.size());
       if (e.deleted) {
         live_.erase(id);
-        dead_.insert(id);
+        dead_[id] = e.kv.mod_revision;
       } else {
         live_.insert(id);
         dead_.erase(id);
@@ -113,6 +113,38 @@ bool EtcdReducer::take_watch(const etcd::WatchMessage& message) {
     }
   }
   return changed;
+}
+
+etcd::Txn EtcdReducer::node_keys_request(const std::vector<std::string>& ids) const {
+  etcd::Txn txn;
+  for (std::size_t i = 0; i < ids.size() && i < kNodeKeysPerRead; ++i) {
+    txn.success.push_back(etcd::range_op(nodes_prefix_ + ids[i]));
+  }
+  return txn;
+}
+
+Status EtcdReducer::take_node_keys(const std::vector<std::string>& ids,
+                                   const etcd::TxnResult& read) {
+  const std::size_t asked = std::min(ids.size(), kNodeKeysPerRead);
+  if (read.ranges.size() != asked) {
+    return Error{ErrorCode::kInternal, "etcd: a read of " + std::to_string(asked) +
+                                           " node keys answered " +
+                                           std::to_string(read.ranges.size()) + " ranges"};
+  }
+  for (std::size_t i = 0; i < asked; ++i) {
+    const std::string& id = ids[i];
+    if (id == node_id_) continue;  // this agent knows its own
+    auto gone = dead_.find(id);
+    if (gone != dead_.end() && gone->second > read.revision) continue;  // deleted since the read
+    if (read.ranges[i].kvs.empty()) {
+      live_.erase(id);
+      dead_.emplace(id, read.revision);
+    } else {
+      live_.insert(id);
+      if (gone != dead_.end()) dead_.erase(gone);
+    }
+  }
+  return ok_status();
 }
 
 void EtcdReducer::own_node_key_put() {
@@ -468,14 +500,17 @@ std::vector<std::string> EtcdReducer::removable_dead() {
   auto candidate = [&](const std::string& id) {
     return id != node_id_ && !live_.count(id) && seen.has_node(id);
   };
-  if (std::none_of(dead_.begin(), dead_.end(), candidate)) return {};
+  if (std::none_of(dead_.begin(), dead_.end(),
+                   [&](const auto& entry) { return candidate(entry.first); })) {
+    return {};
+  }
   // Which removals would change the state (not, e.g., a member that already succeeded): tried
   // on a copy of its own.
   auto copy = restore_current();
   if (!copy || !copy.value()) return {};
   Rendezvous& r = *copy.value();
   std::vector<std::string> gone;
-  for (const auto& id : dead_) {
+  for (const auto& [id, seen_gone] : dead_) {
     if (!candidate(id)) continue;
     const auto before = r.revision();
     r.remove_node(id, "");

@@ -34,6 +34,8 @@ inline constexpr std::size_t kJoinsPerWrite = 120;
 // The others wait for those writes, which take the oldest in first: a thousand agents racing
 // for the one key would each lose, re-read and write again after every write that lands.
 inline constexpr std::size_t kJoinWriters = 3;
+// Node keys read in one transaction (etcd's default --max-txn-ops).
+inline constexpr std::size_t kNodeKeysPerRead = 128;
 
 class EtcdReducer {
  public:
@@ -58,9 +60,15 @@ class EtcdReducer {
   etcd::Txn reload_request() const;
   Status take_load(const etcd::TxnResult& read);
   Status take_reload(const etcd::TxnResult& read);
-  // The job's keys from nodes/ to "rendezvous" (the watch's range), as they change; whether
-  // anything this agent acts on changed.
+  // The state key's changes and the node keys' deletions, as the two watches bring them; whether
+  // anything this agent acts on changed. Node keys' puts are not watched (N agents would each
+  // hear N of them): a node whose key came back after it was seen to go is counted gone until a
+  // read says otherwise (node_keys_request(), before a removal).
   bool take_watch(const etcd::WatchMessage& message);
+  // A read of the node keys of `ids` (at most kNodeKeysPerRead of them, the first), and what it
+  // found: a key there is a node alive, unless a deletion newer than the read was heard since.
+  etcd::Txn node_keys_request(const std::vector<std::string>& ids) const;
+  Status take_node_keys(const std::vector<std::string>& ids, const etcd::TxnResult& read);
   bool loaded() const { return loaded_; }
   // This node's key was put (it is alive), its join request put as `request`, or withdrawn.
   void own_node_key_put();
@@ -182,14 +190,14 @@ class EtcdReducer {
   std::string node_id_;
 
   // The state (null: no key; discarded: not ours) at state_rev_, and the nodes whose keys exist
-  // (live_) or were seen to go (dead_).
+  // (live_) or were seen to go (dead_, with the revision at which they were seen gone).
   bool loaded_ = false;
   Json state_json_;
   std::int64_t state_rev_ = 0;
   std::unique_ptr<Rendezvous> view_;  // state_json_ restored, while view_ok_
   bool view_ok_ = false;
   std::set<std::string> live_;
-  std::set<std::string> dead_;
+  std::map<std::string, std::int64_t> dead_;
   // Join requests not taken in yet (joins/<id>) as the last read saw them, at joins_rev_.
   std::map<std::string, etcd::KeyValue> joins_;
   std::int64_t joins_rev_ = 0;

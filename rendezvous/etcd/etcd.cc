@@ -205,10 +205,11 @@ Json txn_request(const Txn& txn) {
 }
 
 Json watch_request(const std::string& key, const std::string& range_end,
-                   std::int64_t start_revision) {
+                   std::int64_t start_revision, WatchEvents events) {
   Json create{{"key", base64_encode(key)}};
   if (!range_end.empty()) create["range_end"] = base64_encode(range_end);
   if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
+  if (events == WatchEvents::kDeletesOnly) create["filters"] = Json::array({"NOPUT"});
   return Json{{"create_request", std::move(create)}};
 }
 

@@ -85,6 +85,10 @@ struct WatchEvent {
   KeyValue kv;
 };
 
+// Which changes a watch hears: every put and deletion, or only deletions (etcd's NOPUT filter,
+// applied by etcd: the node keys, whose puts every agent of a large job would hear from all).
+enum class WatchEvents { kAll, kDeletesOnly };
+
 // One message of a watch stream.
 struct WatchMessage {
   std::int64_t revision = 0;
@@ -102,7 +106,7 @@ Json range_request(const std::string& key, const std::string& range_end = "",
 Json delete_request(const std::string& key, const std::string& range_end = "");
 Json txn_request(const Txn& txn);
 Json watch_request(const std::string& key, const std::string& range_end,
-                   std::int64_t start_revision);
+                   std::int64_t start_revision, WatchEvents events = WatchEvents::kAll);
 
 Result<std::int64_t> parse_revision(const Json& answer);  // header.revision
 Result<RangeResult> parse_range(const Json& answer);

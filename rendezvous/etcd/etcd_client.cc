@@ -236,9 +236,9 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   Task<Status> watch(std::string key, std::string range_end, std::int64_t start_revision,
-                     std::function<void(const WatchMessage&)> on_message) {
+                     std::function<void(const WatchMessage&)> on_message, WatchEvents events) {
     auto self = shared_from_this();
-    const std::string body = watch_request(key, range_end, start_revision).dump();
+    const std::string body = watch_request(key, range_end, start_revision, events).dump();
     Error last{ErrorCode::kConnection, "etcd: no endpoint answered"};
     for (std::size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
       const std::size_t index = (preferred_ + tried) % options_.endpoints.size();
@@ -522,9 +522,10 @@ Task<Result<LeaseTimeToLive>> Client::time_to_live(std::int64_t lease) {
 }
 
 Task<Status> Client::watch(std::string key, std::string range_end, std::int64_t start_revision,
-                           std::function<void(const WatchMessage&)> on_message) {
+                           std::function<void(const WatchMessage&)> on_message,
+                           WatchEvents events) {
   auto impl = impl_;  // the stream may outlive a Client destroyed mid-watch
-  co_return co_await impl->watch(key, range_end, start_revision, std::move(on_message));
+  co_return co_await impl->watch(key, range_end, start_revision, std::move(on_message), events);
 }
 
 void Client::cancel_watches() { impl_->cancel_watches(); }

@@ -71,7 +71,8 @@ class Client final : public Kv {
   Task<Result<LeaseTimeToLive>> time_to_live(std::int64_t lease) override;
   // A stream of its own per watch, tried on each member in turn.
   Task<Status> watch(std::string key, std::string range_end, std::int64_t start_revision,
-                     std::function<void(const WatchMessage&)> on_message) override;
+                     std::function<void(const WatchMessage&)> on_message,
+                     WatchEvents events = WatchEvents::kAll) override;
   void cancel_watches() override;
 
  private:

@@ -46,9 +46,10 @@ class Kv {
   // Watches [key, range_end) from `start_revision` (0: from now) and hands every message to
   // `on_message` (the first says `created`) until the stream ends: an error when the connection
   // is lost or etcd cancels (kNotFound when `start_revision` was compacted: read again, then
-  // watch from there), ok after cancel_watches().
+  // watch from there), ok after cancel_watches(). `events` filters on etcd's side.
   virtual Task<Status> watch(std::string key, std::string range_end, std::int64_t start_revision,
-                             std::function<void(const WatchMessage&)> on_message) = 0;
+                             std::function<void(const WatchMessage&)> on_message,
+                             WatchEvents events = WatchEvents::kAll) = 0;
   // Ends every watch of this Kv.
   virtual void cancel_watches() = 0;
 };

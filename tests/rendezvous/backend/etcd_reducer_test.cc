@@ -421,6 +421,68 @@ TEST_CASE(
   CHECK_FALSE(a.job.take_watch(marker));
 }
 
+TEST_CASE(
+    "etcd reducer: a peer seen gone is read again before its removal: a key back on a new lease "
+    "keeps it, a deletion newer than that read wins") {
+  ManualClock clock;
+  Agent a("a", clock);
+  REQUIRE(a.job.take_load(load(5, std::nullopt, {"a", "b", "c"})).ok());
+  a.ask(nodes(3, 3), 6);
+  etcd::TxnResult joins;
+  joins.revision = 8;
+  joins.ranges.resize(2);
+  for (const auto& [id, rev] : {std::pair<std::string, int>{"a", 6}, {"b", 7}, {"c", 8}}) {
+    joins.ranges[1].kvs.push_back(kv(kPrefix + "joins/" + id, request(id, nodes(3, 3)), rev));
+  }
+  REQUIRE(a.job.take_reload(joins).ok());
+  a.land(a.job.enter(node("a"), nodes(3, 3)), 9);
+  REQUIRE(a.job.join_step().value().kind == EtcdReducer::JoinStep::Kind::kJoined);
+
+  // b and c lose their leases; b joins again on a new lease, a put no watch brings.
+  etcd::WatchMessage gone;
+  gone.revision = 10;
+  gone.events.push_back(etcd::WatchEvent{true, kv(kPrefix + "nodes/b", "", 10)});
+  gone.events.push_back(etcd::WatchEvent{true, kv(kPrefix + "nodes/c", "", 10)});
+  CHECK(a.job.take_watch(gone));
+  const auto candidates = a.job.removable_dead();
+  REQUIRE(candidates == std::vector<std::string>{"b", "c"});
+  const etcd::Txn read = a.job.node_keys_request(candidates);
+  REQUIRE(read.success.size() == 2);
+  CHECK(has_op(read, etcd::Operation::Kind::kRange, kPrefix + "nodes/b"));
+
+  // The read at 12 finds b's key (put again at 11) and not c's.
+  etcd::TxnResult found;
+  found.revision = 12;
+  found.ranges.resize(2);
+  found.ranges[0].kvs.push_back(kv(kPrefix + "nodes/b", "10.0.0.2", 11));
+  REQUIRE(a.job.take_node_keys(candidates, found).ok());
+  CHECK(a.job.removable_dead() == std::vector<std::string>{"c"});
+
+  // b goes again at 13, but a read answered at 12 (sent before) still finds its key: the
+  // deletion is newer, b stays removable.
+  etcd::WatchMessage again;
+  again.revision = 13;
+  again.events.push_back(etcd::WatchEvent{true, kv(kPrefix + "nodes/b", "", 13)});
+  CHECK(a.job.take_watch(again));
+  REQUIRE(a.job.take_node_keys({"b"}, [&] {
+                 etcd::TxnResult late;
+                 late.revision = 12;
+                 late.ranges.resize(1);
+                 late.ranges[0].kvs.push_back(kv(kPrefix + "nodes/b", "10.0.0.2", 11));
+                 return late;
+               }())
+              .ok());
+  CHECK(a.job.removable_dead() == std::vector<std::string>{"b", "c"});
+
+  // An answer of the wrong shape is an error, not a guess.
+  etcd::TxnResult short_read;
+  short_read.revision = 14;
+  CHECK_FALSE(a.job.take_node_keys({"b", "c"}, short_read).ok());
+  // At most kNodeKeysPerRead keys in one transaction.
+  std::vector<std::string> many(kNodeKeysPerRead + 5, "x");
+  CHECK(a.job.node_keys_request(many).success.size() == kNodeKeysPerRead);
+}
+
 TEST_CASE("etcd reducer: the job's end is told once, removal by another node is a lost place") {
   ManualClock clock;
   Agent a("a", clock);

@@ -202,36 +202,60 @@ void check_watch(boost::asio::io_context& io, etcd::Kv& c) {
                                   events.insert(events.end(), m.events.begin(), m.events.end());
                                 }),
                         [&](std::exception_ptr, Status s) { ended = s; });
-  auto wait_for = [&](std::size_t n) {
+  // The same range, deletions only (etcd's NOPUT filter): neither put reaches it.
+  std::vector<etcd::WatchEvent> deletions;
+  std::optional<Status> deletions_ended;
+  boost::asio::co_spawn(
+      io,
+      c.watch(
+          "/w/", etcd::prefix_end("/w/"), before.value(),
+          [&](const etcd::WatchMessage& m) {
+            deletions.insert(deletions.end(), m.events.begin(), m.events.end());
+          },
+          etcd::WatchEvents::kDeletesOnly),
+      [&](std::exception_ptr, Status s) { deletions_ended = s; });
+  auto wait_for = [&](std::size_t n, std::size_t deleted = 0) {
     io.restart();
     const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (events.size() < n && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
-    return events.size() >= n;
+    while ((events.size() < n || deletions.size() < deleted) &&
+           std::chrono::steady_clock::now() < deadline) {
+      io.run_for(10ms);
+    }
+    return events.size() >= n && deletions.size() >= deleted;
   };
   REQUIRE(wait_for(1));
   CHECK(created);
   REQUIRE(run(io, c.put("/w/a", "2")).ok());
   REQUIRE(run(io, c.put("/elsewhere", "x")).ok());
   REQUIRE(run(io, c.erase("/w/a")).ok());
-  REQUIRE(wait_for(3));
+  REQUIRE(wait_for(3, 1));
   CHECK(events[0].kv.key == "/w/early");
   CHECK(events[1].kv.key == "/w/a");
   CHECK(events[1].kv.value == "2");
   CHECK_FALSE(events[1].deleted);
   CHECK(events[2].deleted);
   CHECK(events.size() == 3);
+  REQUIRE(deletions.size() == 1);
+  CHECK(deletions[0].deleted);
+  CHECK(deletions[0].kv.key == "/w/a");
 
   c.cancel_watches();
   io.restart();
   const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (!ended && std::chrono::steady_clock::now() < deadline) io.run_for(10ms);
+  while ((!ended || !deletions_ended) && std::chrono::steady_clock::now() < deadline) {
+    io.run_for(10ms);
+  }
   REQUIRE(ended.has_value());
   CHECK(ended->ok());
+  REQUIRE(deletions_ended.has_value());
+  CHECK(deletions_ended->ok());
 }
 
 }  // namespace
 
-TEST_CASE("etcd client: a watch sees puts and deletes from its start revision, cancel ends it") {
+TEST_CASE(
+    "etcd client: a watch sees puts and deletes from its start revision, or only the deletes "
+    "when filtered, cancel ends it") {
   CTRUN_SKIP_WITHOUT_ETCD();
   ScratchDir dir("etcd_watch");
   EtcdCluster server(dir, 1);
@@ -240,7 +264,9 @@ TEST_CASE("etcd client: a watch sees puts and deletes from its start revision, c
   check_watch(io, c);
 }
 
-TEST_CASE("memory etcd: a watch sees puts and deletes from its start revision, cancel ends it") {
+TEST_CASE(
+    "memory etcd: a watch sees puts and deletes from its start revision, or only the deletes "
+    "when filtered, cancel ends it") {
   boost::asio::io_context io;
   auto c = MemoryEtcd::create(io)->connect();
   check_watch(io, *c);

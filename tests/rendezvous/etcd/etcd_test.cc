@@ -73,6 +73,9 @@ TEST_CASE("etcd codec: requests use base64, string int64s and upper-case enums")
   CHECK(j["success"][0]["request_put"] == Json{{"key", "aw=="}, {"value", "dg=="}, {"lease", "7"}});
   CHECK(j["failure"][0]["request_range"] == Json{{"key", "aw=="}});
   CHECK(watch_request("/p/", "/p0", 12)["create_request"]["start_revision"] == "12");
+  CHECK(watch_request("/p/", "/p0", 0)["create_request"].count("filters") == 0);
+  CHECK(watch_request("/p/", "/p0", 0, WatchEvents::kDeletesOnly)["create_request"]["filters"] ==
+        Json::array({"NOPUT"}));
   CHECK(range_request("k", "", 1, true) ==
         Json{{"key", "aw=="}, {"limit", "1"}, {"keys_only", true}});
   CHECK(range_request("k").count("keys_only") == 0);

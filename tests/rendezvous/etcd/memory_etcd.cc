@@ -72,9 +72,14 @@ Status check_writes(const std::vector<etcd::Operation>& ops) {
 
 struct MemoryEtcd::Watcher {
   explicit Watcher(asio::io_context& io) : wake(io) {}
+  // Whether this watch is told of `e` (its range, and etcd's NOPUT filter when asked).
+  bool hears(const etcd::WatchEvent& e) const {
+    return in_range(e.kv.key, key, range_end) && (e.deleted || events == etcd::WatchEvents::kAll);
+  }
   const Connection* owner = nullptr;
   std::string key;
   std::string range_end;
+  etcd::WatchEvents events = etcd::WatchEvents::kAll;
   std::deque<etcd::WatchMessage> pending;
   std::optional<Status> ended;
   asio::steady_timer wake;  // cancelled when there is news
@@ -135,7 +140,8 @@ class MemoryEtcd::Connection final : public etcd::Kv {
   }
 
   Task<Status> watch(std::string key, std::string range_end, std::int64_t start_revision,
-                     std::function<void(const etcd::WatchMessage&)> on_message) override {
+                     std::function<void(const etcd::WatchMessage&)> on_message,
+                     etcd::WatchEvents events = etcd::WatchEvents::kAll) override {
     auto etcd = etcd_;
     const Connection* owner = this;
     if (auto s = co_await reach(etcd, request_timeout_); !s) co_return s;
@@ -143,13 +149,14 @@ class MemoryEtcd::Connection final : public etcd::Kv {
     w->owner = owner;
     w->key = key;
     w->range_end = range_end;
+    w->events = events;
     etcd::WatchMessage created;
     created.created = true;
     created.revision = etcd->revision_;
     w->pending.push_back(created);
     if (start_revision > 0) {
       for (const auto& e : etcd->history_) {
-        if (e.kv.mod_revision < start_revision || !in_range(e.kv.key, key, range_end)) continue;
+        if (e.kv.mod_revision < start_revision || !w->hears(e)) continue;
         if (w->pending.back().revision != e.kv.mod_revision || w->pending.back().created) {
           etcd::WatchMessage m;
           m.revision = e.kv.mod_revision;
@@ -381,7 +388,7 @@ void MemoryEtcd::end_write() {
     etcd::WatchMessage m;
     m.revision = revision_;
     for (const auto& e : writing_) {
-      if (in_range(e.kv.key, w->key, w->range_end)) m.events.push_back(e);
+      if (w->hears(e)) m.events.push_back(e);
     }
     if (m.events.empty()) continue;
     w->pending.push_back(std::move(m));
