@@ -1,5 +1,5 @@
 // The Backend over etcd. There is no daemon: every agent runs the same Rendezvous on the job's
-// one state key ("rendezvous", Rendezvous::save() JSON). An action (join, report, leave, a
+// one state key ("rendezvous", Rendezvous::save() deflated). An action (join, report, leave, a
 // deadline, a node's lease gone) reads the state, applies the call ctrund would make, and
 // writes it back in a transaction that compares the key's mod_revision, retrying when another
 // agent wrote first. Each agent watches the job's keys and reads its own notices from the state
@@ -34,11 +34,12 @@ using Clock = std::chrono::steady_clock;
 // or that lost every race while no other agent's write landed either.
 constexpr Duration kWriteTimeout = std::chrono::seconds(30);
 
-// How long a join request not among the oldest waits for the older ones' writes while the state
-// does not move before its agent reads the requests again (an agent that is gone leaves its
-// request only until its lease runs out): 5 s and a random spread, so that a thousand such agents
-// do not all read at once.
-Duration join_patience() {
+// How long an agent that is not among the few to write a change waits for their write before it
+// acts itself: the agent of a join request not among the oldest, while the state does not move,
+// before it reads the requests again (an agent that is gone leaves its request only until its
+// lease runs out); the agent of a member not among the first live ones before it writes a dead
+// node's removal. 5 s and a random spread, so that a thousand such agents do not all act at once.
+Duration write_patience() {
   static thread_local std::minstd_rand random(std::random_device{}());
   return std::chrono::milliseconds(5000 + random() % 5000);
 }
@@ -75,7 +76,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
                                   .request_timeout = options_.lease_ttl / 3,
                                   .attempt_timeout = options_.lease_ttl / 3})),
         store_client_(connect_kv(io, options_, {.endpoints = options_.endpoints})),
-        tick_timer_(io) {}
+        tick_timer_(io),
+        removal_timer_(io) {}
 
   void set_event_handler(Backend::EventHandler handler) { on_event_ = std::move(handler); }
   bool connected() const { return lease_ != 0 && !lost_ && !closed_; }
@@ -149,6 +151,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     store_client_->cancel_watches();
     tick_timer_.cancel();
     tick_at_.reset();
+    removal_timer_.cancel();
+    removal_due_.reset();
     notify();
   }
 
@@ -169,12 +173,13 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     // The answer is in the state once the round forms; each change wakes this.
     using Kind = EtcdReducer::JoinStep::Kind;
     std::int64_t seen_revision = job_.state_revision();
-    auto reread_at = Clock::now() + join_patience();
+    std::int64_t turn_read_at = seen_revision;  // ask_to_join read the turn
+    auto reread_at = Clock::now() + write_patience();
     while (true) {
       if (closed_) co_return Error{ErrorCode::kClosed, "the rendezvous client closed"};
       if (job_.state_revision() != seen_revision) {
         seen_revision = job_.state_revision();
-        reread_at = Clock::now() + join_patience();
+        reread_at = Clock::now() + write_patience();
       }
       auto step = job_.join_step();
       if (!step) co_return step.error();
@@ -182,14 +187,13 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
       if (kind == Kind::kJoined) co_return step.value().assignment;
       Status done = ok_status();
       if (kind == Kind::kTakeIn) {
-        // Not among the oldest requests: their agents' writes take this one in.
-        if (Clock::now() >= reread_at) {
-          // The state did not move for a while: an older request's agent may be gone (its
-          // request with its lease), a later read tells.
-          reread_at = Clock::now() + join_patience();
-          co_await reload_state();
-        } else if (job_.writes_joins()) {
-          done = co_await mutate(enter);
+        // Waiting to be taken in: the oldest requests' agents write; after each write that
+        // lands, and after a while without one (an older request's agent may be gone, its
+        // request with its lease), the turn is read again.
+        if (turn_read_at != seen_revision || Clock::now() >= reread_at) {
+          turn_read_at = seen_revision;
+          reread_at = Clock::now() + write_patience();
+          done = co_await write_joins_if_turn(enter);
         } else {
           co_await wait_change(std::min(reread_at, Clock::now() + std::chrono::seconds(1)));
         }
@@ -269,8 +273,25 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     kv.mod_revision = put.value();
     kv.lease = lease_;
     job_.own_join_put(std::move(kv));
-    co_await reload_state();  // every request so far, to take in with this one
-    // Behind older requests, `enter` writes nothing: their agents' writes take it in.
+    co_return co_await write_joins_if_turn(std::move(enter));
+  }
+
+  // Reads this join's turn (the few requests older than its own, keys only: a thousand agents
+  // reading every request at each write would be most of etcd's work), and when it is among the
+  // oldest waiting, every request with its value, then writes them in with this one. A node of
+  // the state joining again (a restart) reads and writes at once, as before: its join reopens
+  // the round it ran in, whose assignment the cache still holds.
+  Task<Status> write_joins_if_turn(Change enter) {
+    if (!job_.in_state()) {
+      auto turn = co_await client_->txn(job_.turn_request());
+      if (!turn || !job_.take_turn(turn.value())) {
+        co_await sleep_for(std::chrono::milliseconds(100));
+        co_return ok_status();  // the join loop reads again
+      }
+      if (!job_.writes_joins()) co_return ok_status();  // older requests' agents write it in
+    }
+    co_await reload_state();
+    // Behind older requests after all, `enter` writes nothing.
     co_return co_await mutate(std::move(enter));
   }
 
@@ -397,8 +418,27 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     });
   }
 
+  // The agents of the first live members write a removal at once; the others when it has not
+  // landed after their patience (those agents may be gone too).
   void remove_dead() {
-    if (removing_ || job_.removable_dead().empty()) return;
+    if (removing_) return;
+    if (job_.removable_dead().empty()) {
+      removal_due_.reset();
+      removal_timer_.cancel();
+      return;
+    }
+    if (!job_.writes_removals()) {
+      if (!removal_due_) {
+        removal_due_ = Clock::now() + write_patience();
+        removal_timer_.expires_at(*removal_due_);
+        removal_timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+          auto self = weak.lock();
+          if (!ec && self && !self->closed_) self->remove_dead();
+        });
+      }
+      if (Clock::now() < *removal_due_) return;
+    }
+    removal_due_.reset();
     removing_ = true;
     asio::co_spawn(io_, remove_confirmed_dead(shared_from_this()), asio::detached);
   }
@@ -575,6 +615,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   std::unique_ptr<etcd::Kv> store_client_;  // store gets: their watches end by cancelling all of it
   asio::steady_timer tick_timer_;
   std::optional<Clock::time_point> tick_at_;  // when tick_timer_ fires, while armed
+  asio::steady_timer removal_timer_;
+  std::optional<Clock::time_point> removal_due_;  // when a non-writer writes a removal itself
   Backend::EventHandler on_event_;
   std::string local_address_;
   std::vector<asio::steady_timer*> waiters_;

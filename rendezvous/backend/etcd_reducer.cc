@@ -5,6 +5,7 @@
 #include "ctrun/rendezvous/round.h"
 #include "rendezvous/etcd/etcd_jobs.h"
 #include "rendezvous/etcd/etcd_quorum.h"
+#include "rendezvous/etcd/state_value.h"
 
 namespace ctrun::rendezvous {
 
@@ -56,6 +57,29 @@ etcd::Txn EtcdReducer::reload_request() const {
   txn.success.push_back(etcd::range_op(state_key_, ""));
   txn.success.push_back(etcd::range_op(joins_prefix_, etcd::prefix_end(joins_prefix_)));
   return txn;
+}
+
+etcd::Txn EtcdReducer::turn_request() const {
+  etcd::Txn txn;
+  const auto own = joins_.find(node_id_);
+  const std::int64_t own_rev = own == joins_.end() ? 1 : own->second.mod_revision;
+  txn.success.push_back(
+      etcd::older_keys_op(joins_prefix_, own_rev, static_cast<std::int64_t>(kJoinWriters)));
+  return txn;
+}
+
+Status EtcdReducer::take_turn(const etcd::TxnResult& read) {
+  if (read.ranges.size() != 1) {
+    return Error{ErrorCode::kInternal, "etcd: a one-range transaction answered " +
+                                           std::to_string(read.ranges.size()) + " ranges"};
+  }
+  older_ids_.clear();
+  for (const auto& kv : read.ranges[0].kvs) {
+    std::string id = kv.key.substr(joins_prefix_.size());
+    if (id != node_id_) older_ids_.push_back(std::move(id));
+  }
+  older_rev_ = read.revision;
+  return ok_status();
 }
 
 Status EtcdReducer::take_load(const etcd::TxnResult& read) {
@@ -160,7 +184,9 @@ bool EtcdReducer::own_join_dropped() { return joins_.erase(node_id_) != 0; }
 void EtcdReducer::take_state(const etcd::KeyValue* kv, std::int64_t revision) {
   if (revision < state_rev_) return;
   if (kv) {
-    state_json_ = Json::parse(kv->value, nullptr, false);
+    auto decoded = etcd::decode_state_value(state_key_, kv->value);
+    state_json_ = decoded ? std::move(decoded).value() : Json(Json::value_t::discarded);
+    unreadable_state_ = decoded ? "" : decoded.error().message;
     state_rev_ = kv->mod_revision;
   } else {
     state_json_ = nullptr;
@@ -185,10 +211,7 @@ void EtcdReducer::take_joins(const std::vector<etcd::KeyValue>& kvs, std::int64_
 
 Result<std::unique_ptr<Rendezvous>> EtcdReducer::restore_current(Rendezvous::Logger log) const {
   if (state_json_.is_null()) return std::unique_ptr<Rendezvous>();
-  if (state_json_.is_discarded()) {
-    return Error{ErrorCode::kBadRequest,
-                 "etcd key " + state_key_ + " does not hold a ctrun rendezvous"};
-  }
+  if (state_json_.is_discarded()) return Error{ErrorCode::kBadRequest, unreadable_state_};
   return Rendezvous::restore(state_json_, clock_, std::move(log), Rendezvous::Timers::kCarried);
 }
 
@@ -240,7 +263,8 @@ Result<EtcdReducer::Plan> EtcdReducer::plan(const Change& change,
   write.txn.compare.push_back(etcd::unchanged_since(state_key_, state_rev_));
   for (auto& c : checks) write.txn.compare.push_back(std::move(c));
   // Text from workers (failure reasons) may not be UTF-8: replaced, never a throw.
-  write.text = state->save().dump(-1, ' ', false, Json::error_handler_t::replace);
+  write.saved = state->save();
+  write.text = etcd::encode_state_value(write.saved);
   write.txn.success.push_back(etcd::put_op(state_key_, write.text));
   for (auto& op : also) write.txn.success.push_back(std::move(op));
   return Plan{std::move(write), false};
@@ -248,7 +272,7 @@ Result<EtcdReducer::Plan> EtcdReducer::plan(const Change& change,
 
 void EtcdReducer::written(const Write& write, std::int64_t revision) {
   if (revision >= state_rev_) {
-    state_json_ = Json::parse(write.text, nullptr, false);
+    state_json_ = write.saved;
     state_rev_ = revision;
     view_ok_ = false;
   }
@@ -260,9 +284,7 @@ void EtcdReducer::written(const Write& write, std::int64_t revision) {
   joins_rev_ = std::max(joins_rev_, revision);
 }
 
-bool EtcdReducer::holds(const Write& write) const {
-  return state_json_ == Json::parse(write.text, nullptr, false);
-}
+bool EtcdReducer::holds(const Write& write) const { return state_json_ == write.saved; }
 
 EtcdReducer::Change EtcdReducer::enter(const NodeInfo& node, const RendezvousConfig& config,
                                        JoinTurn turn) const {
@@ -311,22 +333,34 @@ bool EtcdReducer::writes_joins() {
   if (own == joins_.end()) return false;
   WritesJoinsMemo& memo = writes_joins_memo_;
   if (memo.state_rev == state_rev_ && memo.joins_rev == joins_rev_ &&
-      memo.own_rev == own->second.mod_revision) {
+      memo.own_rev == own->second.mod_revision && memo.older_rev == older_rev_) {
     return memo.writes;
   }
   auto current = view();
   if (!current) return true;
   const Rendezvous* r = current.value();
   if (r && (r->is_joining(node_id_) || r->assignment(node_id_))) return false;  // taken in
-  memo = {state_rev_, joins_rev_, own->second.mod_revision,
+  memo = {state_rev_, joins_rev_, own->second.mod_revision, older_rev_,
           !behind_older_requests(r && r->state() == JobState::kRunning ? r : nullptr)};
   return memo.writes;
+}
+
+bool EtcdReducer::in_state() {
+  auto current = view();
+  return current && current.value() && current.value()->has_node(node_id_);
 }
 
 bool EtcdReducer::behind_older_requests(const Rendezvous* r) const {
   const auto own = joins_.find(node_id_);
   if (own == joins_.end()) return false;
   std::size_t older = 0;
+  if (older_rev_ > joins_rev_ && older_rev_ >= own->second.mod_revision) {  // the turn's read
+    for (const auto& id : older_ids_) {
+      if (r && (r->is_joining(id) || r->assignment(id))) continue;  // taken in since the read
+      ++older;
+    }
+    return older >= kJoinWriters;
+  }
   for (const auto& [id, kv] : joins_) {
     if (id == node_id_ || kv.mod_revision >= own->second.mod_revision) continue;
     if (r && (r->is_joining(id) || r->assignment(id))) continue;  // taken in since the read
@@ -517,6 +551,17 @@ std::vector<std::string> EtcdReducer::removable_dead() {
     if (r.revision() != before) gone.push_back(id);
   }
   return gone;
+}
+
+bool EtcdReducer::writes_removals() {
+  auto current = view();
+  if (!current || !current.value()) return false;
+  std::size_t ahead = 0;
+  for (const auto& id : current.value()->node_ids()) {
+    if (id == node_id_) return live_.count(id) != 0;  // its own lease gone: not any more
+    if (live_.count(id) && ++ahead >= kRemovalWriters) return false;
+  }
+  return false;  // not a member (a join waiting to be taken in)
 }
 
 std::optional<TimePoint> EtcdReducer::next_deadline() {

@@ -4,7 +4,7 @@
 // change (its notices, its join's progress, the dead nodes to remove, the next deadline).
 // etcd_backend.cc does the I/O around it; tests drive it with KeyValues by hand.
 //
-// The keys of a job (under etcd_job_prefix): "rendezvous" (Rendezvous::save() JSON),
+// The keys of a job (under etcd_job_prefix): "rendezvous" (Rendezvous::save(), state_value.h),
 // "nodes/<id>" (a node's liveness, on its lease), "joins/<id>" (a join request waiting for the
 // next write to take it in), "store/" (the c10d store) and "ops/" (the store's add markers).
 #pragma once
@@ -34,6 +34,10 @@ inline constexpr std::size_t kJoinsPerWrite = 120;
 // The others wait for those writes, which take the oldest in first: a thousand agents racing
 // for the one key would each lose, re-read and write again after every write that lands.
 inline constexpr std::size_t kJoinWriters = 3;
+// How many agents write the removal of a node whose lease is gone at once: those of the first
+// live members in the state's order. The others wait a while for that write: all of a large job
+// writing it would each lose the race, re-read and find nothing left to do.
+inline constexpr std::size_t kRemovalWriters = 3;
 // Node keys read in one transaction (etcd's default --max-txn-ops).
 inline constexpr std::size_t kNodeKeysPerRead = 128;
 
@@ -60,6 +64,11 @@ class EtcdReducer {
   etcd::Txn reload_request() const;
   Status take_load(const etcd::TxnResult& read);
   Status take_reload(const etcd::TxnResult& read);
+  // A waiting join's turn, read without the requests' values: the keys of up to kJoinWriters
+  // requests older than this node's own (needs own_join_put() first). Fresher than the cached
+  // requests, it decides writes_joins() until the next reload.
+  etcd::Txn turn_request() const;
+  Status take_turn(const etcd::TxnResult& read);
   // The state key's changes and the node keys' deletions, as the two watches bring them; whether
   // anything this agent acts on changed. Node keys' puts are not watched (N agents would each
   // hear N of them): a node whose key came back after it was seen to go is counted gone until a
@@ -103,7 +112,8 @@ class EtcdReducer {
   // One write: the transaction, and what it tells once it lands.
   struct Write {
     etcd::Txn txn;
-    std::string text;  // the state it writes
+    Json saved;        // the state it writes
+    std::string text;  // as the key's value (etcd/state_value.h)
     std::vector<std::string> lines;
     std::vector<std::pair<std::string, Json>> events;
     std::vector<std::string> applied;
@@ -132,6 +142,8 @@ class EtcdReducer {
   // oldest still waiting (as far as the cache knows: a request the cached state has taken in
   // waits no more; with no running job, the oldest start it).
   bool writes_joins();
+  // Whether this node is in the cached state (a member joining again, or one taken in).
+  bool in_state();
   Change report(bool succeeded, std::string message) const;
   Change leave() const;
   Change tick() const;
@@ -166,6 +178,9 @@ class EtcdReducer {
   // Nodes whose keys are gone and whose removal would change the state: a write to remove them
   // is due (remove()).
   std::vector<std::string> removable_dead();
+  // Whether this agent writes that removal at once: its node is among the kRemovalWriters first
+  // members of the state that are alive as far as the cache knows.
+  bool writes_removals();
   // When a tick() is next due.
   std::optional<TimePoint> next_deadline();
 
@@ -193,6 +208,7 @@ class EtcdReducer {
   // (live_) or were seen to go (dead_, with the revision at which they were seen gone).
   bool loaded_ = false;
   Json state_json_;
+  std::string unreadable_state_;  // why, when state_json_ is discarded
   std::int64_t state_rev_ = 0;
   std::unique_ptr<Rendezvous> view_;  // state_json_ restored, while view_ok_
   bool view_ok_ = false;
@@ -208,9 +224,14 @@ class EtcdReducer {
     std::int64_t state_rev = -1;
     std::int64_t joins_rev = -1;
     std::int64_t own_rev = -1;
+    std::int64_t older_rev = -1;
     bool writes = false;
   };
   WritesJoinsMemo writes_joins_memo_;
+  // take_turn()'s answer: the ids of the requests older than this node's (at most
+  // kJoinWriters), read at older_rev_.
+  std::vector<std::string> older_ids_;
+  std::int64_t older_rev_ = 0;
 
   std::optional<int> running_round_;  // the round this node runs in, after its join returned
   int reported_round_ = 0;            // the newest round this node knows of

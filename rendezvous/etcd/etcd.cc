@@ -1,5 +1,6 @@
 #include "rendezvous/etcd/etcd.h"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 
@@ -62,8 +63,11 @@ Json operation_json(const Operation& op) {
   switch (op.kind) {
     case Operation::Kind::kPut:
       return Json{{"request_put", put_request(op.key, op.value, op.lease)}};
-    case Operation::Kind::kRange:
-      return Json{{"request_range", range_request(op.key, op.range_end)}};
+    case Operation::Kind::kRange: {
+      Json range = range_request(op.key, op.range_end, op.limit, op.keys_only);
+      if (op.max_mod_revision > 0) range["max_mod_revision"] = std::to_string(op.max_mod_revision);
+      return Json{{"request_range", std::move(range)}};
+    }
     case Operation::Kind::kDelete:
       return Json{{"request_delete_range", delete_request(op.key, op.range_end)}};
   }
@@ -144,15 +148,36 @@ std::string prefix_end(const std::string& prefix) {
 }
 
 Operation put_op(std::string key, std::string value, std::int64_t lease) {
-  return Operation{Operation::Kind::kPut, std::move(key), std::move(value), "", lease};
+  Operation op;
+  op.kind = Operation::Kind::kPut;
+  op.key = std::move(key);
+  op.value = std::move(value);
+  op.lease = lease;
+  return op;
 }
 
 Operation range_op(std::string key, std::string range_end) {
-  return Operation{Operation::Kind::kRange, std::move(key), "", std::move(range_end), 0};
+  Operation op;
+  op.kind = Operation::Kind::kRange;
+  op.key = std::move(key);
+  op.range_end = std::move(range_end);
+  return op;
+}
+
+Operation older_keys_op(const std::string& prefix, std::int64_t revision, std::int64_t limit) {
+  Operation op = range_op(prefix, prefix_end(prefix));
+  op.keys_only = true;
+  op.max_mod_revision = std::max<std::int64_t>(1, revision - 1);
+  op.limit = limit;
+  return op;
 }
 
 Operation delete_op(std::string key, std::string range_end) {
-  return Operation{Operation::Kind::kDelete, std::move(key), "", std::move(range_end), 0};
+  Operation op;
+  op.kind = Operation::Kind::kDelete;
+  op.key = std::move(key);
+  op.range_end = std::move(range_end);
+  return op;
 }
 
 Compare unchanged_since(const std::string& key, std::int64_t mod_revision) {

@@ -59,6 +59,12 @@ struct Operation {
   std::string value;      // kPut
   std::string range_end;  // kRange, kDelete: empty for the one key
   std::int64_t lease = 0;
+  // kRange only: keys without values, only keys last changed at or before max_mod_revision (0:
+  // any), at most `limit` of them (0: all) after that filter. etcd's `count` is the range's
+  // whole count, the filter not applied (etcd 3.4 counts before it filters): count the keys.
+  bool keys_only = false;
+  std::int64_t max_mod_revision = 0;
+  std::int64_t limit = 0;
 };
 
 struct Txn {
@@ -69,6 +75,8 @@ struct Txn {
 
 Operation put_op(std::string key, std::string value, std::int64_t lease = 0);
 Operation range_op(std::string key, std::string range_end = "");
+// The keys (no values) under `prefix` last changed before `revision`, at most `limit`.
+Operation older_keys_op(const std::string& prefix, std::int64_t revision, std::int64_t limit);
 Operation delete_op(std::string key, std::string range_end = "");
 // The condition "`key` is unchanged since `mod_revision`" (0: "`key` does not exist").
 Compare unchanged_since(const std::string& key, std::int64_t mod_revision);

@@ -1,4 +1,5 @@
 #include "rendezvous/etcd/etcd_jobs.h"
+#include "rendezvous/etcd/state_value.h"
 #include "rendezvous/protocol/fault_keys.h"
 #include "rendezvous/protocol/step_keys.h"
 
@@ -69,12 +70,9 @@ etcd::Task<Result<JobKeys>> read_job(etcd::Kv& client, std::string prefix) {
 
 Result<std::unique_ptr<Rendezvous>> etcd_restore_state(const etcd::KeyValue& kv,
                                                        const Clock& clock) {
-  const Json saved = Json::parse(kv.value, nullptr, false);
-  if (saved.is_discarded()) {
-    return Error{ErrorCode::kBadRequest,
-                 "etcd key " + kv.key + " does not hold a ctrun rendezvous"};
-  }
-  return Rendezvous::restore(saved, clock, {}, Rendezvous::Timers::kCarried);
+  auto saved = etcd::decode_state_value(kv.key, kv.value);
+  if (!saved) return saved.error();
+  return Rendezvous::restore(saved.value(), clock, {}, Rendezvous::Timers::kCarried);
 }
 
 std::string etcd_job_prefix(const std::string& job) {

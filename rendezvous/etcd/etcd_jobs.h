@@ -1,8 +1,8 @@
 // Jobs on etcd as ctrun lays them out, and what `ctrun status` shows of them. Every key of job J
 // is under "/ctrun/<J>/" (J with '%' and '/' escaped as %25 and %2F, so one job's keys are never
-// inside another's): "rendezvous" (the Rendezvous, saved), "nodes/<id>" (on each node's lease),
-// "joins/<id>" (joins not taken in yet, on the joiner's lease), "store/<key>", "ops/<random>"
-// (store add markers), and, for --fault_tolerance=step, "quorum/state" and
+// inside another's): "rendezvous" (the Rendezvous, saved: state_value.h), "nodes/<id>" (on each
+// node's lease), "joins/<id>" (joins not taken in yet, on the joiner's lease), "store/<key>",
+// "ops/<random>" (store add markers), and, for --fault_tolerance=step, "quorum/state" and
 // "quorum/alive/<replica>" (the replicas' per-step quorum, etcd_quorum.h).
 #pragma once
 

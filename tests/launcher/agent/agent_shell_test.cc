@@ -18,6 +18,7 @@
 #include "memory_etcd.h"
 #include "rendezvous/backend/backend.h"
 #include "rendezvous/core/rendezvous.h"
+#include "rendezvous/etcd/etcd_jobs.h"
 
 using namespace ctrun::launcher;
 using namespace ctrun::testing;
@@ -106,8 +107,7 @@ struct InMemoryAgent {
     REQUIRE(read->ok());
     REQUIRE(read->value().kvs.size() == 1);
     rdzv::ManualClock clock;
-    auto saved =
-        rdzv::Rendezvous::restore(rdzv::Json::parse(read->value().kvs.front().value), clock);
+    auto saved = rdzv::etcd_restore_state(read->value().kvs.front(), clock);
     REQUIRE(saved.ok());
     end_reason = saved.value()->end_reason();
     return saved.value()->state();

@@ -464,13 +464,16 @@ TEST_CASE(
   again.revision = 13;
   again.events.push_back(etcd::WatchEvent{true, kv(kPrefix + "nodes/b", "", 13)});
   CHECK(a.job.take_watch(again));
-  REQUIRE(a.job.take_node_keys({"b"}, [&] {
-                 etcd::TxnResult late;
-                 late.revision = 12;
-                 late.ranges.resize(1);
-                 late.ranges[0].kvs.push_back(kv(kPrefix + "nodes/b", "10.0.0.2", 11));
-                 return late;
-               }())
+  REQUIRE(a.job
+              .take_node_keys({"b"},
+                              [&] {
+                                etcd::TxnResult late;
+                                late.revision = 12;
+                                late.ranges.resize(1);
+                                late.ranges[0].kvs.push_back(
+                                    kv(kPrefix + "nodes/b", "10.0.0.2", 11));
+                                return late;
+                              }())
               .ok());
   CHECK(a.job.removable_dead() == std::vector<std::string>{"b", "c"});
 
@@ -481,6 +484,93 @@ TEST_CASE(
   // At most kNodeKeysPerRead keys in one transaction.
   std::vector<std::string> many(kNodeKeysPerRead + 5, "x");
   CHECK(a.job.node_keys_request(many).success.size() == kNodeKeysPerRead);
+}
+
+TEST_CASE(
+    "etcd reducer: the agents of the first three live members write a removal at once, the "
+    "others wait") {
+  ManualClock clock;
+  const std::vector<std::string> ids{"a", "b", "c", "d", "e"};
+  Agent a("a", clock);
+  REQUIRE(a.job.take_load(load(5, std::nullopt, ids)).ok());
+  a.ask(nodes(5, 5), 6);
+  etcd::TxnResult joins;
+  joins.revision = 10;
+  joins.ranges.resize(2);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    joins.ranges[1].kvs.push_back(kv(kPrefix + "joins/" + ids[i], request(ids[i], nodes(5, 5)),
+                                     static_cast<std::int64_t>(6 + i)));
+  }
+  REQUIRE(a.job.take_reload(joins).ok());
+  const EtcdReducer::Write formed = a.land(a.job.enter(node("a"), nodes(5, 5)), 11);
+
+  // Every agent's view of the formed round, all five alive.
+  std::vector<std::unique_ptr<Agent>> agents;
+  for (const auto& id : ids) {
+    agents.push_back(std::make_unique<Agent>(id, clock));
+    REQUIRE(agents.back()
+                ->job.take_load(load(11, kv(kPrefix + "rendezvous", formed.text, 11), ids))
+                .ok());
+  }
+  auto writers = [&] {
+    std::vector<std::string> out;
+    for (auto& agent : agents) {
+      if (agent->job.writes_removals()) out.push_back(agent->job.node_id());
+    }
+    return out;
+  };
+  CHECK(writers() == std::vector<std::string>{"a", "b", "c"});
+
+  // a and b lose their leases: c, d and e are the first live members now.
+  etcd::WatchMessage gone;
+  gone.revision = 12;
+  gone.events.push_back(etcd::WatchEvent{true, kv(kPrefix + "nodes/a", "", 12)});
+  gone.events.push_back(etcd::WatchEvent{true, kv(kPrefix + "nodes/b", "", 12)});
+  for (auto& agent : agents) agent->job.take_watch(gone);
+  CHECK(agents[2]->job.removable_dead() == std::vector<std::string>{"a", "b"});
+  CHECK(writers() == std::vector<std::string>{"c", "d", "e"});
+
+  // An agent whose node is not in the state (a join waiting to be taken in) never writes first.
+  Agent late("f", clock);
+  REQUIRE(late.job.take_load(load(12, kv(kPrefix + "rendezvous", formed.text, 11), {"c"})).ok());
+  CHECK_FALSE(late.job.writes_removals());
+}
+
+TEST_CASE(
+    "etcd reducer: a waiting join reads its turn as the keys of the few older requests, and "
+    "writes when fewer than three wait ahead") {
+  ManualClock clock;
+  Agent d("d", clock);
+  REQUIRE(d.job.take_load(load(5, std::nullopt, {"a", "b", "c", "d"})).ok());
+  d.ask(nodes(1, 8), 20);
+  const etcd::Txn turn = d.job.turn_request();
+  REQUIRE(turn.success.size() == 1);
+  CHECK(turn.success[0].keys_only);
+  CHECK(turn.success[0].max_mod_revision == 19);  // older than its own request
+  CHECK(turn.success[0].limit == static_cast<std::int64_t>(kJoinWriters));
+
+  auto answer = [&](std::int64_t revision, const std::vector<std::string>& older) {
+    etcd::TxnResult r;
+    r.revision = revision;
+    r.ranges.resize(1);
+    for (const auto& id : older) r.ranges[0].kvs.push_back(kv(kPrefix + "joins/" + id, "", 10));
+    return r;
+  };
+  REQUIRE(d.job.take_turn(answer(21, {"a", "b", "c"})).ok());
+  CHECK_FALSE(d.job.writes_joins());  // three ahead: their agents write
+  REQUIRE(d.job.take_turn(answer(22, {"b", "c"})).ok());
+  CHECK(d.job.writes_joins());
+  // A full read of the requests, newer than the turn, decides again (and sees three ahead).
+  etcd::TxnResult all;
+  all.revision = 23;
+  all.ranges.resize(2);
+  for (const auto& [id, rev] :
+       {std::pair<std::string, int>{"a", 10}, {"b", 11}, {"c", 12}, {"d", 20}}) {
+    all.ranges[1].kvs.push_back(kv(kPrefix + "joins/" + id, request(id, nodes(1, 8)), rev));
+  }
+  REQUIRE(d.job.take_reload(all).ok());
+  CHECK_FALSE(d.job.writes_joins());
+  CHECK_FALSE(d.job.take_turn(etcd::TxnResult{}).ok());  // not the one range it asked for
 }
 
 TEST_CASE("etcd reducer: the job's end is told once, removal by another node is a lost place") {
@@ -581,7 +671,7 @@ TEST_CASE("etcd reducer: a state key that is not a rendezvous is a clear error")
   auto view = a.job.view();
   REQUIRE_FALSE(view.ok());
   CHECK(view.error().message ==
-        "etcd key " + kPrefix + "rendezvous does not hold a ctrun rendezvous");
+        "etcd key " + kPrefix + "rendezvous does not hold a ctrun rendezvous (not its JSON)");
   auto planned = a.job.plan(a.job.enter(node("a"), nodes(1, 2)));
   CHECK_FALSE(planned.ok());
 }

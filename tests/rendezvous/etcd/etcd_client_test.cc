@@ -188,6 +188,51 @@ TEST_CASE("memory etcd: a leased key lives while kept alive and vanishes when no
 
 namespace {
 
+// The keys a join's turn counts: those changed before a revision, no values, at most a few.
+void check_older_keys(boost::asio::io_context& io, etcd::Kv& c) {
+  std::vector<std::int64_t> revisions;
+  for (int i = 1; i <= 5; ++i) {
+    auto put = run(io, c.put("/o/" + std::to_string(i), "value"));
+    REQUIRE(put.ok());
+    revisions.push_back(put.value());
+  }
+  auto older = [&](std::int64_t before, std::int64_t limit) {
+    etcd::Txn txn;
+    txn.success.push_back(etcd::older_keys_op("/o/", before, limit));
+    auto read = run(io, c.txn(txn));
+    REQUIRE(read.ok());
+    REQUIRE(read.value().ranges.size() == 1);
+    std::vector<std::string> keys;
+    for (const auto& kv : read.value().ranges[0].kvs) {
+      CHECK(kv.value.empty());
+      keys.push_back(kv.key);
+    }
+    return keys;
+  };
+  CHECK(older(revisions[3], 10) == std::vector<std::string>{"/o/1", "/o/2", "/o/3"});
+  CHECK(older(revisions[3], 2) == std::vector<std::string>{"/o/1", "/o/2"});
+  CHECK(older(revisions[0], 2).empty());
+}
+
+}  // namespace
+
+TEST_CASE("etcd client: a range of the keys older than a revision, keys only, limited") {
+  CTRUN_SKIP_WITHOUT_ETCD();
+  ScratchDir dir("etcd_older");
+  EtcdCluster server(dir, 1);
+  boost::asio::io_context io;
+  etcd::Client c(io, options_for(server.endpoints()));
+  check_older_keys(io, c);
+}
+
+TEST_CASE("memory etcd: a range of the keys older than a revision, keys only, limited") {
+  boost::asio::io_context io;
+  auto c = MemoryEtcd::create(io)->connect();
+  check_older_keys(io, *c);
+}
+
+namespace {
+
 void check_watch(boost::asio::io_context& io, etcd::Kv& c) {
   auto before = run(io, c.put("/w/early", "1"));  // before the watch starts: replayed
   REQUIRE(before.ok());
@@ -205,15 +250,14 @@ void check_watch(boost::asio::io_context& io, etcd::Kv& c) {
   // The same range, deletions only (etcd's NOPUT filter): neither put reaches it.
   std::vector<etcd::WatchEvent> deletions;
   std::optional<Status> deletions_ended;
-  boost::asio::co_spawn(
-      io,
-      c.watch(
-          "/w/", etcd::prefix_end("/w/"), before.value(),
-          [&](const etcd::WatchMessage& m) {
-            deletions.insert(deletions.end(), m.events.begin(), m.events.end());
-          },
-          etcd::WatchEvents::kDeletesOnly),
-      [&](std::exception_ptr, Status s) { deletions_ended = s; });
+  boost::asio::co_spawn(io,
+                        c.watch(
+                            "/w/", etcd::prefix_end("/w/"), before.value(),
+                            [&](const etcd::WatchMessage& m) {
+                              deletions.insert(deletions.end(), m.events.begin(), m.events.end());
+                            },
+                            etcd::WatchEvents::kDeletesOnly),
+                        [&](std::exception_ptr, Status s) { deletions_ended = s; });
   auto wait_for = [&](std::size_t n, std::size_t deleted = 0) {
     io.restart();
     const auto deadline = std::chrono::steady_clock::now() + 10s;

@@ -63,8 +63,8 @@ TEST_CASE("etcd codec: requests use base64, string int64s and upper-case enums")
   Txn t;
   t.compare.push_back(Compare{"k", Compare::Target::kCreate, Compare::Result::kEqual, 0, ""});
   t.compare.push_back(Compare{"v", Compare::Target::kValue, Compare::Result::kNotEqual, 0, "x"});
-  t.success.push_back(Operation{Operation::Kind::kPut, "k", "v", "", 7});
-  t.failure.push_back(Operation{Operation::Kind::kRange, "k", "", "", 0});
+  t.success.push_back(put_op("k", "v", 7));
+  t.failure.push_back(range_op("k"));
   const Json j = txn_request(t);
   CHECK(j["compare"][0] ==
         Json{{"key", "aw=="}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}});
@@ -74,6 +74,14 @@ TEST_CASE("etcd codec: requests use base64, string int64s and upper-case enums")
   CHECK(j["failure"][0]["request_range"] == Json{{"key", "aw=="}});
   CHECK(watch_request("/p/", "/p0", 12)["create_request"]["start_revision"] == "12");
   CHECK(watch_request("/p/", "/p0", 0)["create_request"].count("filters") == 0);
+  // Older keys: keys only, the revision filter, the limit (strings, as int64s are).
+  Txn older;
+  older.success.push_back(older_keys_op("/j/", 10, 3));
+  CHECK(txn_request(older)["success"][0]["request_range"] == Json{{"key", "L2ov"},
+                                                                  {"range_end", "L2ow"},
+                                                                  {"limit", "3"},
+                                                                  {"keys_only", true},
+                                                                  {"max_mod_revision", "9"}});
   CHECK(watch_request("/p/", "/p0", 0, WatchEvents::kDeletesOnly)["create_request"]["filters"] ==
         Json::array({"NOPUT"}));
   CHECK(range_request("k", "", 1, true) ==

@@ -285,9 +285,21 @@ Result<etcd::TxnResult> MemoryEtcd::txn(const etcd::Txn& txn) {
       case etcd::Operation::Kind::kDelete:
         write_delete(op.key, op.range_end);
         break;
-      case etcd::Operation::Kind::kRange:
-        result.ranges.push_back(range(op.key, op.range_end, 0, false));
+      case etcd::Operation::Kind::kRange: {
+        // As etcd 3.4: the revision filter first, then the limit; `count` unfiltered.
+        etcd::RangeResult r = range(op.key, op.range_end, 0, op.keys_only);
+        if (op.max_mod_revision > 0) {
+          std::erase_if(r.kvs, [&](const etcd::KeyValue& kv) {
+            return kv.mod_revision > op.max_mod_revision;
+          });
+        }
+        if (op.limit > 0 && static_cast<std::int64_t>(r.kvs.size()) > op.limit) {
+          r.kvs.resize(static_cast<std::size_t>(op.limit));
+          r.more = true;
+        }
+        result.ranges.push_back(std::move(r));
         break;
+      }
     }
   }
   end_write();
