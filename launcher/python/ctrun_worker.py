@@ -712,6 +712,8 @@ class FaultTolerance:
         if not self._continues(reply):
             # Redone under the new quorum, which the next begin_step() adopts without asking
             # again: every member got the same answer, and all skip the step's collectives.
+            if not self._lost:
+                _log("step %d lost: the quorum changed under it" % (self._committed + 1))
             self._lost = self._skip = True
             self._changed = reply
 

@@ -263,8 +263,7 @@ Result<EtcdReducer::Plan> EtcdReducer::plan(const Change& change,
   write.txn.compare.push_back(etcd::unchanged_since(state_key_, state_rev_));
   for (auto& c : checks) write.txn.compare.push_back(std::move(c));
   // Text from workers (failure reasons) may not be UTF-8: replaced, never a throw.
-  write.saved = state->save();
-  write.text = etcd::encode_state_value(write.saved);
+  write.text = etcd::encode_state_value(state->save());
   write.txn.success.push_back(etcd::put_op(state_key_, write.text));
   for (auto& op : also) write.txn.success.push_back(std::move(op));
   return Plan{std::move(write), false};
@@ -272,7 +271,9 @@ Result<EtcdReducer::Plan> EtcdReducer::plan(const Change& change,
 
 void EtcdReducer::written(const Write& write, std::int64_t revision) {
   if (revision >= state_rev_) {
-    state_json_ = write.saved;
+    // As a read of it would give (text that is not UTF-8 replaced).
+    auto decoded = etcd::decode_state_value(state_key_, write.text);
+    state_json_ = decoded ? std::move(decoded).value() : Json(Json::value_t::discarded);
     state_rev_ = revision;
     view_ok_ = false;
   }
@@ -284,7 +285,10 @@ void EtcdReducer::written(const Write& write, std::int64_t revision) {
   joins_rev_ = std::max(joins_rev_, revision);
 }
 
-bool EtcdReducer::holds(const Write& write) const { return state_json_ == write.saved; }
+bool EtcdReducer::holds(const Write& write) const {
+  auto decoded = etcd::decode_state_value(state_key_, write.text);
+  return decoded && state_json_ == decoded.value();
+}
 
 EtcdReducer::Change EtcdReducer::enter(const NodeInfo& node, const RendezvousConfig& config,
                                        JoinTurn turn) const {

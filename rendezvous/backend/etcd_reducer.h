@@ -112,8 +112,7 @@ class EtcdReducer {
   // One write: the transaction, and what it tells once it lands.
   struct Write {
     etcd::Txn txn;
-    Json saved;        // the state it writes
-    std::string text;  // as the key's value (etcd/state_value.h)
+    std::string text;  // the state it writes, as the key's value (etcd/state_value.h)
     std::vector<std::string> lines;
     std::vector<std::pair<std::string, Json>> events;
     std::vector<std::string> applied;

@@ -633,6 +633,12 @@ TEST_CASE("etcd reducer: a write that landed although its answer was lost is kno
   REQUIRE(other.ok());
   REQUIRE(other.value().write.has_value());
   CHECK_FALSE(a.job.holds(*other.value().write));
+  // A failure text that is not UTF-8 is replaced in the value: the write is still known.
+  auto odd = a.job.plan(a.job.report(false, "worker said \xff\xfe"));
+  REQUIRE(odd.ok());
+  REQUIRE(odd.value().write.has_value());
+  see_state(a.job, *odd.value().write, 8);
+  CHECK(a.job.holds(*odd.value().write));
 }
 
 TEST_CASE(
