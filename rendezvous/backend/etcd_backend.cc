@@ -422,7 +422,8 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
   // landed after their patience (those agents may be gone too).
   void remove_dead() {
     if (removing_) return;
-    if (job_.removable_dead().empty()) {
+    auto candidates = job_.removable_dead();
+    if (candidates.empty()) {
       removal_due_.reset();
       removal_timer_.cancel();
       return;
@@ -440,13 +441,14 @@ class EtcdRendezvous : public std::enable_shared_from_this<EtcdRendezvous> {
     }
     removal_due_.reset();
     removing_ = true;
-    asio::co_spawn(io_, remove_confirmed_dead(shared_from_this()), asio::detached);
+    asio::co_spawn(io_, remove_confirmed_dead(shared_from_this(), std::move(candidates)),
+                   asio::detached);
   }
 
   // The watch hears node keys go but not come back (a node that lost its lease and joins again
   // on a new one): their keys are read before they are removed.
-  Task<void> remove_confirmed_dead(std::shared_ptr<EtcdRendezvous> self) {
-    const auto candidates = job_.removable_dead();
+  Task<void> remove_confirmed_dead(std::shared_ptr<EtcdRendezvous> self,
+                                   std::vector<std::string> candidates) {
     auto read = co_await client_->txn(job_.node_keys_request(candidates));
     if (!read || !job_.take_node_keys(candidates, read.value())) {
       co_await sleep_for(std::chrono::seconds(1));  // etcd unreachable: not a busy loop

@@ -245,12 +245,14 @@ Result<std::int64_t> MemoryEtcd::put(const std::string& key, const std::string& 
 }
 
 etcd::RangeResult MemoryEtcd::range(const std::string& key, const std::string& range_end,
-                                    std::int64_t limit, bool keys_only) const {
+                                    std::int64_t limit, bool keys_only,
+                                    std::int64_t max_mod_revision) const {
   etcd::RangeResult r;
   r.revision = revision_;
   for (auto it = keys_.lower_bound(key); it != keys_.end(); ++it) {
     if (!in_range(it->first, key, range_end)) break;
-    ++r.count;
+    ++r.count;  // as etcd 3.4: the count ignores max_mod_revision, which applies before the limit
+    if (max_mod_revision > 0 && it->second.mod_revision > max_mod_revision) continue;
     if (limit > 0 && static_cast<std::int64_t>(r.kvs.size()) >= limit) {
       r.more = true;
       continue;
@@ -285,21 +287,10 @@ Result<etcd::TxnResult> MemoryEtcd::txn(const etcd::Txn& txn) {
       case etcd::Operation::Kind::kDelete:
         write_delete(op.key, op.range_end);
         break;
-      case etcd::Operation::Kind::kRange: {
-        // As etcd 3.4: the revision filter first, then the limit; `count` unfiltered.
-        etcd::RangeResult r = range(op.key, op.range_end, 0, op.keys_only);
-        if (op.max_mod_revision > 0) {
-          std::erase_if(r.kvs, [&](const etcd::KeyValue& kv) {
-            return kv.mod_revision > op.max_mod_revision;
-          });
-        }
-        if (op.limit > 0 && static_cast<std::int64_t>(r.kvs.size()) > op.limit) {
-          r.kvs.resize(static_cast<std::size_t>(op.limit));
-          r.more = true;
-        }
-        result.ranges.push_back(std::move(r));
+      case etcd::Operation::Kind::kRange:
+        result.ranges.push_back(
+            range(op.key, op.range_end, op.limit, op.keys_only, op.max_mod_revision));
         break;
-      }
     }
   }
   end_write();

@@ -59,7 +59,7 @@ class MemoryEtcd : public std::enable_shared_from_this<MemoryEtcd> {
   rendezvous::Result<std::int64_t> put(const std::string& key, const std::string& value,
                                        std::int64_t lease);
   etcd::RangeResult range(const std::string& key, const std::string& range_end, std::int64_t limit,
-                          bool keys_only) const;
+                          bool keys_only, std::int64_t max_mod_revision = 0) const;
   rendezvous::Result<etcd::TxnResult> txn(const etcd::Txn& txn);
   std::int64_t erase(const std::string& key, const std::string& range_end);
   etcd::LeaseGrant grant(std::int64_t ttl);
