@@ -1,7 +1,11 @@
 #include "ctrun/worker/checkpoint.h"
 
 #include <signal.h>
-#include <torch/torch.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
 
 #include <filesystem>
 #include <fstream>

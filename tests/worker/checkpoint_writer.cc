@@ -2,7 +2,9 @@
 // parameter equal to s, so a reader can tell a whole checkpoint from a torn one.
 //   checkpoint_writer DIR           whole checkpoints (Checkpointer)
 //   checkpoint_writer DIR sharded   sharded ones, by 2 ranks (threads) at ZeRO stage 3
-#include <torch/torch.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
 
 #include <cstdio>
 

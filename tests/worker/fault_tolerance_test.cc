@@ -4,7 +4,12 @@
 // process's would) and is replaced by a fresh one that must heal from a peer.
 #include "ctrun/worker/fault_tolerance.h"
 
-#include <torch/torch.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
 
 #include <atomic>
 #include <functional>

@@ -3,7 +3,14 @@
 // store), plus a world of two whose second rank never comes. Each case warns and passes where
 // there is no CUDA device or this build has no NCCL (the CPU CI): scripts/gpu-build.sh runs
 // them on a GPU machine.
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
 
 #include <functional>
 

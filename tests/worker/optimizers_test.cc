@@ -3,7 +3,8 @@
 #include "ctrun/worker/optimizers.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 
 #include "catch.h"
 

@@ -2,7 +2,8 @@
 // its failure modes: a peer that never comes is a timeout error, not a hang.
 #include "ctrun/worker/process_group.h"
 
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
 
 #include <atomic>
 

@@ -3,7 +3,9 @@
 // convert both ways, and a save killed at any moment leaves the previous checkpoint loadable.
 #include "ctrun/worker/sharded_checkpoint.h"
 
-#include <torch/torch.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
 
 #include <csignal>
 #include <filesystem>

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/utils.h>
 
 #include <utility>
 #include <vector>

@@ -5,7 +5,8 @@
 #include "ctrun/worker/sharded.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adam.h>
 
 #include "catch.h"
 

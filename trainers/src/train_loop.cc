@@ -1,5 +1,6 @@
 #include "train_loop.h"
 
+#include <torch/cuda.h>
 #include <torch/nn/module.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
@@ -19,7 +20,6 @@
 #include "step_plan.h"
 
 namespace ctrun::trainers {
-
 
 Run start_run(const TrainOptions& options, const worker::WorkerEnv& env) {
   worker::tune_malloc_for_training();

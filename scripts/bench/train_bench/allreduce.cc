@@ -3,7 +3,7 @@
 //   allreduce <bytes> <iterations> <microseconds per call> <busbw GB/s>
 // busbw is nccl-tests' definition: bytes / time * 2 (n - 1) / n. allreduce_ref.py is the same
 // measurement with torch.distributed.all_reduce (gloo); the iteration counts match.
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <chrono>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // Reads the worker environment, trains one DDP step alone (world size 1), then talks to the
 // installed ctrund (started by run.sh on the port given as argv[1]) through the installed
 // client library: the blocking Client, and the store a worker gets from connect_store.
-#include <torch/torch.h>
+#include <torch/nn/modules/linear.h>
 
 #include <chrono>
 #include <cstdio>
