@@ -143,7 +143,10 @@ void Agent::Impl::start_straggler_watch() {
       std::chrono::milliseconds(100));
   StragglerWatch::Hooks hooks;
   hooks.running = [this](int local_rank) { return workers_->running_pid(local_rank) != 0; };
-  hooks.step = [this](int local_rank) { return heartbeat_files_.step(local_rank); };
+  hooks.progress = [this](int local_rank) { return heartbeat_files_.progress(local_rank); };
+  hooks.process = [this](int local_rank) {
+    return read_process_stats(workers_->running_pid(local_rank));
+  };
   hooks.set = [this](std::string key, std::string value) -> Task<rdzv::Status> {
     co_return co_await client_->set(std::move(key), std::move(value));
   };

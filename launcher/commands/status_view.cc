@@ -42,8 +42,16 @@ std::string step_table(const Json& steps) {
                     " s/step, a straggler at " + number_text(steps.value("factor", 0.0), "%g") +
                     "x): " + std::to_string(steps["stragglers"].size()) + " straggler" +
                     (steps["stragglers"].size() == 1 ? "" : "s") + "\n";
+  // Where the ranks measure their waits for each other (a synchronous job), their own time per
+  // step, how long each holds the others' steps and on what: the step times alone are equal.
+  bool own = false;
+  for (const auto& r : ranks) own = own || r.contains("own_seconds_per_step");
   std::vector<std::vector<std::string>> rows{
       {"RANK", "GROUP_RANK", "HOST", "STEP", "S_PER_STEP", "X_MEDIAN", ""}};
+  if (own) {
+    rows[0] = {"RANK",  "GROUP_RANK", "HOST",     "STEP", "S_PER_STEP",
+               "OWN_S", "HOLDS_S",    "X_MEDIAN", "KIND", ""};
+  }
   const bool all = ranks.size() <= kStepRowsShown;
   std::size_t left_out = 0;
   for (const auto& r : ranks) {
@@ -52,10 +60,21 @@ std::string step_table(const Json& steps) {
       ++left_out;
       continue;
     }
-    rows.push_back({std::to_string(r.value("rank", 0)), std::to_string(r.value("node", 0)),
-                    r.value("host", std::string()), std::to_string(r.value("step", 0LL)),
-                    number_text(r.value("seconds_per_step", 0.0), "%.3f"),
-                    number_text(r.value("slowdown", 0.0), "%.2f"), straggler ? "straggler" : ""});
+    std::vector<std::string> row{std::to_string(r.value("rank", 0)),
+                                 std::to_string(r.value("node", 0)), r.value("host", std::string()),
+                                 std::to_string(r.value("step", 0LL)),
+                                 number_text(r.value("seconds_per_step", 0.0), "%.3f")};
+    if (own) {
+      const auto own_time = r.find("own_seconds_per_step");
+      row.push_back(own_time != r.end() && own_time->is_number()
+                        ? number_text(own_time->get<double>(), "%.3f")
+                        : "-");
+      row.push_back(number_text(r.value("holds_seconds", 0.0), "%.3f"));
+    }
+    row.push_back(number_text(r.value("slowdown", 0.0), "%.2f"));
+    if (own) row.push_back(r.value("kind", std::string("-")));
+    row.push_back(straggler ? "straggler" : "");
+    rows.push_back(std::move(row));
   }
   out += table(rows);
   if (left_out > 0) {

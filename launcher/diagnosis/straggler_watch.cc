@@ -11,7 +11,9 @@ namespace rdzv = ctrun::rendezvous;
 
 namespace {
 
-// How often the workers' step files are read: a step's time is known to this much.
+// How often the workers' step files (and /proc) are read: a step's time is known to this much.
+// Each wait is drawn from 50-150 ms, so that a worker stopped and continued in a period (a
+// straggler fault's 200 ms) is seen stopped for its share of the time, not always or never.
 constexpr std::chrono::milliseconds kSampleEvery{100};
 
 }  // namespace
@@ -44,31 +46,55 @@ void StragglerWatch::workers_stopped() {
 rdzv::Task<void> StragglerWatch::run([[maybe_unused]] std::shared_ptr<StragglerWatch> self,
                                      int epoch) {
   asio::steady_timer timer(executor_);
-  auto next_publication = std::chrono::steady_clock::now() + settings_.interval;
+  // Every node publishes its rates twice an interval, node 0 judges once an interval: a verdict
+  // is on rates at most half an interval old, so a straggler is named within about two.
+  const auto half = settings_.interval / 2;
+  auto next_publication = std::chrono::steady_clock::now() + half;
+  auto next_verdict = std::chrono::steady_clock::now() + settings_.interval;
   while (running_ && epoch == epoch_) {
-    timer.expires_after(kSampleEvery);
+    std::uniform_int_distribution<int> wait_ms(kSampleEvery.count() / 2,
+                                               kSampleEvery.count() * 3 / 2);
+    timer.expires_after(std::chrono::milliseconds(wait_ms(jitter_)));
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (!running_ || epoch != epoch_) co_return;
     const auto now = std::chrono::steady_clock::now();
     for (int local_rank = 0; local_rank < local_world_size_; ++local_rank) {
       if (!hooks_.running(local_rank)) {
         rates_.restart(local_rank);  // ended: its time must not run on
-      } else if (auto step = hooks_.step(local_rank)) {
-        rates_.observe(local_rank, *step, now);
+        continue;
+      }
+      if (hooks_.process) {
+        if (auto os = hooks_.process(local_rank)) {
+          rates_.observe_process(local_rank, os->cpu_ns, os->run_delay_ns, os->stopped, now);
+        }
+      }
+      if (auto progress = hooks_.progress(local_rank)) {
+        rates_.observe(local_rank, progress->step, now, progress->waited_ns);
       }
     }
     if (now < next_publication) continue;
-    next_publication = now + settings_.interval;
-    co_await publish_and_judge(epoch);
+    next_publication = now + half;
+    const bool verdict = now >= next_verdict;
+    if (verdict) next_verdict = now + settings_.interval;
+    co_await publish_and_judge(epoch, verdict);
   }
 }
 
-rdzv::Task<void> StragglerWatch::publish_and_judge(int epoch) {
+rdzv::Task<void> StragglerWatch::publish_and_judge(int epoch, bool verdict_due) {
   const rdzv::RoundAssignment round = round_;
   std::vector<RankRate> mine;
   for (const auto& r : rates_.rates(std::chrono::steady_clock::now())) {
-    mine.push_back(RankRate{round.rank_offset + r.local_rank, round.group_rank, host_, r.step,
-                            r.seconds_per_step, r.steps});
+    RankRate rate{round.rank_offset + r.local_rank,
+                  round.group_rank,
+                  host_,
+                  r.step,
+                  r.seconds_per_step,
+                  r.steps};
+    rate.own_seconds_per_step = r.own_seconds_per_step;
+    rate.wait_seconds_per_step = r.wait_seconds_per_step;
+    rate.kind = own_time_kind(r);
+    rate.cpu_seconds_per_step = r.cpu_seconds_per_step;
+    mine.push_back(std::move(rate));
   }
   // A node whose workers report no steps publishes nothing, and is judged on nothing; one whose
   // workers stopped reporting (they ended) says so once, so that node 0 does not judge the job
@@ -79,7 +105,7 @@ rdzv::Task<void> StragglerWatch::publish_and_judge(int epoch) {
     (void)co_await hooks_.set(prefix + std::to_string(round.group_rank),
                               node_rates_json(round.group_rank, host_, mine).dump());
   }
-  if (epoch != epoch_) co_return;
+  if (epoch != epoch_ || !verdict_due) co_return;
   std::optional<StepVerdict> verdict;
   if (round.group_rank == 0) {
     // Node 0 judges the job: every node's rates, as published this round.
@@ -111,14 +137,25 @@ void StragglerWatch::tell(const StepVerdict& verdict) {
     hooks_.log(change.line);
     rdzv::Json fields = {{"ranks", change.ranks},
                          {"median_seconds_per_step", verdict.median},
+                         {"median_own_seconds_per_step", verdict.median_pace},
                          {"factor", verdict.factor},
                          {"round", verdict.round},
                          {"reason", change.line}};
     if (change.node) fields["straggler_node"] = *change.node;
     if (change.straggling) {
       double slowdown = 0;
-      for (int rank : change.ranks) slowdown = std::max(slowdown, verdict.slowdown(rank));
+      double holds = 0;
+      std::string kind;
+      for (int rank : change.ranks) {
+        slowdown = std::max(slowdown, verdict.slowdown(rank));
+        if (verdict.holds(rank) >= holds) {
+          holds = verdict.holds(rank);
+          if (const RankRate* r = verdict.find(rank)) kind = r->kind;
+        }
+      }
       fields["slowdown"] = slowdown;
+      fields["holds_seconds"] = holds;
+      if (!kind.empty()) fields["kind"] = kind;
     }
     hooks_.event(change.straggling ? "straggler" : "straggler_recovered", std::move(fields));
   }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 
 #include "ctrun/rendezvous/error.h"
@@ -19,22 +20,28 @@
 #include "ctrun/rendezvous/task.h"
 #include "launcher/diagnosis/step_rates.h"
 #include "launcher/diagnosis/stragglers.h"
+#include "launcher/workers/heartbeat_files.h"
+#include "launcher/workers/process_stats.h"
 
 namespace ctrun::launcher {
 
 struct StragglerSettings {
   double factor = 2.0;                       // slower than the median by this much is a straggler
   int window = 50;                           // steps a rate spans
-  std::chrono::milliseconds interval{5000};  // between publications and verdicts
+  std::chrono::milliseconds interval{5000};  // between verdicts (rates: twice as often)
 };
 
 class StragglerWatch : public std::enable_shared_from_this<StragglerWatch> {
  public:
   struct Hooks {
-    // Whether local rank `local_rank`'s worker runs, and the step it last reported, if any (a
-    // file caught mid-write reads as none).
+    // Whether local rank `local_rank`'s worker runs, and the step it last reported with the
+    // time it has waited for its peers where it measures that, if any (a file caught mid-write
+    // reads as none).
     std::function<bool(int local_rank)> running;
-    std::function<std::optional<std::int64_t>(int local_rank)> step;
+    std::function<std::optional<HeartbeatFiles::Progress>(int local_rank)> progress;
+    // What the OS says of that worker now (CPU time, run delay, stopped), if it can be read;
+    // none without the hook.
+    std::function<std::optional<ProcessStats>(int local_rank)> process;
     std::function<rendezvous::Task<rendezvous::Status>(std::string key, std::string value)> set;
     // The key's value now, without waiting; an error when it is not set.
     std::function<rendezvous::Task<rendezvous::Result<std::string>>(std::string key)> get;
@@ -54,7 +61,8 @@ class StragglerWatch : public std::enable_shared_from_this<StragglerWatch> {
 
  private:
   rendezvous::Task<void> run(std::shared_ptr<StragglerWatch> self, int epoch);
-  rendezvous::Task<void> publish_and_judge(int epoch);
+  // Publishes this node's rates; where `verdict_due`, judges (node 0) or reads the verdict.
+  rendezvous::Task<void> publish_and_judge(int epoch, bool verdict_due);
   void tell(const StepVerdict& verdict);
 
   boost::asio::any_io_executor executor_;
@@ -65,6 +73,7 @@ class StragglerWatch : public std::enable_shared_from_this<StragglerWatch> {
   rendezvous::RoundAssignment round_;
   int local_world_size_ = 0;
   std::string host_;
+  std::mt19937 jitter_{std::random_device{}()};  // the samples' uneven times
   int epoch_ = 0;           // a new start or a stop ends the loop of the one before
   bool published_ = false;  // this round's last publication named ranks
   bool running_ = false;

@@ -75,7 +75,13 @@ def report_step(step):
     """The worker finished training step `step` (its own count, from 1; a resumed run goes on
     from its checkpoint's step). Where the plan says so, raises InjectedFault, or makes a CUDA
     error (kind cuda_error: torch raises it), before the step is reported: the step that
-    raised is not counted as done."""
+    raised is not counted as done. Once a script calls it, its count is the worker's: the
+    optimizer steps ctrun counts by itself (see _Steps) are no longer written."""
+    _steps.explicit = True
+    _report(step)
+
+
+def _report(step):
     fault_file = os.environ.get("CTRUN_FAULT_FILE")
     if fault_file and os.path.exists(fault_file):
         # The agent's file: the kind on the first line, the message on the second.
@@ -97,9 +103,185 @@ def report_step(step):
         except OSError:
             return
         try:
-            os.write(fd, f"{int(step)}\n".encode())
+            # The step, then (once measured) the nanoseconds this worker has waited for its
+            # peers in the step's collectives so far: the agent tells its own time from it.
+            wait = _steps.wait_ns
+            os.write(fd, (f"{int(step)} {int(wait)}\n" if wait is not None
+                          else f"{int(step)}\n").encode())
         finally:
             os.close(fd)
+
+
+class _Steps:
+    """The worker's steps seen without a code change (docs/env.md, "Steps"): ctrun's
+    sitecustomize.py calls patch() as torch's autograd, optimizer and DDP modules load, and every
+    step of the first optimizer that steps is one training step (so gradient accumulation counts
+    optimizer steps), written to the heartbeat file as report_step() writes it, until the script
+    calls report_step() itself: its own count wins from then on.
+
+    It also measures what a straggler verdict needs in a synchronous job, where every rank's
+    steps take the slowest's time: how long this rank waits for its peers. DDP waits for its
+    gradients' all-reduces at the end of the backward pass, so a backward's time is the rank's
+    own gradient computation plus that wait; DDP's reducer times the computation (torch's DDP
+    logging data, the last iteration's, sampled), and the rest of the backward is the wait."""
+
+    # The DDP logging data costs ~75 us to read (torch 1.13, one CPU core): read on a step with
+    # the chance that makes one reading about every this often. By chance, not every Nth step:
+    # steps that alternate (a peer stopped every other step) would always give the same half.
+    SAMPLE_EVERY_S = 0.05
+    # On a CUDA module DDP's timer waits for its events: fewer sampled iterations there.
+    CUDA_SAMPLE_RATE = 10
+
+    def __init__(self):
+        self.explicit = False  # the script calls report_step()
+        self.count = 0
+        self.wait_ns = None  # the waits measured so far; None before the first
+        self._optimizer = None  # a weak reference to the optimizer counted
+        self._models = []  # weak references to the DDP modules made
+        self._backward_s = 0.0  # the backward passes' time since the last step, and how many
+        self._backwards = 0
+        self._compute_s = None  # a DDP backward's own computation, as last sampled
+        self._stepped_at = None
+        self._step_seconds = None  # the steps' average time, smoothed
+        self._random = None
+        self._inside = 0
+
+    def patch(self, name, module):
+        try:
+            if name == "torch.optim.optimizer":
+                self._patch_optimizer(module)
+            elif name == "torch.nn.parallel.distributed":
+                self._patch_ddp(module)
+            elif name == "torch.autograd":
+                self._patch_backward(module)
+        except Exception as e:  # never stop a script for ctrun's sake
+            print(f"[ctrun] steps are not counted by themselves ({type(e).__name__}: {e}); "
+                  "ctrun_worker.report_step(step) still reports them", file=sys.stderr,
+                  flush=True)
+
+    def _patch_optimizer(self, module):
+        register = getattr(module, "register_optimizer_step_post_hook", None)
+        if register is not None:  # torch 2.x: a hook for every optimizer's step
+            register(lambda optimizer, args, kwargs: self.stepped(optimizer))
+            return
+        # torch 1.13: each optimizer class's step wrapped once, as its first instance is made.
+        optimizer_class = module.Optimizer
+        init = optimizer_class.__init__
+        steps = self
+
+        def counting_init(optimizer, *args, **kwargs):
+            init(optimizer, *args, **kwargs)
+            steps._wrap_step(type(optimizer))
+
+        optimizer_class.__init__ = counting_init
+
+    def _wrap_step(self, cls):
+        if cls.__dict__.get("_ctrun_counted"):
+            return
+        step = cls.step
+        steps = self
+
+        def counted_step(optimizer, *args, **kwargs):
+            # A subclass's step that calls its base's is one step.
+            steps._inside += 1
+            try:
+                out = step(optimizer, *args, **kwargs)
+            finally:
+                steps._inside -= 1
+            if steps._inside == 0:
+                steps.stepped(optimizer)
+            return out
+
+        counted_step.__wrapped__ = step
+        counted_step.__doc__ = step.__doc__
+        cls.step = counted_step
+        cls._ctrun_counted = True
+
+    def _patch_ddp(self, module):
+        import weakref
+
+        ddp_class = module.DistributedDataParallel
+        init = ddp_class.__init__
+        steps = self
+
+        def timed_init(model, *args, **kwargs):
+            init(model, *args, **kwargs)
+            try:
+                cuda = any(p.is_cuda for p in model.parameters())
+                model._set_ddp_runtime_logging_sample_rate(steps.CUDA_SAMPLE_RATE if cuda else 1)
+                steps._models.append(weakref.ref(model))
+            except Exception:
+                pass  # a DDP without the logging data: its waits are not measured
+
+        ddp_class.__init__ = timed_init
+
+    def _patch_backward(self, module):
+        # Tensor.backward() calls torch.autograd.backward() by name, so both are timed.
+        backward = module.backward
+        steps = self
+
+        def timed_backward(*args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return backward(*args, **kwargs)
+            finally:
+                steps._backward_s += time.perf_counter() - began
+                steps._backwards += 1
+
+        timed_backward.__wrapped__ = backward
+        timed_backward.__doc__ = backward.__doc__
+        module.backward = timed_backward
+
+    def stepped(self, optimizer):
+        import weakref
+
+        counted = self._optimizer() if self._optimizer is not None else None
+        if counted is None:
+            self._optimizer = weakref.ref(optimizer)
+        elif counted is not optimizer:
+            return  # the first optimizer's steps are the worker's
+        backward_s, backwards = self._backward_s, self._backwards
+        self._backward_s, self._backwards = 0.0, 0
+        self._sample_compute()
+        if self._compute_s is not None and backwards:
+            waited = max(0.0, backward_s - backwards * self._compute_s)
+            self.wait_ns = (self.wait_ns or 0) + int(waited * 1e9)
+        if self.explicit:
+            return  # the script reports its own steps (with these waits)
+        self.count += 1
+        _report(self.count)
+
+    def _sample_compute(self):
+        now = time.monotonic()
+        if self._stepped_at is not None:
+            took = now - self._stepped_at
+            self._step_seconds = took if self._step_seconds is None else \
+                0.9 * self._step_seconds + 0.1 * took
+        self._stepped_at = now
+        if self._compute_s is not None and self._step_seconds is not None and \
+                self._step_seconds < self.SAMPLE_EVERY_S:
+            if self._random is None:
+                import random
+
+                self._random = random.Random()
+            if self._random.random() > self._step_seconds / self.SAMPLE_EVERY_S:
+                return
+        model = None
+        for ref in self._models:
+            model = ref()
+            if model is not None:
+                break
+        if model is None:
+            return
+        try:
+            compute = model._get_ddp_logging_data().get("backward_compute_time")
+        except Exception:
+            return
+        if isinstance(compute, int) and compute > 0:
+            self._compute_s = compute / 1e9
+
+
+_steps = _Steps()
 
 
 def write_result(text):
@@ -469,9 +651,12 @@ class _GradientBuckets:
                     flat[offset:offset + p.numel()].zero_()
             self._launch(bucket)
             self._next += 1
+        waited = time.monotonic()
         for bucket in self._buckets:
             if bucket["work"] is not None and not ft._lost:
                 bucket["work"].wait()  # raises when a peer failed: the step is lost
+        # The straggler verdict's measure: what this replica waited for its peers.
+        _steps.wait_ns = (_steps.wait_ns or 0) + int((time.monotonic() - waited) * 1e9)
         if ft._lost:
             return True  # nothing to average: the step is lost
         if self.accumulated:

@@ -31,20 +31,33 @@ bool HeartbeatFiles::create(int local_rank, const std::string& path) {
   return true;
 }
 
-std::optional<std::int64_t> HeartbeatFiles::step(int local_rank) const {
+std::optional<HeartbeatFiles::Progress> parse_progress(const std::string& text) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const long long step = std::strtoll(begin, &end, 10);
+  if (end == begin) return std::nullopt;
+  HeartbeatFiles::Progress p;
+  p.step = static_cast<std::int64_t>(step);
+  if (*end == ' ') {
+    const char* at = end + 1;
+    const long long waited = std::strtoll(at, &end, 10);
+    if (end != at && waited >= 0 && (*end == '\n' || *end == '\0')) {
+      p.waited_ns = static_cast<std::int64_t>(waited);
+    }
+  }
+  return p;
+}
+
+std::optional<HeartbeatFiles::Progress> HeartbeatFiles::progress(int local_rank) const {
   const std::string* path = path_of(local_rank);
   if (!path) return std::nullopt;
   const int fd = ::open(path->c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
-  char text[32];
+  char text[64];
   const ssize_t n = ::read(fd, text, sizeof(text) - 1);
   ::close(fd);
   if (n <= 0) return std::nullopt;
-  text[n] = '\0';
-  char* end = nullptr;
-  const long long step = std::strtoll(text, &end, 10);
-  if (end == text) return std::nullopt;
-  return static_cast<std::int64_t>(step);
+  return parse_progress(std::string(text, static_cast<std::size_t>(n)));
 }
 
 std::int64_t HeartbeatFiles::stamp(int local_rank) const {

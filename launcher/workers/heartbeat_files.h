@@ -23,9 +23,20 @@ class HeartbeatFiles {
   // Local rank `local_rank`'s file is `path`, made empty now (a new worker's first beat is a
   // change of it); false when it cannot be made.
   bool create(int local_rank, const std::string& path);
-  // The step that worker last wrote; nothing when it has no file or the file holds no number
-  // (never written, or caught between its truncation and its write).
-  std::optional<std::int64_t> step(int local_rank) const;
+  // What that worker last wrote: its step, and where it measures them the nanoseconds it has
+  // waited for its peers in collectives so far (ctrun_worker, libctrun_worker: "12 3400000").
+  struct Progress {
+    std::int64_t step = 0;
+    std::optional<std::int64_t> waited_ns;
+  };
+  // Nothing when it has no file or the file holds no number (never written, or caught between
+  // its truncation and its write).
+  std::optional<Progress> progress(int local_rank) const;
+  // The step alone.
+  std::optional<std::int64_t> step(int local_rank) const {
+    auto p = progress(local_rank);
+    return p ? std::optional<std::int64_t>(p->step) : std::nullopt;
+  }
   // When its file last changed, as an opaque stamp (nanoseconds); 0 when it cannot be read.
   std::int64_t stamp(int local_rank) const;
   // Every file's stamp, by local rank.
@@ -37,5 +48,8 @@ class HeartbeatFiles {
 
   std::vector<std::string> paths_;  // by local rank; "" none
 };
+
+// A heartbeat file's text read: "STEP" or "STEP WAITED_NS"; nothing without a leading number.
+std::optional<HeartbeatFiles::Progress> parse_progress(const std::string& text);
 
 }  // namespace ctrun::launcher

@@ -114,10 +114,20 @@ std::string prometheus_text(const ServiceMetrics& m) {
     w.sample("ctrund_job_stragglers", j.stragglers.size(), "job=\"" + label(j.job) + "\"");
   }
   w.family("ctrund_job_straggler_slowdown", "gauge",
-           "How many times slower than the job's median a straggling rank's steps are.");
+           "How many times the job's median a straggling rank's own time per step is (its step "
+           "time where its waits for the others are not measured).");
   for (const auto& j : m.jobs) {
     for (const auto& [rank, slowdown] : j.stragglers) {
       w.sample("ctrund_job_straggler_slowdown", slowdown,
+               "job=\"" + label(j.job) + "\",rank=\"" + std::to_string(rank) + "\"");
+    }
+  }
+  w.family("ctrund_job_straggler_holds_seconds", "gauge",
+           "How long a straggling rank keeps the job's other ranks waiting in each step, in "
+           "seconds.");
+  for (const auto& j : m.jobs) {
+    for (const auto& [rank, holds] : j.straggler_holds) {
+      w.sample("ctrund_job_straggler_holds_seconds", holds,
                "job=\"" + label(j.job) + "\",rank=\"" + std::to_string(rank) + "\"");
     }
   }

@@ -23,7 +23,8 @@ struct JobMetrics {
   // median seconds per step, and each straggler's rank and slowdown (x the median).
   bool steps_judged = false;
   double median_step_seconds = 0;
-  std::vector<std::pair<int, double>> stragglers;
+  std::vector<std::pair<int, double>> stragglers;       // rank, slowdown
+  std::vector<std::pair<int, double>> straggler_holds;  // rank, seconds it holds each step
 };
 
 struct ServiceMetrics {

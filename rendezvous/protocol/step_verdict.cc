@@ -30,12 +30,28 @@ int small_int(std::int64_t v) {
 }
 
 Json rank_json(const RankRate& r) {
-  return {{"rank", r.rank},
-          {"node", r.node},
-          {"host", r.host},
-          {"step", r.step},
-          {"seconds_per_step", r.seconds_per_step},
-          {"steps", r.steps}};
+  Json j = {{"rank", r.rank},
+            {"node", r.node},
+            {"host", r.host},
+            {"step", r.step},
+            {"seconds_per_step", r.seconds_per_step},
+            {"steps", r.steps}};
+  if (r.own_seconds_per_step) j["own_seconds_per_step"] = *r.own_seconds_per_step;
+  if (r.wait_seconds_per_step) j["wait_seconds_per_step"] = *r.wait_seconds_per_step;
+  if (!r.kind.empty()) j["kind"] = r.kind;
+  if (r.cpu_seconds_per_step) j["cpu_seconds_per_step"] = *r.cpu_seconds_per_step;
+  return j;
+}
+
+// A time in seconds at `key`, if there is one; an error names it when it is not a time.
+Result<std::optional<double>> optional_time(const Json& j, const char* key, int rank) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::optional<double>();
+  if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0) {
+    return Error{ErrorCode::kBadRequest,
+                 "rank " + std::to_string(rank) + ": '" + key + "' is not a time"};
+  }
+  return std::optional<double>(it->get<double>());
 }
 
 Result<RankRate> rank_from_json(const Json& j) {
@@ -55,6 +71,16 @@ Result<RankRate> rank_from_json(const Json& j) {
     return Error{ErrorCode::kBadRequest,
                  "rank " + std::to_string(r.rank) + ": 'seconds_per_step' is not a time"};
   }
+  auto own = optional_time(j, "own_seconds_per_step", r.rank);
+  if (!own) return own.error();
+  r.own_seconds_per_step = own.value();
+  auto wait = optional_time(j, "wait_seconds_per_step", r.rank);
+  if (!wait) return wait.error();
+  r.wait_seconds_per_step = wait.value();
+  r.kind = string_or(j, "kind");
+  auto cpu = optional_time(j, "cpu_seconds_per_step", r.rank);
+  if (!cpu) return cpu.error();
+  r.cpu_seconds_per_step = cpu.value();
   return r;
 }
 
@@ -94,7 +120,12 @@ Result<std::vector<RankRate>> node_rates_from_json(const Json& j) {
 
 double StepVerdict::slowdown(int rank) const {
   const RankRate* r = find(rank);
-  return r && median > 0 ? r->seconds_per_step / median : 0;
+  return r && median_pace > 0 ? r->pace() / median_pace : 0;
+}
+
+double StepVerdict::holds(int rank) const {
+  const RankRate* r = find(rank);
+  return r ? std::max(0.0, r->pace() - median_pace) : 0;
 }
 
 const RankRate* StepVerdict::find(int rank) const {
@@ -108,12 +139,14 @@ Json step_verdict_json(const StepVerdict& v) {
   for (const auto& r : v.ranks) {
     Json j = rank_json(r);
     j["slowdown"] = v.slowdown(r.rank);
+    j["holds_seconds"] = v.holds(r.rank);
     j["straggler"] = std::binary_search(v.stragglers.begin(), v.stragglers.end(), r.rank);
     list.push_back(std::move(j));
   }
   return {{"round", v.round},
           {"factor", v.factor},
           {"median_seconds_per_step", v.median},
+          {"median_own_seconds_per_step", v.median_pace},
           {"stragglers", v.stragglers},
           {"straggler_nodes", v.straggler_nodes},
           {"ranks", std::move(list)}};
@@ -129,6 +162,8 @@ Result<StepVerdict> step_verdict_from_json(const Json& j) {
   v.round = small_int(int_or(j, "round", 0));
   v.factor = number_or(j, "factor", 0.0);
   v.median = number_or(j, "median_seconds_per_step", 0.0);
+  // A verdict of an agent before own times: its median is the pace's.
+  v.median_pace = number_or(j, "median_own_seconds_per_step", v.median);
   v.ranks = std::move(ranks).value();
   std::sort(v.ranks.begin(), v.ranks.end(),
             [](const RankRate& a, const RankRate& b) { return a.rank < b.rank; });

@@ -104,6 +104,7 @@ void read_stragglers(const KeyValueStore& store, JobMetrics& j) {
   j.median_step_seconds = verdict.value().median;
   for (int rank : verdict.value().stragglers) {
     j.stragglers.emplace_back(rank, verdict.value().slowdown(rank));
+    j.straggler_holds.emplace_back(rank, verdict.value().holds(rank));
   }
 }
 

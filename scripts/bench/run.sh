@@ -23,6 +23,8 @@
 #   hostfile_bench    ctrun --hosts over ssh (cold, warm) vs pdsh and sequential ssh, 2/4/8 hosts
 #   fault_bench       recovery from each kind of injected fault (ctrun --faults): restart mode vs
 #                     --fault_tolerance=step, from the fault reports
+#   step_hook_bench   what ctrun's count of a script's optimizer steps (and DDP wait sampling)
+#                     costs a step of 10 ms and 100 ms, against the same launch without it
 #   lost_node_bench   a lost machine (a host's link cut, its processes alive) in a 2:3 job on
 #                     network-namespace hosts: cut to the survivors' next step, ctrun vs torchrun
 #                     with defaults, ctrun tuned, and a no-fault check of the tuning under load
@@ -89,5 +91,6 @@ run 1200 /usr/bin/python3 "$root/scripts/bench/py_ft_bench.py" "${quick[@]}"
 run 1800 /usr/bin/python3 "$root/scripts/bench/zero_bench.py" "${quick[@]}"
 run 900 /usr/bin/python3 "$root/scripts/bench/hostfile_bench.py" --ctrun "$build/launcher/ctrun" --ctrund "$build/rendezvous/daemon/ctrund" "${quick[@]}"
 run 1800 /usr/bin/python3 "$root/scripts/bench/fault_bench.py" "${quick[@]}"
+run 900 /usr/bin/python3 "$root/scripts/bench/step_hook_bench.py" "${quick[@]}"
 run 2400 /usr/bin/python3 "$root/scripts/bench/lost_node_bench.py" --ctrun "$build/launcher/ctrun" --ctrund "$build/rendezvous/daemon/ctrund" "${quick[@]}"
 exit $status

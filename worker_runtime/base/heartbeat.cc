@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -21,10 +23,11 @@ bool HeartbeatFile::beat(Clock::time_point now) {
   return utimensat(AT_FDCWD, path_.c_str(), nullptr, 0) == 0;
 }
 
-bool HeartbeatFile::write_step(std::int64_t step) {
+bool HeartbeatFile::write_step(std::int64_t step, std::optional<std::int64_t> waited_ns) {
   const int fd = ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   if (fd < 0) return false;
-  const std::string text = std::to_string(step) + "\n";
+  const std::string text =
+      std::to_string(step) + (waited_ns ? " " + std::to_string(*waited_ns) : "") + "\n";
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   ::close(fd);
   return ok;
@@ -78,6 +81,9 @@ std::optional<PlannedFault> injected_fault() {
   return fault;
 }
 
+// The process's waits in collectives, in nanoseconds; -1 before the first.
+std::atomic<std::int64_t> collective_wait_ns{-1};
+
 std::mutex cuda_error_mutex;
 CudaErrorMaker cuda_error_maker;
 
@@ -86,6 +92,14 @@ CudaErrorMaker cuda_error_maker;
 void heartbeat() {
   std::unique_lock<std::mutex> lock;
   if (HeartbeatFile* file = process_file(lock)) file->beat(HeartbeatFile::Clock::now());
+}
+
+void add_collective_wait(std::chrono::nanoseconds waited) {
+  const std::int64_t ns = std::max<std::int64_t>(waited.count(), 0);
+  std::int64_t seen = collective_wait_ns.load(std::memory_order_relaxed);
+  while (!collective_wait_ns.compare_exchange_weak(seen, std::max<std::int64_t>(seen, 0) + ns,
+                                                   std::memory_order_relaxed)) {
+  }
 }
 
 void set_cuda_error_maker(CudaErrorMaker maker) {
@@ -111,7 +125,10 @@ void report_step(std::int64_t step) {
     throw InjectedFault(fault->message);
   }
   std::unique_lock<std::mutex> lock;
-  if (HeartbeatFile* file = process_file(lock)) file->write_step(step);
+  if (HeartbeatFile* file = process_file(lock)) {
+    const std::int64_t waited = collective_wait_ns.load(std::memory_order_relaxed);
+    file->write_step(step, waited >= 0 ? std::optional<std::int64_t>(waited) : std::nullopt);
+  }
 }
 
 }  // namespace ctrun::worker

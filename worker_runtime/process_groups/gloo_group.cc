@@ -2,10 +2,12 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <utility>
 
+#include "ctrun/worker/heartbeat.h"
 #include "worker_runtime/base/error_text.h"
 
 namespace ctrun::worker {
@@ -19,11 +21,16 @@ class GlooWork : public Work {
            std::function<void()> then = nullptr)
       : work_(std::move(work)), op_(op), then_(std::move(then)) {}
   void wait() override {
+    // The time blocked here is time this rank waits for its peers (and for what is left of the
+    // transfer): the straggler verdict's measure (heartbeat.h).
+    const auto began = std::chrono::steady_clock::now();
     try {
       work_->wait();
     } catch (const std::exception& e) {
+      add_collective_wait(std::chrono::steady_clock::now() - began);
       throw CollectiveError(std::string("gloo ") + op_ + " failed: " + first_line(e.what()));
     }
+    add_collective_wait(std::chrono::steady_clock::now() - began);
     if (then_) std::exchange(then_, nullptr)();
   }
 

@@ -81,3 +81,23 @@ TEST_CASE("status view: each rank's step time, the stragglers marked, past 64 ra
   CHECK(job_status_json(none)["steps"].is_null());
   CHECK(job_status_table(none).find("step times") == std::string::npos);
 }
+
+TEST_CASE("status view: in a synchronous job each rank's own time, what it holds and on what") {
+  std::vector<RankRate> ranks;
+  for (int rank = 0; rank < 4; ++rank) {
+    RankRate r{rank, rank / 2, "h" + std::to_string(rank / 2), 40, 0.25, 30};
+    r.own_seconds_per_step = rank == 3 ? 0.24 : 0.03;
+    r.wait_seconds_per_step = rank == 3 ? 0.01 : 0.22;
+    r.kind = rank == 3 ? "waiting for input" : "its own compute";
+    ranks.push_back(r);
+  }
+  JobStatus job = job_with_steps(2, 2);
+  job.steps = step_verdict_json(judge_steps(ranks, 2.0, 1));
+  const std::string table = job_status_table(job);
+  INFO(table);
+  CHECK(table.find("RANK  GROUP_RANK  HOST  STEP  S_PER_STEP  OWN_S  HOLDS_S  X_MEDIAN  KIND") !=
+        std::string::npos);
+  CHECK(table.find("3     1           h1    40    0.250       0.240  0.210    8.00      waiting "
+                   "for input  straggler\n") != std::string::npos);
+  CHECK(job_status_json(job)["steps"]["stragglers"] == Json::array({3}));
+}

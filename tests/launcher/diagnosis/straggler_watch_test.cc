@@ -45,8 +45,8 @@ TEST_CASE("straggler watch: node 0 judges every node's rates and each node names
     Node& node = nodes[n];
     StragglerWatch::Hooks hooks;
     hooks.running = [&node](int) { return node.running; };
-    hooks.step = [n, step_of](int local_rank) -> std::optional<std::int64_t> {
-      return step_of(2 * n + local_rank);
+    hooks.progress = [n, step_of](int local_rank) -> std::optional<HeartbeatFiles::Progress> {
+      return HeartbeatFiles::Progress{step_of(2 * n + local_rank), std::nullopt};
     };
     hooks.set = [&store](std::string key, std::string value) -> rdzv::Task<rdzv::Status> {
       store[key] = value;

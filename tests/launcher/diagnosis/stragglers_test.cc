@@ -153,3 +153,165 @@ TEST_CASE("stragglers: the store's JSON read back, a bad value an error naming t
 }
 
 }  // namespace ctrun::launcher
+
+namespace ctrun::launcher {
+namespace {
+
+// A rank of a synchronous job: every step 0.25 s, of which `own` its own and the rest waited.
+RankRate synced(int rank, int node, double own, std::string kind = "its own compute") {
+  RankRate r = rate(rank, node, 0.25);
+  r.own_seconds_per_step = own;
+  r.wait_seconds_per_step = 0.25 - own;
+  r.kind = std::move(kind);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("step rates: a worker's own time is its step less its waits, the OS says on what") {
+  StepRates rates(10);
+  rates.reset(2);
+  const auto t0 = Clock::time_point{} + 1000s;
+  // Both step every 250 ms. Rank 0 waits 220 ms of each for rank 1; rank 1 spends 200 ms of its
+  // own 240 ms on a CPU, 20 ms waiting for one.
+  for (int i = 0; i <= 10; ++i) {
+    const auto at = t0 + i * 250ms;
+    rates.observe_process(0, i * 30'000'000LL, 0, false, at);
+    rates.observe_process(1, i * 200'000'000LL, i * 20'000'000LL, false, at);
+    rates.observe(0, i, at, i * 220'000'000LL);
+    rates.observe(1, i, at, i * 10'000'000LL);
+  }
+  auto got = rates.rates(t0 + 2500ms);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].seconds_per_step == Approx(0.25));
+  CHECK(got[1].seconds_per_step == Approx(0.25));
+  REQUIRE(got[0].own_seconds_per_step);
+  CHECK(*got[0].own_seconds_per_step == Approx(0.03));
+  CHECK(*got[0].wait_seconds_per_step == Approx(0.22));
+  CHECK(*got[1].own_seconds_per_step == Approx(0.24));
+  CHECK(*got[1].cpu_share == Approx(0.2 / 0.24));
+  CHECK(*got[1].run_delay_share == Approx(0.02 / 0.24));
+  CHECK(own_time_kind(got[1]) == "its own compute");
+  CHECK(own_time_kind(got[0]) == "its own compute");  // its 30 ms on the CPU
+
+  // A worker without a wait measure has no own time; one without /proc readings no kind.
+  StepRates plain(10);
+  plain.reset(1);
+  for (int i = 0; i <= 10; ++i) plain.observe(0, i, t0 + i * 100ms);
+  auto p = plain.rates(t0 + 1000ms);
+  REQUIRE(p.size() == 1);
+  CHECK_FALSE(p[0].own_seconds_per_step);
+  CHECK_FALSE(p[0].cpu_share);
+  CHECK(own_time_kind(p[0]).empty());
+}
+
+TEST_CASE("step rates: the kind of a rank's own time: input, stopped, waiting for a CPU") {
+  const auto t0 = Clock::time_point{} + 1000s;
+  auto kind_of = [t0](std::int64_t cpu_ns, std::int64_t delay_ns, int stopped_every) {
+    StepRates rates(10);
+    rates.reset(1);
+    // 10 steps of 100 ms, no waits; the OS read every 50 ms.
+    for (int i = 0; i <= 20; ++i) {
+      const auto at = t0 + i * 50ms;
+      rates.observe_process(0, i * cpu_ns / 2, i * delay_ns / 2,
+                            stopped_every > 0 && i % stopped_every == 0, at);
+      if (i % 2 == 0) rates.observe(0, i / 2, at, 0);
+    }
+    auto got = rates.rates(t0 + 1000ms);
+    REQUIRE(got.size() == 1);
+    return own_time_kind(got[0]);
+  };
+  CHECK(kind_of(90'000'000, 0, 0) == "its own compute");
+  CHECK(kind_of(10'000'000, 0, 0) == "waiting for input");  // a sleep, a data loader
+  CHECK(kind_of(20'000'000, 60'000'000, 0) == "not running: waiting for a CPU");
+  CHECK(kind_of(40'000'000, 0, 2) == "not running: stopped");  // stopped half the time
+}
+
+TEST_CASE(
+    "stragglers: in a synchronous job the rank the others wait for is named by its own time") {
+  // Every rank's step takes 0.25 s: the step times name nobody, the own times rank 3.
+  const StepVerdict v = judge_steps({synced(0, 0, 0.03), synced(1, 0, 0.03), synced(2, 1, 0.032),
+                                     synced(3, 1, 0.245, "waiting for input")},
+                                    2.0, 1);
+  CHECK(v.median == Approx(0.25));
+  CHECK(v.median_pace == Approx(0.03));
+  CHECK(v.stragglers == std::vector<int>{3});
+  CHECK(v.straggler_nodes.empty());
+  CHECK(v.holds(3) == Approx(0.215));
+  StragglerLog log;
+  const auto changes = log.take(v);
+  REQUIRE(changes.size() == 1);
+  CHECK(changes[0].line ==
+        "rank 3 on host1 holds every step for 0.21 s of 0.25 s (waiting for input; its own time "
+        "0.24 s a step against the job's 0.030 s, 8.2x, over the last 50 steps)");
+
+  // A whole node of a two-node job: half the ranks; the lower median is the job's pace.
+  const StepVerdict node = judge_steps(
+      {synced(0, 0, 0.03), synced(1, 0, 0.03), synced(2, 1, 0.2), synced(3, 1, 0.21)}, 2.0, 1);
+  CHECK(node.stragglers == std::vector<int>{2, 3});
+  CHECK(node.straggler_nodes == std::vector<int>{1});
+  StragglerLog node_log;
+  const auto named = node_log.take(node);
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].node == 1);
+  CHECK(named[0].line.find("node 1 (host1), ranks 2-3, holds every step for 0.18 s of 0.25 s") ==
+        0);
+
+  // On a busy machine a rank with more work waits for a CPU longer than it computes: it is
+  // still its own compute when it computes `factor` times what the others do, by a fifth of the
+  // step or more.
+  std::vector<RankRate> busy = {synced(0, 0, 0.03), synced(1, 0, 0.03), synced(2, 1, 0.03),
+                                synced(3, 1, 0.2, "not running: waiting for a CPU")};
+  for (auto& r : busy) r.cpu_seconds_per_step = r.rank == 3 ? 0.07 : 0.01;
+  CHECK(judge_steps(busy, 2.0, 1).find(3)->kind == "its own compute");
+  busy[3].cpu_seconds_per_step = 0.02;  // descheduled, not more work
+  CHECK(judge_steps(busy, 2.0, 1).find(3)->kind == "not running: waiting for a CPU");
+
+  // A clean job: own times of a few milliseconds that differ by twice are noise, not a straggler.
+  const StepVerdict clean = judge_steps(
+      {synced(0, 0, 0.004), synced(1, 0, 0.009), synced(2, 1, 0.005), synced(3, 1, 0.004)}, 2.0, 1);
+  CHECK(clean.stragglers.empty());
+}
+
+TEST_CASE("stragglers: own times, waits and kinds carried through the store's JSON") {
+  StepVerdict v =
+      judge_steps({synced(0, 0, 0.03), synced(1, 1, 0.24, "not running: stopped")}, 2.0, 3);
+  const rendezvous::Json node =
+      node_rates_json(1, "host1", {synced(1, 1, 0.24, "not running: stopped")});
+  auto back = node_rates_from_json(node);
+  REQUIRE(back);
+  REQUIRE(back.value().size() == 1);
+  CHECK(back.value()[0].own_seconds_per_step == Approx(0.24));
+  CHECK(back.value()[0].wait_seconds_per_step == Approx(0.01));
+  CHECK(back.value()[0].kind == "not running: stopped");
+  auto verdict = step_verdict_from_json(step_verdict_json(v));
+  REQUIRE(verdict);
+  CHECK(verdict.value().median_pace == Approx(0.03));
+  CHECK(verdict.value().stragglers == std::vector<int>{1});
+  CHECK(verdict.value().holds(1) == Approx(0.21));
+  rendezvous::Json bad = node;
+  bad["ranks"][0]["own_seconds_per_step"] = "fast";
+  auto error = node_rates_from_json(bad);
+  REQUIRE_FALSE(error);
+  CHECK(error.error().message == "rank 1: 'own_seconds_per_step' is not a time");
+}
+
+}  // namespace ctrun::launcher
+
+namespace ctrun::launcher {
+
+TEST_CASE("step rates: own times are of whole steps: a rank past its last step is not slow") {
+  StepRates rates(10);
+  rates.reset(1);
+  const auto t0 = Clock::time_point{} + 1000s;
+  for (int i = 0; i <= 10; ++i) rates.observe(0, i, t0 + i * 100ms, i * 60'000'000LL);
+  // Its script ended step 10 and the worker lingers (a group destroyed, an exit): 2 s later its
+  // step time grows, its own time does not.
+  const auto got = rates.rates(t0 + 3000ms);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].seconds_per_step == Approx(3.0 / 11));
+  CHECK(*got[0].own_seconds_per_step == Approx(0.04));
+  CHECK(*got[0].wait_seconds_per_step == Approx(0.06));
+}
+
+}  // namespace ctrun::launcher

@@ -62,3 +62,30 @@ TEST_CASE("heartbeat files: a stamp changes with each write, and create empties 
   CHECK(modification_stamp(dir.path("missing")) == 0);
   CHECK_FALSE(files.create(0, dir.path("no/such/dir/hb0")));
 }
+
+TEST_CASE("heartbeat files: the time waited in collectives follows the step where measured",
+          "[unit][workers]") {
+  auto p = parse_progress("12 3400000\n");
+  REQUIRE(p);
+  CHECK(p->step == 12);
+  CHECK(p->waited_ns == 3400000);
+  p = parse_progress("12\n");
+  REQUIRE(p);
+  CHECK_FALSE(p->waited_ns);
+  // Not a count of nanoseconds: the step alone.
+  CHECK_FALSE(parse_progress("41 0.5\n")->waited_ns);
+  CHECK_FALSE(parse_progress("41 -5\n")->waited_ns);
+  CHECK_FALSE(parse_progress("41 x")->waited_ns);
+  CHECK_FALSE(parse_progress("").has_value());
+
+  ScratchDir dir("heartbeat_progress");
+  HeartbeatFiles files;
+  files.reset(1);
+  REQUIRE(files.create(0, dir.path("hb0")));
+  write(dir.path("hb0"), "7 250000000\n");
+  auto read = files.progress(0);
+  REQUIRE(read);
+  CHECK(read->step == 7);
+  CHECK(read->waited_ns == 250000000);
+  CHECK(files.step(0) == 7);
+}

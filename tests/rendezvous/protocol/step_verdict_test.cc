@@ -9,6 +9,7 @@ TEST_CASE("step verdict: a verdict and a node's rates read back as written") {
   v.round = 3;
   v.factor = 2;
   v.median = 0.25;
+  v.median_pace = 0.25;
   v.ranks = {{0, 0, "a", 40, 0.25, 10}, {1, 0, "a", 39, 0.75, 10}};
   v.stragglers = {1};
   auto back = step_verdict_from_json(step_verdict_json(v));
@@ -16,6 +17,13 @@ TEST_CASE("step verdict: a verdict and a node's rates read back as written") {
   CHECK(back.value().round == 3);
   CHECK(back.value().stragglers == std::vector<int>{1});
   CHECK(back.value().slowdown(1) == 3);
+  CHECK(back.value().holds(1) == 0.5);
+  // A verdict of an agent that did not measure own times: its median is the pace.
+  Json old = step_verdict_json(v);
+  old.erase("median_own_seconds_per_step");
+  auto older = step_verdict_from_json(old);
+  REQUIRE(older);
+  CHECK(older.value().median_pace == 0.25);
   CHECK(back.value().find(0)->host == "a");
   auto rates = node_rates_from_json(node_rates_json(4, "b", {{7, 0, "", 12, 0.5, 5}}));
   REQUIRE(rates);

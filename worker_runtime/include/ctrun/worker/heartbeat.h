@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -26,6 +27,12 @@ void heartbeat();
 // "cuda_error") with the maker below, whose error propagates; without a maker, InjectedFault
 // saying this worker has no CUDA device.
 void report_step(std::int64_t step);
+
+// Time a thread of this process spent blocked on its peers in a collective (libctrun_worker's
+// Gloo group calls it from each wait): from the first one on, report_step writes the total
+// beside the step, and the agents tell each rank's own time in a step from the time it waited
+// for the others (the straggler verdict of a synchronous job, docs/cluster.md). Thread-safe.
+void add_collective_wait(std::chrono::nanoseconds waited);
 
 // An exception a `ctrun --faults` plan raised in this worker (kind "exception").
 class InjectedFault : public std::runtime_error {
@@ -50,8 +57,9 @@ class HeartbeatFile {
   // Updates the file's time unless the last update was less than min_interval before `now`.
   // Returns true when it wrote; a failed write (the file's directory gone) is not retried sooner.
   bool beat(Clock::time_point now);
-  // Writes `step` as the file's text (the agent created it: never created here).
-  bool write_step(std::int64_t step);
+  // Writes `step` as the file's text, then the nanoseconds waited in collectives so far where
+  // known ("12 3400000"; the agent created the file: never created here).
+  bool write_step(std::int64_t step, std::optional<std::int64_t> waited_ns = std::nullopt);
   const std::string& path() const { return path_; }
 
  private:
