@@ -99,17 +99,23 @@ def _report(step):
         try:
             # The agent created the file: open without creating, so that a beat after the
             # agent removed its directory does not make one.
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+            fd = os.open(path, os.O_WRONLY)
         except OSError:
             return
         try:
             # The step, then (once measured) the nanoseconds this worker has waited for its
             # peers in the step's collectives so far: the agent tells its own time from it.
+            # Written over the last record at a fixed width, never truncated: a truncated and
+            # rewritten file costs ext4 a flush at close (~150 us a step here).
             wait = _steps.wait_ns
-            os.write(fd, (f"{int(step)} {int(wait)}\n" if wait is not None
-                          else f"{int(step)}\n").encode())
+            text = f"{int(step)} {int(wait)}" if wait is not None else f"{int(step)}"
+            os.pwrite(fd, (text.ljust(_RECORD_WIDTH) + "\n").encode(), 0)
         finally:
             os.close(fd)
+
+
+# A heartbeat record's width before its newline (two 20-digit numbers and a space fit).
+_RECORD_WIDTH = 41
 
 
 class _Steps:

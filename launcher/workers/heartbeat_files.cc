@@ -41,7 +41,9 @@ std::optional<HeartbeatFiles::Progress> parse_progress(const std::string& text) 
   if (*end == ' ') {
     const char* at = end + 1;
     const long long waited = std::strtoll(at, &end, 10);
-    if (end != at && waited >= 0 && (*end == '\n' || *end == '\0')) {
+    const bool number = end != at && *at != ' ';
+    while (*end == ' ') ++end;  // a record padded to its width
+    if (number && waited >= 0 && (*end == '\n' || *end == '\0')) {
       p.waited_ns = static_cast<std::int64_t>(waited);
     }
   }

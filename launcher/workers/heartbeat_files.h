@@ -49,7 +49,8 @@ class HeartbeatFiles {
   std::vector<std::string> paths_;  // by local rank; "" none
 };
 
-// A heartbeat file's text read: "STEP" or "STEP WAITED_NS"; nothing without a leading number.
+// A heartbeat file's text read: "STEP" or "STEP WAITED_NS", blanks after it (a record written
+// at a fixed width) or not; nothing without a leading number.
 std::optional<HeartbeatFiles::Progress> parse_progress(const std::string& text);
 
 }  // namespace ctrun::launcher

@@ -7,7 +7,8 @@ Both run under ctrun as a user gets it: `ctrun --standalone --nproc_per_node=2
 --worker_timeout=60` (the heartbeat files that turn the hook on), an ordinary 2-rank DDP script
 over Gloo (step_hook_bench/train.py) whose steps take STEP_MS of sleep plus a small model's
 step. The two are run in turn, REPS times each, and the mean step time of each run is printed;
-the ratio is hook / no hook, with the cost per step in microseconds.
+the ratio is hook / no hook, with the cost per step in microseconds. Last, the hook's own time
+per step measured alone in one process (below the launches' noise).
 
 Usage: /usr/bin/python3 scripts/bench/step_hook_bench.py [--quick] [--reps N]
 Needs a built ctrun: build-bench/ (scripts/bench/run.sh builds it; CTRUN_BENCH_BUILD=DIR for
@@ -39,6 +40,33 @@ def run_once(step_ms, steps, hook):
     return float(found.group(1))
 
 
+# The hook alone, in one process: ctrun_worker's step hook called as an optimizer step calls it,
+# writing a heartbeat file in a temporary directory (ctrun's log root is one too).
+HOOK_ALONE = r"""
+import os, sys, tempfile, time
+path = os.path.join(tempfile.mkdtemp(), "heartbeat")
+open(path, "w").close()
+os.environ["CTRUN_HEARTBEAT_FILE"] = path
+import ctrun_worker
+class Optimizer: pass
+optimizer = Optimizer()
+steps = ctrun_worker._steps
+for _ in range(200): steps.stepped(optimizer)
+began = time.perf_counter()
+for _ in range(5000): steps.stepped(optimizer)
+print(f"{(time.perf_counter() - began) / 5000 * 1e6:.2f}")
+"""
+
+
+def hook_alone_us():
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "launcher", "python"))
+    out = subprocess.run(["/usr/bin/python3", "-c", HOOK_ALONE], env=env, capture_output=True,
+                         text=True, timeout=120)
+    if out.returncode != 0:
+        sys.exit(f"step_hook_bench: the hook alone failed:\n{out.stderr[-2000:]}")
+    return float(out.stdout.strip())
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -57,6 +85,9 @@ def main():
         print(f"{step_ms:>6}ms  {a:>9.3f}  {b:>10.3f}  {a / b:>6.4f}  {(a - b) * 1000:>8.1f}  "
               f"{reps}x{steps} steps; hook {' '.join(f'{x:.3f}' for x in with_hook)}; "
               f"none {' '.join(f'{x:.3f}' for x in without)}", flush=True)
+    alone = min(hook_alone_us() for _ in range(3))
+    print(f"the hook alone (one process, 5000 calls, best of 3): {alone:.2f} us a step, "
+          f"{alone / 100:.3f} % of a 10 ms step, {alone / 1000:.4f} % of a 100 ms step")
 
 
 if __name__ == "__main__":

@@ -24,11 +24,14 @@ bool HeartbeatFile::beat(Clock::time_point now) {
 }
 
 bool HeartbeatFile::write_step(std::int64_t step, std::optional<std::int64_t> waited_ns) {
-  const int fd = ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  const std::string text =
-      std::to_string(step) + (waited_ns ? " " + std::to_string(*waited_ns) : "") + "\n";
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  // Written over the last record at a fixed width (as ctrun_worker.py writes it), never
+  // truncated: ext4 flushes a file truncated and written again when it is closed.
+  std::string text = std::to_string(step) + (waited_ns ? " " + std::to_string(*waited_ns) : "");
+  text.resize(std::max<std::size_t>(text.size(), kRecordWidth), ' ');
+  text += "\n";
+  const bool ok = ::pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size());
   ::close(fd);
   return ok;
 }

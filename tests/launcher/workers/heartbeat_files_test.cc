@@ -69,6 +69,13 @@ TEST_CASE("heartbeat files: the time waited in collectives follows the step wher
   REQUIRE(p);
   CHECK(p->step == 12);
   CHECK(p->waited_ns == 3400000);
+  p = parse_progress("12 3400000                          \n");  // padded to its width
+  REQUIRE(p);
+  CHECK(p->waited_ns == 3400000);
+  p = parse_progress("12                                       \n");  // a step alone, padded
+  REQUIRE(p);
+  CHECK(p->step == 12);
+  CHECK_FALSE(p->waited_ns);
   p = parse_progress("12\n");
   REQUIRE(p);
   CHECK_FALSE(p->waited_ns);

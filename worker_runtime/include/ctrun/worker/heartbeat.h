@@ -58,7 +58,9 @@ class HeartbeatFile {
   // Returns true when it wrote; a failed write (the file's directory gone) is not retried sooner.
   bool beat(Clock::time_point now);
   // Writes `step` as the file's text, then the nanoseconds waited in collectives so far where
-  // known ("12 3400000"; the agent created the file: never created here).
+  // known ("12 3400000", padded with blanks to kRecordWidth, then a newline; the agent created
+  // the file: never created here).
+  static constexpr std::size_t kRecordWidth = 41;
   bool write_step(std::int64_t step, std::optional<std::int64_t> waited_ns = std::nullopt);
   const std::string& path() const { return path_; }
 
