@@ -7,7 +7,8 @@ Both run under ctrun as a user gets it: `ctrun --standalone --nproc_per_node=2
 --worker_timeout=60` (the heartbeat files that turn the hook on), an ordinary 2-rank DDP script
 over Gloo (step_hook_bench/train.py) whose steps take STEP_MS of sleep plus a small model's
 step. The two are run in turn, REPS times each, and the mean step time of each run is printed;
-the ratio is hook / no hook, with the cost per step in microseconds. Last, the hook's own time
+the ratio is hook / no hook (medians), with the cost per step in microseconds, and the ratio of
+the fastest run of each (the least disturbed on a shared machine). Last, the hook's own time
 per step measured alone in one process (below the launches' noise).
 
 Usage: /usr/bin/python3 scripts/bench/step_hook_bench.py [--quick] [--reps N]
@@ -75,14 +76,17 @@ def main():
     if not os.path.exists(CTRUN):
         sys.exit(f"step_hook_bench: no ctrun at {CTRUN} (scripts/bench/run.sh builds it)")
     reps = args.reps or (3 if args.quick else 6)
-    print(f"{'step':>8}  {'hook ms':>9}  {'no hook ms':>10}  {'ratio':>6}  {'cost us':>8}  runs")
+    print(f"{'step':>8}  {'hook ms':>9}  {'no hook ms':>10}  {'ratio':>6}  {'cost us':>8}  "
+          f"{'min ratio':>9}  runs")
     for step_ms, steps in ((10, 300), (100, 60)):
         with_hook, without = [], []
         for _ in range(reps):  # in turn, so that the machine's drift falls on both
             without.append(run_once(step_ms, steps, hook=False))
             with_hook.append(run_once(step_ms, steps, hook=True))
         a, b = statistics.median(with_hook), statistics.median(without)
+        low = min(with_hook) / min(without)  # the least disturbed run of each
         print(f"{step_ms:>6}ms  {a:>9.3f}  {b:>10.3f}  {a / b:>6.4f}  {(a - b) * 1000:>8.1f}  "
+              f"{low:>9.4f}  "
               f"{reps}x{steps} steps; hook {' '.join(f'{x:.3f}' for x in with_hook)}; "
               f"none {' '.join(f'{x:.3f}' for x in without)}", flush=True)
     alone = min(hook_alone_us() for _ in range(3))
