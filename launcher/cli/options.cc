@@ -332,14 +332,14 @@ const std::vector<ArgSpec>& launch_option_table() {
                    "job (0: off, the default)"),
       // Not abbreviable: torchrun's own abbreviations (--st) must stay as argparse reads them.
       exact(value_option({"--straggler-factor", "--straggler_factor"}, "straggler_factor",
-                         "Name a rank whose steps are this many times slower than the job's "
-                         "median a straggler (default 2 where workers report steps to a "
-                         "heartbeat file; 0: off)")),
+                         "Name a rank whose own time per step (its step less its waits for "
+                         "the others) is this many times the job's median a straggler (default "
+                         "2 where workers have heartbeat files; 0: off)")),
       exact(value_option({"--straggler-window", "--straggler_window"}, "straggler_window",
                          "The number of steps a rank's step time is measured over (default 50)")),
       exact(value_option({"--straggler-interval", "--straggler_interval"}, "straggler_interval",
-                         "Seconds between the agents' step-rate reports and the job's verdicts "
-                         "(default 5)")),
+                         "Seconds between the job's straggler verdicts; the agents report "
+                         "step rates twice as often (default 5)")),
       exact(value_option({"--health-check", "--health_check"}, "health_check",
                          "Before each join, run this shell command: exit 0 = healthy, else the "
                          "node checks again instead of joining")),

@@ -142,9 +142,10 @@ struct LaunchOptions {
   // ctrun's own: a worker whose heartbeat file (CTRUN_HEARTBEAT_FILE) stops changing for this
   // long after its first beat is SIGKILLed and the job restarts; 0 turns it off.
   double worker_timeout = 0;
-  // ctrun's own: a rank whose steps (its reported step numbers) are this many times slower than
-  // the job's median over the last straggler_window steps is named a straggler, every
-  // straggler_interval seconds at most (docs/cluster.md). Unset: 2 where the workers have
+  // ctrun's own: a rank whose own time per step (its step less its waits for its peers, where
+  // the worker measures them; else its step time) is this many times the job's median over the
+  // last straggler_window steps is named a straggler, every straggler_interval seconds at most
+  // (docs/cluster.md). Unset: 2 where the workers have
   // heartbeat files (--worker_timeout, --faults, --fault_report), else off; set, it gives them
   // the files; 0 turns it off.
   std::optional<double> straggler_factor;
