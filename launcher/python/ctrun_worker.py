@@ -131,7 +131,7 @@ class _Steps:
     own gradient computation plus that wait; DDP's reducer times the computation (torch's DDP
     logging data, the last iteration's, sampled), and the rest of the backward is the wait."""
 
-    # The DDP logging data costs ~75 us to read (torch 1.13, one CPU core): read on a step with
+    # The DDP logging data costs 5-75 us to read (torch 1.13, one CPU core): read on a step with
     # the chance that makes one reading about every this often. By chance, not every Nth step:
     # steps that alternate (a peer stopped every other step) would always give the same half.
     SAMPLE_EVERY_S = 0.05
@@ -200,6 +200,8 @@ class _Steps:
 
         counted_step.__wrapped__ = step
         counted_step.__doc__ = step.__doc__
+        # torch 1.13's profiler wraps a class's step once, unless the step says it is wrapped.
+        counted_step.hooked = getattr(step, "hooked", False)
         cls.step = counted_step
         cls._ctrun_counted = True
 

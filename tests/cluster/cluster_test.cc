@@ -660,7 +660,7 @@ TEST_CASE("cluster: on two namespace hosts the rank a synchronous DDP job waits 
                        "--event_log",
                        s.path("events." + std::to_string(i)),
                        DDP_SYNC_SCRIPT_PATH,
-                       "110",
+                       "150",
                        "--slow",
                        "3",
                        "--from",

@@ -3,6 +3,7 @@
 // three wait for it in all_reduce. The report that --worker_timeout sets off, and the one that
 // `ctrun status --dump` asks for, both name rank 3.
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -50,7 +51,10 @@ bool reached_step_4(const ScratchDir& s, std::chrono::seconds limit) {
            end;
            !ec && it != end; it.increment(ec)) {
         const auto& f = *it;
-        if (f.path().filename() == "heartbeat" && read_file(f.path().string()) == "4\n") ++at;
+        // The record's first number is the step ("4", then the waits, padded to its width).
+        if (f.path().filename() != "heartbeat") continue;
+        const std::string record = read_file(f.path().string());
+        if (!record.empty() && std::atoi(record.c_str()) == 4) ++at;
       }
     }
     if (at == 4) return true;

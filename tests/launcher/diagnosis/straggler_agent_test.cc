@@ -207,30 +207,31 @@ void check_named(const SyncedRun& run, const std::set<int>& ranks, const std::st
 TEST_CASE("stragglers: in synchronous DDP the rank slow in its data function is named",
           "[sync_ddp]") {
   const SyncedRun run =
-      run_synced("sync_data", 110, {"--slow", "3", "--kind", "data", "--from", "20", "--to", "50"});
+      run_synced("sync_data", 140, {"--slow", "3", "--kind", "data", "--from", "20", "--to", "50"});
   check_named(run, {3}, "waiting for input");
 }
 
 TEST_CASE("stragglers: in synchronous DDP the rank slow in its own compute is named",
           "[sync_ddp]") {
   const SyncedRun run = run_synced(
-      "sync_compute", 110, {"--slow", "1", "--kind", "compute", "--from", "20", "--to", "50"});
+      "sync_compute", 140, {"--slow", "1", "--kind", "compute", "--from", "20", "--to", "50"});
   check_named(run, {1}, "its own compute");
 }
 
 TEST_CASE(
     "stragglers: in synchronous DDP a rank stopped and continued (a straggler fault) is named",
     "[sync_ddp]") {
-  // ctrun's own straggler fault: rank 2 runs 20% of each 200 ms from its 20th step for 4 s.
+  // ctrun's own straggler fault: rank 2 runs 20% of each 200 ms from its 20th step for 4 s. The
+  // script slows nobody itself (an empty range from step 20); rank 2 marks when step 20 begins.
   const SyncedRun run = run_synced(
-      "sync_stopped", 110, {"--slow", "2", "--kind", "data", "--from", "20", "--to", "20"},
+      "sync_stopped", 140, {"--slow", "2", "--kind", "data", "--from", "20", "--to", "20"},
       {"--faults", "straggler:rank=2,at_step=20,duration=4,speed=0.2"});
   check_named(run, {2}, "not running: stopped");
 }
 
 TEST_CASE("stragglers: in synchronous DDP a whole slow node is named as the node", "[sync_ddp]") {
   const SyncedRun run = run_synced(
-      "sync_node", 110, {"--slow", "node:1", "--kind", "data", "--from", "20", "--to", "50"});
+      "sync_node", 140, {"--slow", "node:1", "--kind", "data", "--from", "20", "--to", "50"});
   check_named(run, {2, 3}, "waiting for input", /*as_node=*/true);
   CHECK(run.logs[0].find("node 1 (") != std::string::npos);
 }
