@@ -74,7 +74,7 @@ flight() {
   local agent=$!
   local i
   for i in $(seq 1 120); do
-    grep -qx 20 "$dir"/logs/*/attempt_0/0/heartbeat 2>/dev/null && break
+    grep -qE '^20( |$)' "$dir"/logs/*/attempt_0/0/heartbeat 2>/dev/null && break
     sleep 0.5
   done
   sleep 1
