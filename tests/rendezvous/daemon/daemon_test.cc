@@ -763,6 +763,9 @@ TEST_CASE(
   CHECK(sample(text, "ctrund_job_stragglers{job=\"m\"}") == 1);
   CHECK(sample(text, "ctrund_job_straggler_slowdown{job=\"m\",rank=\"1\"}") == 3);
   CHECK(text.find("ctrund_job_straggler_slowdown{job=\"m\",rank=\"0\"}") == std::string::npos);
+  // A verdict without own times (an agent before them): its median is the pace; rank 1 holds
+  // every step of the others for 0.75 - 0.25 s.
+  CHECK(sample(text, "ctrund_job_straggler_holds_seconds{job=\"m\",rank=\"1\"}") == 0.5);
 
   // Prometheus's own linter accepts the exposition (where it is installed: scripts/setup.sh
   // installs it; a GPU machine built with scripts/gpu-build.sh may lack it).
