@@ -338,8 +338,8 @@ const std::vector<ArgSpec>& launch_option_table() {
       exact(value_option({"--straggler-window", "--straggler_window"}, "straggler_window",
                          "The number of steps a rank's step time is measured over (default 50)")),
       exact(value_option({"--straggler-interval", "--straggler_interval"}, "straggler_interval",
-                         "Seconds between the job's straggler verdicts; the agents report "
-                         "step rates twice as often (default 5)")),
+                         "Seconds within which the agents report step rates and judge them "
+                         "twice (default 5)")),
       exact(value_option({"--health-check", "--health_check"}, "health_check",
                          "Before each join, run this shell command: exit 0 = healthy, else the "
                          "node checks again instead of joining")),

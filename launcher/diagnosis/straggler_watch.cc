@@ -46,11 +46,11 @@ void StragglerWatch::workers_stopped() {
 rdzv::Task<void> StragglerWatch::run([[maybe_unused]] std::shared_ptr<StragglerWatch> self,
                                      int epoch) {
   asio::steady_timer timer(executor_);
-  // Every node publishes its rates twice an interval, node 0 judges once an interval: a verdict
-  // is on rates at most half an interval old, so a straggler is named within about two.
+  // Every node publishes its rates, and node 0 judges, twice an interval: a verdict is on rates
+  // at most half an interval old and comes half an interval after them at most, so a straggler
+  // is named within about an interval of its rate crossing the line.
   const auto half = settings_.interval / 2;
   auto next_publication = std::chrono::steady_clock::now() + half;
-  auto next_verdict = std::chrono::steady_clock::now() + settings_.interval;
   while (running_ && epoch == epoch_) {
     std::uniform_int_distribution<int> wait_ms(kSampleEvery.count() / 2,
                                                kSampleEvery.count() * 3 / 2);
@@ -74,13 +74,11 @@ rdzv::Task<void> StragglerWatch::run([[maybe_unused]] std::shared_ptr<StragglerW
     }
     if (now < next_publication) continue;
     next_publication = now + half;
-    const bool verdict = now >= next_verdict;
-    if (verdict) next_verdict = now + settings_.interval;
-    co_await publish_and_judge(epoch, verdict);
+    co_await publish_and_judge(epoch);
   }
 }
 
-rdzv::Task<void> StragglerWatch::publish_and_judge(int epoch, bool verdict_due) {
+rdzv::Task<void> StragglerWatch::publish_and_judge(int epoch) {
   const rdzv::RoundAssignment round = round_;
   std::vector<RankRate> mine;
   for (const auto& r : rates_.rates(std::chrono::steady_clock::now())) {
@@ -105,7 +103,7 @@ rdzv::Task<void> StragglerWatch::publish_and_judge(int epoch, bool verdict_due) 
     (void)co_await hooks_.set(prefix + std::to_string(round.group_rank),
                               node_rates_json(round.group_rank, host_, mine).dump());
   }
-  if (epoch != epoch_ || !verdict_due) co_return;
+  if (epoch != epoch_) co_return;
   std::optional<StepVerdict> verdict;
   if (round.group_rank == 0) {
     // Node 0 judges the job: every node's rates, as published this round.

@@ -28,7 +28,7 @@ namespace ctrun::launcher {
 struct StragglerSettings {
   double factor = 2.0;                       // slower than the median by this much is a straggler
   int window = 50;                           // steps a rate spans
-  std::chrono::milliseconds interval{5000};  // between verdicts (rates: twice as often)
+  std::chrono::milliseconds interval{5000};  // rates and verdicts twice an interval
 };
 
 class StragglerWatch : public std::enable_shared_from_this<StragglerWatch> {
@@ -61,8 +61,7 @@ class StragglerWatch : public std::enable_shared_from_this<StragglerWatch> {
 
  private:
   rendezvous::Task<void> run(std::shared_ptr<StragglerWatch> self, int epoch);
-  // Publishes this node's rates; where `verdict_due`, judges (node 0) or reads the verdict.
-  rendezvous::Task<void> publish_and_judge(int epoch, bool verdict_due);
+  rendezvous::Task<void> publish_and_judge(int epoch);
   void tell(const StepVerdict& verdict);
 
   boost::asio::any_io_executor executor_;
