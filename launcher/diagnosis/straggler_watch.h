@@ -26,8 +26,8 @@
 namespace ctrun::launcher {
 
 struct StragglerSettings {
-  double factor = 2.0;                       // slower than the median by this much is a straggler
-  int window = 50;                           // steps a rate spans
+  double factor = 2.0;  // a rank whose own time a step is this many times the job's is a straggler
+  int window = 50;      // steps a rate spans
   std::chrono::milliseconds interval{5000};  // rates and verdicts twice an interval
 };
 
